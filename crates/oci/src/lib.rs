@@ -1,1 +1,14 @@
-//! tender-oci
+//! Registry semantics that know nothing of HTTP or disks: repository names, tags and digests
+//! (validated against the distribution grammar), the pull API's paths parsed into a typed
+//! route, media types and the OCI error codes.
+
+pub mod digest;
+pub mod error;
+pub mod media;
+pub mod name;
+pub mod route;
+
+pub use digest::{Digest, DigestError};
+pub use error::ErrorCode;
+pub use name::{NameError, Reference, RepoName, Tag};
+pub use route::{Route, RouteError, RouteKind};

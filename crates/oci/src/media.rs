@@ -1,0 +1,119 @@
+//! Manifest media types and the client's `Accept` list.
+
+pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+
+/// Every manifest type tender understands, in the order it asks an upstream for them.
+pub const ALL_MANIFESTS: [&str; 4] = [OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST];
+
+/// The media types a client accepts, parsed from its `Accept` headers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AcceptList {
+    types: Vec<String>,
+    wildcard: bool,
+}
+
+impl AcceptList {
+    /// Parse the values of every `Accept` header (comma-separated, parameters ignored).
+    pub fn parse<'a>(headers: impl IntoIterator<Item = &'a str>) -> AcceptList {
+        let mut out = AcceptList::default();
+        for header in headers {
+            for item in header.split(',') {
+                let ty = item.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+                if ty.is_empty() {
+                    continue;
+                }
+                if ty == "*/*" || ty == "application/*" {
+                    out.wildcard = true;
+                } else if !out.types.contains(&ty) {
+                    out.types.push(ty);
+                }
+            }
+        }
+        out
+    }
+
+    /// True when the client named no types (or a wildcard): anything goes.
+    pub fn is_open(&self) -> bool {
+        self.wildcard || self.types.is_empty()
+    }
+
+    /// Whether a manifest of `media_type` may be returned to this client.
+    pub fn accepts(&self, media_type: &str) -> bool {
+        self.is_open() || self.types.iter().any(|t| t.eq_ignore_ascii_case(media_type))
+    }
+
+    /// The `Accept` value to send upstream: the client's manifest types, or all of ours.
+    pub fn upstream_header(&self) -> String {
+        let named: Vec<&str> = self.types.iter().map(String::as_str).filter(|t| is_manifest(t)).collect();
+        if named.is_empty() || self.wildcard {
+            ALL_MANIFESTS.join(", ")
+        } else {
+            named.join(", ")
+        }
+    }
+}
+
+/// Whether `media_type` is one of the manifest types tender serves.
+pub fn is_manifest(media_type: &str) -> bool {
+    ALL_MANIFESTS.iter().any(|m| m.eq_ignore_ascii_case(media_type))
+}
+
+/// The media type a manifest declares in its own `mediaType` field, if any.
+pub fn declared_media_type(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        #[serde(rename = "mediaType")]
+        media_type: Option<String>,
+        manifests: Option<serde_json::Value>,
+    }
+    let probe: Probe = serde_json::from_slice(body).ok()?;
+    match probe.media_type {
+        Some(m) => Some(m),
+        None if probe.manifests.is_some() => Some(OCI_INDEX.to_string()),
+        None => Some(OCI_MANIFEST.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn should_accept_anything_without_accept_header() {
+        let a = AcceptList::parse([]);
+        assert!(a.accepts(OCI_INDEX));
+        assert_eq!(a.upstream_header(), ALL_MANIFESTS.join(", "));
+    }
+
+    #[test]
+    fn should_parse_comma_lists_and_parameters() {
+        let a = AcceptList::parse([
+            "application/vnd.docker.distribution.manifest.v2+json; q=0.9, application/vnd.oci.image.manifest.v1+json",
+            "application/json",
+        ]);
+        assert!(a.accepts(DOCKER_MANIFEST));
+        assert!(a.accepts(OCI_MANIFEST));
+        assert!(!a.accepts(OCI_INDEX));
+        assert_eq!(a.upstream_header(), format!("{DOCKER_MANIFEST}, {OCI_MANIFEST}"));
+    }
+
+    #[test]
+    fn should_treat_wildcard_as_open() {
+        let a = AcceptList::parse(["*/*"]);
+        assert!(a.accepts(DOCKER_LIST));
+    }
+
+    #[test]
+    fn should_infer_media_type_from_body() {
+        assert_eq!(declared_media_type(br#"{"schemaVersion":2,"manifests":[]}"#).as_deref(), Some(OCI_INDEX));
+        assert_eq!(declared_media_type(br#"{"schemaVersion":2,"layers":[]}"#).as_deref(), Some(OCI_MANIFEST));
+        assert_eq!(
+            declared_media_type(format!(r#"{{"mediaType":"{DOCKER_LIST}"}}"#).as_bytes()).as_deref(),
+            Some(DOCKER_LIST)
+        );
+        assert_eq!(declared_media_type(b"<html>"), None);
+    }
+}

@@ -1,0 +1,294 @@
+//! The data directory: format version, lock, object paths and commits.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use tender_oci::Digest;
+
+use crate::fsutil::{sync_dir, write_atomic};
+use crate::spool::{Sealed, SpoolWriter};
+
+/// The data directory format this tender writes.
+pub const FORMAT_VERSION: u32 = 1;
+const FORMAT_FILE: &str = "tender-data.json";
+const LOCK_FILE: &str = "lock";
+/// How often an object's mtime (its LRU clock) is refreshed on read, at most.
+/// Distinguishes concurrent in-memory writes of the same key.
+static SPOOL_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+const TOUCH_EVERY: Duration = Duration::from_secs(600);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("data directory {dir}: {source}")]
+    Io {
+        dir: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "data directory {dir} has format {found}, newer than this tender understands ({FORMAT_VERSION}); run a newer tender or point --data at another directory"
+    )]
+    TooNew { dir: PathBuf, found: u32 },
+    #[error(
+        "data directory {dir} is not empty and has no {FORMAT_FILE}; it is not a tender data directory (point --data at an empty or tender directory)"
+    )]
+    Foreign { dir: PathBuf },
+    #[error("data directory {dir} has an unreadable {FORMAT_FILE}: {reason}")]
+    BadFormatFile { dir: PathBuf, reason: String },
+    #[error(
+        "data directory {dir} is in use by another tender{holder}; stop it, or use its --server URL, or choose another --data"
+    )]
+    Locked { dir: PathBuf, holder: String },
+    #[error("content of {path} does not match {expected} (got {actual}); nothing was stored")]
+    DigestMismatch { path: PathBuf, expected: Digest, actual: Digest },
+}
+
+impl StoreError {
+    pub(crate) fn io(dir: &Path, source: io::Error) -> StoreError {
+        StoreError::Io { dir: dir.to_path_buf(), source }
+    }
+
+    /// True when the disk refused a write for lack of space.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, StoreError::Io { source, .. } if source.raw_os_error() == Some(28))
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FormatFile {
+    format: u32,
+    created_by: String,
+}
+
+/// How a command opens the data directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Take the lock: the owner (`serve`, or a CLI command that changes the store).
+    Exclusive,
+    /// Read without the lock (`catalog ls`, `fsck` without `--repair`, `stats`).
+    ReadOnly,
+}
+
+/// An open data directory.
+#[derive(Debug)]
+pub struct Store {
+    root: PathBuf,
+    _lock: Option<File>,
+}
+
+impl Store {
+    /// Open (creating if absent) the data directory at `root`.
+    pub fn open(root: &Path, mode: OpenMode) -> Result<Store, StoreError> {
+        let err = |e| StoreError::io(root, e);
+        if mode == OpenMode::Exclusive {
+            fs::create_dir_all(root).map_err(err)?;
+        }
+        let format_path = root.join(FORMAT_FILE);
+        match fs::read(&format_path) {
+            Ok(bytes) => {
+                let f: FormatFile = serde_json::from_slice(&bytes).map_err(|e| StoreError::BadFormatFile {
+                    dir: root.to_path_buf(),
+                    reason: e.to_string(),
+                })?;
+                if f.format > FORMAT_VERSION {
+                    return Err(StoreError::TooNew { dir: root.to_path_buf(), found: f.format });
+                }
+                // Older formats would be migrated here; format 1 is the first.
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if mode == OpenMode::ReadOnly && !root.exists() {
+                    return Err(err(e));
+                }
+                let non_empty = fs::read_dir(root).map_err(err)?.next().is_some();
+                if non_empty {
+                    return Err(StoreError::Foreign { dir: root.to_path_buf() });
+                }
+            }
+            Err(e) => return Err(err(e)),
+        }
+        let lock = if mode == OpenMode::Exclusive { Some(take_lock(root)?) } else { None };
+        if !format_path.exists() {
+            let f = FormatFile { format: FORMAT_VERSION, created_by: format!("tender {}", env!("CARGO_PKG_VERSION")) };
+            let bytes = serde_json::to_vec_pretty(&f).map_err(|e| err(io::Error::other(e)))?;
+            write_atomic(&format_path, &bytes).map_err(err)?;
+        }
+        let store = Store { root: root.to_path_buf(), _lock: lock };
+        if mode == OpenMode::Exclusive {
+            for d in ["objects/sha256", "meta/sha256", "tags", "spool", "quarantine"] {
+                fs::create_dir_all(root.join(d)).map_err(err)?;
+            }
+        }
+        Ok(store)
+    }
+
+    /// Whether another process holds the directory's lock now.
+    pub fn is_locked(root: &Path) -> bool {
+        match OpenOptions::new().read(true).write(true).open(root.join(LOCK_FILE)) {
+            Ok(f) => match f.try_lock() {
+                Ok(()) => {
+                    let _ = f.unlock();
+                    false
+                }
+                Err(_) => true,
+            },
+            Err(_) => false,
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub(crate) fn err(&self, e: io::Error) -> StoreError {
+        StoreError::io(&self.root, e)
+    }
+
+    /// Where a committed object lives (whether or not it exists).
+    pub fn object_path(&self, digest: &Digest) -> PathBuf {
+        let hex = digest.hex();
+        self.root.join("objects/sha256").join(&hex[..2]).join(hex)
+    }
+
+    pub(crate) fn objects_dir(&self) -> PathBuf {
+        self.root.join("objects/sha256")
+    }
+
+    pub(crate) fn quarantine_dir(&self) -> PathBuf {
+        self.root.join("quarantine")
+    }
+
+    /// Directory of in-progress fills.
+    pub fn spool_dir(&self) -> PathBuf {
+        self.root.join("spool")
+    }
+
+    /// The size of a committed object, if present.
+    pub fn object_len(&self, digest: &Digest) -> Option<u64> {
+        fs::metadata(self.object_path(digest)).ok().filter(|m| m.is_file()).map(|m| m.len())
+    }
+
+    /// Open a committed object for reading, refreshing its place in the LRU order.
+    pub fn open_object(&self, digest: &Digest) -> Result<Option<(File, u64)>, StoreError> {
+        let path = self.object_path(digest);
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.err(e)),
+        };
+        let meta = file.metadata().map_err(|e| self.err(e))?;
+        touch(&path, &meta);
+        Ok(Some((file, meta.len())))
+    }
+
+    /// Read a small committed object (a manifest) whole.
+    pub fn read_object(&self, digest: &Digest) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.open_object(digest)? {
+            None => Ok(None),
+            Some((mut f, len)) => {
+                let mut buf = Vec::with_capacity(len as usize);
+                f.read_to_end(&mut buf).map_err(|e| self.err(e))?;
+                Ok(Some(buf))
+            }
+        }
+    }
+
+    /// A spool file for the fill identified by `key` (a digest or an asset key), truncated.
+    pub fn create_spool(&self, key: &str) -> Result<SpoolWriter, StoreError> {
+        SpoolWriter::create(self.spool_path(key)).map_err(|e| self.err(e))
+    }
+
+    /// The spool file for `key`.
+    pub fn spool_path(&self, key: &str) -> PathBuf {
+        let name = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
+        self.spool_dir().join(format!("{name}.part"))
+    }
+
+    /// Reopen a leftover spool file for `key` (after a crash), re-hashing what it holds.
+    pub fn resume_spool(&self, key: &str) -> Result<Option<SpoolWriter>, StoreError> {
+        let path = self.spool_path(key);
+        if !path.exists() {
+            return Ok(None);
+        }
+        SpoolWriter::reopen(path).map(Some).map_err(|e| self.err(e))
+    }
+
+    /// Make a sealed spool file visible as `expected`, if and only if its content hashes to it.
+    pub fn commit(&self, sealed: Sealed, expected: &Digest) -> Result<PathBuf, StoreError> {
+        if sealed.digest != *expected {
+            let _ = fs::remove_file(&sealed.path);
+            return Err(StoreError::DigestMismatch {
+                path: sealed.path,
+                expected: *expected,
+                actual: sealed.digest,
+            });
+        }
+        let target = self.object_path(expected);
+        let dir = target.parent().ok_or_else(|| self.err(io::Error::other("object path has no parent")))?;
+        fs::create_dir_all(dir).map_err(|e| self.err(e))?;
+        fs::rename(&sealed.path, &target).map_err(|e| self.err(e))?;
+        sync_dir(dir).map_err(|e| self.err(e))?;
+        Ok(target)
+    }
+
+    /// Store a small object held in memory (a manifest) under its own digest.
+    pub fn put_bytes(&self, key: &str, bytes: &[u8], expected: &Digest) -> Result<PathBuf, StoreError> {
+        if let Some(len) = self.object_len(expected) {
+            if len == bytes.len() as u64 {
+                return Ok(self.object_path(expected));
+            }
+        }
+        let n = SPOOL_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut w = self.create_spool(&format!("{key}#{}#{n}", std::process::id()))?;
+        w.append(bytes).map_err(|e| self.err(e))?;
+        let sealed = w.seal().map_err(|e| self.err(e))?;
+        self.commit(sealed, expected)
+    }
+
+    /// Remove a committed object (eviction, `catalog trust --reset`).
+    pub fn remove_object(&self, digest: &Digest) -> Result<(), StoreError> {
+        match fs::remove_file(self.object_path(digest)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.err(e)),
+        }
+    }
+}
+
+fn take_lock(root: &Path) -> Result<File, StoreError> {
+    let path = root.join(LOCK_FILE);
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| StoreError::io(root, e))?;
+    if f.try_lock().is_err() {
+        let mut holder = String::new();
+        let _ = f.read_to_string(&mut holder);
+        let holder = holder.trim();
+        return Err(StoreError::Locked {
+            dir: root.to_path_buf(),
+            holder: if holder.is_empty() { String::new() } else { format!(" (pid {holder})") },
+        });
+    }
+    let _ = f.set_len(0);
+    let _ = write!(f, "{}", std::process::id());
+    let _ = f.sync_all();
+    Ok(f)
+}
+
+/// Refresh an object's mtime, the LRU clock, unless it was refreshed recently.
+fn touch(path: &Path, meta: &fs::Metadata) {
+    let now = SystemTime::now();
+    let stale = meta.modified().ok().and_then(|m| now.duration_since(m).ok()).is_none_or(|age| age > TOUCH_EVERY);
+    if stale {
+        if let Ok(f) = File::options().write(true).open(path) {
+            let _ = f.set_modified(now);
+        }
+    }
+}

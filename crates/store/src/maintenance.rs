@@ -1,0 +1,256 @@
+//! fsck (re-verify every object, quarantine mismatches) and GC (LRU eviction to a cap).
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use sha2::{Digest as _, Sha256};
+use tender_oci::Digest;
+
+use crate::layout::{Store, StoreError};
+
+/// What `fsck` found.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsckReport {
+    pub checked: u64,
+    pub bytes: u64,
+    /// Objects whose content does not hash to their name.
+    pub corrupt: Vec<String>,
+    /// Where corrupt objects were moved (with `repair`).
+    pub quarantined: Vec<String>,
+    /// Files under objects/ that are not named like a digest.
+    pub stray: Vec<String>,
+}
+
+/// One object considered by GC.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcCandidate {
+    pub digest: Digest,
+    pub size: u64,
+    #[serde(skip)]
+    pub last_used: SystemTime,
+}
+
+/// What GC would do or did.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcPlan {
+    pub total_bytes: u64,
+    pub cap_bytes: Option<u64>,
+    pub evict: Vec<GcCandidate>,
+    pub evict_bytes: u64,
+    /// Objects over the cap that could not be evicted (in use, pinned, goldens, trusted).
+    pub protected_bytes: u64,
+    pub orphans: Vec<PathBuf>,
+}
+
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcReport {
+    pub freed_bytes: u64,
+    pub evicted: usize,
+    pub orphans_removed: usize,
+}
+
+impl Store {
+    /// Every committed object with its size and LRU time.
+    pub fn list_objects(&self) -> Result<Vec<GcCandidate>, StoreError> {
+        let mut out = Vec::new();
+        for path in walk_files(&self.objects_dir()).map_err(|e| self.err(e))? {
+            let Some(digest) = digest_of_path(&path) else { continue };
+            let Ok(meta) = fs::metadata(&path) else { continue };
+            out.push(GcCandidate {
+                digest,
+                size: meta.len(),
+                last_used: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Re-hash every object; with `repair`, move mismatches to `quarantine/`.
+    pub fn fsck(&self, repair: bool) -> Result<FsckReport, StoreError> {
+        let mut report = FsckReport::default();
+        for path in walk_files(&self.objects_dir()).map_err(|e| self.err(e))? {
+            let Some(expected) = digest_of_path(&path) else {
+                report.stray.push(path.display().to_string());
+                continue;
+            };
+            let (actual, len) = hash_file(&path).map_err(|e| self.err(e))?;
+            report.checked += 1;
+            report.bytes += len;
+            if actual != expected {
+                tracing::warn!(digest = %expected, actual = %actual, "fsck: object does not match its digest");
+                report.corrupt.push(expected.to_string());
+                if repair {
+                    let stamp = crate::records::now_secs();
+                    let target = self.quarantine_dir().join(format!("{}.{stamp}", expected.hex()));
+                    fs::create_dir_all(self.quarantine_dir()).map_err(|e| self.err(e))?;
+                    fs::rename(&path, &target).map_err(|e| self.err(e))?;
+                    report.quarantined.push(target.display().to_string());
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Decide what to evict to get under `cap` (least recently used first), skipping what
+    /// `protected` names, and which spool files older than `spool_age` are orphans.
+    pub fn gc_plan(
+        &self,
+        cap: Option<u64>,
+        spool_age: Duration,
+        protected: &dyn Fn(&Digest) -> bool,
+    ) -> Result<GcPlan, StoreError> {
+        let mut objects = self.list_objects()?;
+        let total: u64 = objects.iter().map(|o| o.size).sum();
+        let mut plan = GcPlan { total_bytes: total, cap_bytes: cap, ..GcPlan::default() };
+        if let Some(cap) = cap {
+            objects.sort_by_key(|o| o.last_used);
+            let mut remaining = total;
+            for o in objects {
+                if remaining <= cap {
+                    break;
+                }
+                if protected(&o.digest) {
+                    plan.protected_bytes += o.size;
+                    continue;
+                }
+                remaining -= o.size;
+                plan.evict_bytes += o.size;
+                plan.evict.push(o);
+            }
+        }
+        let now = SystemTime::now();
+        if let Ok(entries) = fs::read_dir(self.spool_dir()) {
+            for e in entries.flatten() {
+                let old = e
+                    .metadata()
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|m| now.duration_since(m).ok())
+                    .is_some_and(|age| age >= spool_age);
+                if old {
+                    plan.orphans.push(e.path());
+                }
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Carry out a plan made by [`Store::gc_plan`].
+    pub fn gc_apply(&self, plan: &GcPlan) -> Result<GcReport, StoreError> {
+        let mut report = GcReport::default();
+        for o in &plan.evict {
+            self.remove_object(&o.digest)?;
+            report.freed_bytes += o.size;
+            report.evicted += 1;
+        }
+        for p in &plan.orphans {
+            if fs::remove_file(p).is_ok() {
+                report.orphans_removed += 1;
+            }
+        }
+        Ok(report)
+    }
+}
+
+fn walk_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = match fs::read_dir(&d) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for e in entries {
+            let e = e?;
+            let ty = e.file_type()?;
+            if ty.is_dir() {
+                stack.push(e.path());
+            } else if ty.is_file() {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn digest_of_path(path: &Path) -> Option<Digest> {
+    Digest::from_hex(path.file_name()?.to_str()?).ok()
+}
+
+fn hash_file(path: &Path) -> io::Result<(Digest, u64)> {
+    let mut f = File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut len = 0u64;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        len += n as u64;
+    }
+    Ok((Digest::from_bytes(h.finalize().into()), len))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+    use crate::OpenMode;
+
+    #[test]
+    fn should_quarantine_corrupt_objects_on_repair() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), OpenMode::Exclusive).unwrap();
+        let good = Digest::of(b"good");
+        store.put_bytes("k1", b"good", &good).unwrap();
+        let bad = Digest::of(b"bad");
+        store.put_bytes("k2", b"bad", &bad).unwrap();
+        fs::write(store.object_path(&bad), b"evil").unwrap();
+
+        let report = store.fsck(false).unwrap();
+        assert_eq!(report.checked, 2);
+        assert_eq!(report.corrupt, vec![bad.to_string()]);
+        assert!(store.object_len(&bad).is_some(), "fsck without repair changes nothing");
+
+        let report = store.fsck(true).unwrap();
+        assert_eq!(report.quarantined.len(), 1);
+        assert!(store.object_len(&bad).is_none());
+        assert!(store.object_len(&good).is_some());
+        assert_eq!(fs::read_dir(dir.path().join("quarantine")).unwrap().count(), 1);
+        assert!(store.fsck(false).unwrap().corrupt.is_empty());
+    }
+
+    #[test]
+    fn should_evict_least_recently_used_first_and_skip_protected() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), OpenMode::Exclusive).unwrap();
+        let mut digests = Vec::new();
+        for (i, body) in [b"aaaa", b"bbbb", b"cccc", b"dddd"].iter().enumerate() {
+            let d = Digest::of(*body);
+            store.put_bytes(&format!("k{i}"), *body, &d).unwrap();
+            let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000 + i as u64);
+            File::options().write(true).open(store.object_path(&d)).unwrap().set_modified(t).unwrap();
+            digests.push(d);
+        }
+        let protected = digests[0];
+        let plan = store.gc_plan(Some(8), Duration::from_secs(3600), &|d| *d == protected).unwrap();
+        let evicted: Vec<Digest> = plan.evict.iter().map(|c| c.digest).collect();
+        assert_eq!(evicted, vec![digests[1], digests[2]]);
+        assert_eq!(plan.protected_bytes, 4);
+        let report = store.gc_apply(&plan).unwrap();
+        assert_eq!(report.freed_bytes, 8);
+        assert!(store.object_len(&digests[0]).is_some());
+        assert!(store.object_len(&digests[3]).is_some());
+    }
+}

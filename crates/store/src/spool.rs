@@ -1,0 +1,109 @@
+//! Spool files: a fill's bytes as they arrive, hashed while written.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest as _, Sha256};
+use tender_oci::Digest;
+
+/// An append-only spool file that hashes every byte written to it.
+#[derive(Debug)]
+pub struct SpoolWriter {
+    path: PathBuf,
+    file: File,
+    hasher: Sha256,
+    len: u64,
+}
+
+/// A spool file whose writing is finished: its path, length and sha256.
+#[derive(Debug)]
+pub struct Sealed {
+    pub path: PathBuf,
+    pub len: u64,
+    pub digest: Digest,
+}
+
+impl SpoolWriter {
+    pub(crate) fn create(path: PathBuf) -> io::Result<SpoolWriter> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
+        Ok(SpoolWriter { path, file, hasher: Sha256::new(), len: 0 })
+    }
+
+    /// Reopen an existing spool file and re-hash its content, to append after it.
+    pub(crate) fn reopen(path: PathBuf) -> io::Result<SpoolWriter> {
+        let mut file = OpenOptions::new().read(true).write(true).open(&path)?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut len = 0u64;
+        loop {
+            let n = file.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            len += n as u64;
+        }
+        Ok(SpoolWriter { path, file, hasher, len })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Append bytes at the end, hashing them.
+    pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(bytes, self.len)?;
+        self.hasher.update(bytes);
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Whether `bytes` equal what the spool holds at `offset` (a restarted transfer re-sends
+    /// bytes already received; they must be the same bytes).
+    pub fn matches_at(&self, offset: u64, bytes: &[u8]) -> io::Result<bool> {
+        if offset + bytes.len() as u64 > self.len {
+            return Ok(false);
+        }
+        let mut have = vec![0u8; bytes.len()];
+        self.file.read_exact_at(&mut have, offset)?;
+        Ok(have == bytes)
+    }
+
+    /// Drop everything from `len` on (the length must not exceed what was written); re-hashes.
+    pub fn truncate_to_zero(&mut self) -> io::Result<()> {
+        self.file.set_len(0)?;
+        self.hasher = Sha256::new();
+        self.len = 0;
+        Ok(())
+    }
+
+    /// The sha256 of what was written so far, without finishing.
+    pub fn digest_so_far(&self) -> Digest {
+        Digest::from_bytes(self.hasher.clone().finalize().into())
+    }
+
+    /// Flush to disk and hand over the file for commit.
+    pub fn seal(self) -> io::Result<Sealed> {
+        self.file.sync_all()?;
+        Ok(Sealed { digest: Digest::from_bytes(self.hasher.finalize().into()), path: self.path, len: self.len })
+    }
+
+    /// Remove the spool file (a failed or discarded fill).
+    pub fn discard(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
