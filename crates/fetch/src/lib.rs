@@ -1,1 +1,24 @@
-//! tender-fetch
+//! The only code that talks to upstreams.
+//!
+//! - [`client`]: one HTTP client per configured upstream, with its TLS, proxy, credentials,
+//!   the bearer-token dance and the redirect / address policy.
+//! - [`flight`]: single-flight fills: one upstream transfer per object, any number of readers
+//!   streaming from the growing spool, retry and resume, verify before commit.
+//! - [`mirror`]: registry semantics on top: tags with a TTL and stale-if-error, manifests,
+//!   blobs.
+//!
+//! An upstream is always chosen from configuration, never from a request.
+
+pub mod client;
+pub mod error;
+pub mod flight;
+pub mod metrics;
+pub mod mirror;
+pub mod settings;
+
+pub use client::Upstream;
+pub use error::{FetchError, FetchErrorKind};
+pub use flight::{Fill, Flights, ObjectBody};
+pub use metrics::FetchMetrics;
+pub use mirror::{ManifestHit, Mirror};
+pub use settings::{Credentials, FetchSettings, UpstreamSettings};

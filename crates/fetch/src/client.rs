@@ -1,0 +1,528 @@
+//! One HTTP client per configured upstream: endpoints tried in order, TLS and proxy settings,
+//! the bearer-token dance, and the redirect / address policy.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::header::{HeaderMap, RETRY_AFTER, WWW_AUTHENTICATE};
+use reqwest::{Method, StatusCode};
+use url::Url;
+
+use crate::error::{FetchError, FetchErrorKind};
+use crate::metrics::FetchMetrics;
+use crate::settings::{FetchSettings, UpstreamSettings};
+
+/// Most redirects followed for one request.
+const MAX_REDIRECTS: usize = 5;
+/// Token lifetime when the token server names none (the distribution spec's default).
+const DEFAULT_TOKEN_SECS: u64 = 60;
+
+/// A configured upstream and its client.
+#[derive(Debug)]
+pub struct Upstream {
+    settings: UpstreamSettings,
+    fetch: FetchSettings,
+    client: reqwest::Client,
+    policy: Arc<AddressPolicy>,
+    tokens: Mutex<HashMap<(String, String), (String, Instant)>>,
+    metrics: FetchMetrics,
+}
+
+/// Which addresses a redirect or token realm may lead to.
+#[derive(Debug)]
+struct AddressPolicy {
+    upstream: String,
+    /// The upstream itself lives on a loopback / private address, so those are allowed.
+    allow_private: bool,
+    /// Hosts of the configured endpoints: always allowed.
+    endpoint_hosts: Vec<String>,
+    redirect_hosts: Option<Vec<String>>,
+    metrics: FetchMetrics,
+}
+
+/// Loopback, private, link-local, unique-local, unspecified, CGNAT, or cloud metadata.
+pub fn is_internal_ip(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || (o[0] == 100 && (64..128).contains(&o[1]))
+                || o[0] == 0
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_internal_ip(IpAddr::V4(v4));
+            }
+            let s = v6.segments();
+            v6.is_loopback() || v6.is_unspecified() || (s[0] & 0xfe00) == 0xfc00 || (s[0] & 0xffc0) == 0xfe80
+        }
+    }
+}
+
+fn is_internal_host(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+    if let Ok(ip) = h.parse::<IpAddr>() {
+        return is_internal_ip(ip);
+    }
+    h == "localhost" || h.ends_with(".localhost") || h == "metadata.google.internal" || h.ends_with(".internal")
+}
+
+fn host_matches(pattern: &str, host: &str) -> bool {
+    let (p, h) = (pattern.to_ascii_lowercase(), host.to_ascii_lowercase());
+    match p.strip_prefix("*.") {
+        Some(suffix) => h.ends_with(&format!(".{suffix}")),
+        None => p == h,
+    }
+}
+
+impl AddressPolicy {
+    /// Why `next` may not be followed from `prev`, if it may not.
+    fn refuse(&self, prev: Option<&Url>, next: &Url) -> Option<String> {
+        if !matches!(next.scheme(), "http" | "https") {
+            return Some(format!("scheme {} is not http(s)", next.scheme()));
+        }
+        if prev.is_some_and(|p| p.scheme() == "https") && next.scheme() == "http" {
+            return Some("https to http downgrade".to_string());
+        }
+        let Some(host) = next.host_str() else { return Some("no host".to_string()) };
+        let is_endpoint = self.endpoint_hosts.iter().any(|h| h.eq_ignore_ascii_case(host));
+        if let Some(allowed) = &self.redirect_hosts {
+            if !is_endpoint && !allowed.iter().any(|p| host_matches(p, host)) {
+                return Some(format!("host {host} is not in redirectHosts"));
+            }
+        }
+        if !self.allow_private && !is_endpoint && is_internal_host(host) {
+            return Some(format!("host {host} is an internal address"));
+        }
+        None
+    }
+
+    fn check(&self, prev: Option<&Url>, next: &Url) -> Result<(), String> {
+        match self.refuse(prev, next) {
+            None => Ok(()),
+            Some(reason) => {
+                self.metrics.redirects_refused.get_or_create(&self.label()).inc();
+                tracing::warn!(upstream = %self.upstream, target = %redact(next), %reason, "redirect refused");
+                Err(reason)
+            }
+        }
+    }
+
+    fn label(&self) -> Vec<(String, String)> {
+        vec![("upstream".to_string(), self.upstream.clone())]
+    }
+}
+
+/// A URL without its query (signed CDN URLs carry credentials there).
+fn redact(url: &Url) -> String {
+    let mut u = url.clone();
+    u.set_query(None);
+    u.to_string()
+}
+
+/// DNS resolution that refuses internal addresses for hosts other than the endpoints, unless
+/// the upstream itself is internal.
+#[derive(Debug)]
+struct GuardedResolver {
+    policy: Arc<AddressPolicy>,
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.policy.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_string();
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let exempt = policy.allow_private || policy.endpoint_hosts.iter().any(|h| h.eq_ignore_ascii_case(&host));
+            let kept: Vec<SocketAddr> = addrs.into_iter().filter(|a| exempt || !is_internal_ip(a.ip())).collect();
+            if kept.is_empty() {
+                policy.metrics.redirects_refused.get_or_create(&policy.label()).inc();
+                tracing::warn!(upstream = %policy.upstream, %host, "refused: host resolves only to internal addresses");
+                let err: Box<dyn std::error::Error + Send + Sync> =
+                    format!("{host} resolves only to internal addresses").into();
+                return Err(err);
+            }
+            let iter: reqwest::dns::Addrs = Box::new(kept.into_iter());
+            Ok(iter)
+        })
+    }
+}
+
+/// Credentials attached to one request.
+enum Auth {
+    Bearer(String),
+    Basic(String, String),
+}
+
+/// What a `WWW-Authenticate` header asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Challenge {
+    Bearer { realm: String, service: Option<String>, scope: Option<String> },
+    Basic,
+}
+
+fn parse_challenge(value: &str) -> Option<Challenge> {
+    let (scheme, rest) = value.trim().split_once(' ').unwrap_or((value.trim(), ""));
+    if scheme.eq_ignore_ascii_case("basic") {
+        return Some(Challenge::Basic);
+    }
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let mut params = HashMap::new();
+    let mut s = rest.trim();
+    while !s.is_empty() {
+        let (key, after) = s.split_once('=')?;
+        let key = key.trim().to_ascii_lowercase();
+        let after = after.trim_start();
+        let (val, tail) = if let Some(q) = after.strip_prefix('"') {
+            let end = q.find('"')?;
+            (q[..end].to_string(), &q[end + 1..])
+        } else {
+            let end = after.find(',').unwrap_or(after.len());
+            (after[..end].trim().to_string(), &after[end..])
+        };
+        params.insert(key, val);
+        s = tail.trim_start().trim_start_matches(',').trim_start();
+    }
+    Some(Challenge::Bearer {
+        realm: params.remove("realm")?,
+        service: params.remove("service"),
+        scope: params.remove("scope"),
+    })
+}
+
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let v = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let when = httpdate::parse_http_date(v).ok()?;
+    Some(when.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO))
+}
+
+impl Upstream {
+    pub fn new(settings: UpstreamSettings, fetch: FetchSettings, metrics: FetchMetrics) -> Result<Upstream, FetchError> {
+        let bad = |m: String| FetchError::new(FetchErrorKind::Local, &settings.name, m);
+        let endpoint_hosts: Vec<String> =
+            settings.endpoints.iter().filter_map(|u| u.host_str().map(str::to_string)).collect();
+        let policy = Arc::new(AddressPolicy {
+            upstream: settings.name.clone(),
+            allow_private: endpoint_hosts.iter().any(|h| is_internal_host(h)),
+            endpoint_hosts,
+            redirect_hosts: settings.redirect_hosts.clone(),
+            metrics: metrics.clone(),
+        });
+        let redirect_policy = {
+            let policy = policy.clone();
+            reqwest::redirect::Policy::custom(move |attempt| {
+                if attempt.previous().len() > MAX_REDIRECTS {
+                    return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+                }
+                let prev = attempt.previous().last().cloned();
+                match policy.check(prev.as_ref(), attempt.url()) {
+                    Ok(()) => attempt.follow(),
+                    Err(reason) => attempt.error(format!("redirect refused: {reason}")),
+                }
+            })
+        };
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .connect_timeout(fetch.connect_timeout)
+            .redirect(redirect_policy)
+            .dns_resolver(Arc::new(GuardedResolver { policy: policy.clone() }))
+            .user_agent(concat!("tender/", env!("CARGO_PKG_VERSION")))
+            .no_proxy()
+            .pool_idle_timeout(Duration::from_secs(60))
+            .tcp_nodelay(true);
+        if let Some(ca) = &settings.ca_file {
+            let pem = std::fs::read(ca).map_err(|e| bad(format!("caFile {}: {e}", ca.display())))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| bad(format!("caFile {}: not a PEM bundle: {e}", ca.display())))?;
+            for c in certs {
+                builder = builder.add_root_certificate(c);
+            }
+        }
+        if settings.insecure_skip_verify {
+            builder = builder.danger_accept_invalid_certs(true);
+        }
+        if let Some(proxy) = &settings.proxy {
+            let p = reqwest::Proxy::all(proxy.as_str()).map_err(|e| bad(format!("proxy {proxy}: {e}")))?;
+            builder = builder.proxy(p);
+        }
+        let client = builder.build().map_err(|e| bad(format!("cannot build HTTP client: {e}")))?;
+        Ok(Upstream { settings, fetch, client, policy, tokens: Mutex::new(HashMap::new()), metrics })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    pub fn settings(&self) -> &UpstreamSettings {
+        &self.settings
+    }
+
+    fn join(base: &Url, path_and_query: &str) -> Result<Url, String> {
+        let base_path = base.path().trim_end_matches('/');
+        let (path, query) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
+        let mut u = base.clone();
+        u.set_path(&format!("{base_path}{path}"));
+        u.set_query(if query.is_empty() { None } else { Some(query) });
+        Ok(u)
+    }
+
+    /// Send a request to the upstream's endpoints in order and return the first successful
+    /// (2xx) response. `scope` is the token scope (`repository:<name>:pull`).
+    pub async fn request(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        headers: HeaderMap,
+        scope: Option<&str>,
+    ) -> Result<reqwest::Response, FetchError> {
+        let mut last: Option<FetchError> = None;
+        for endpoint in &self.settings.endpoints {
+            let url = Self::join(endpoint, path_and_query)
+                .map_err(|e| FetchError::new(FetchErrorKind::Local, self.name(), e))?;
+            match self.request_endpoint(&method, url, &headers, scope).await {
+                Ok(r) => return Ok(r),
+                Err(e) => {
+                    tracing::debug!(upstream = %self.name(), endpoint = %endpoint, error = %e, "endpoint failed");
+                    // A definite "not found" from one endpoint does not hide another's answer,
+                    // but a later endpoint's transient failure should not mask a definite one.
+                    let keep_last = last.as_ref().is_some_and(|l| !l.is_retryable() && e.is_retryable());
+                    if !keep_last {
+                        last = Some(e);
+                    }
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| FetchError::new(FetchErrorKind::Local, self.name(), "no endpoints configured")))
+    }
+
+    async fn request_endpoint(
+        &self,
+        method: &Method,
+        url: Url,
+        headers: &HeaderMap,
+        scope: Option<&str>,
+    ) -> Result<reqwest::Response, FetchError> {
+        let host = url.host_str().unwrap_or_default().to_string();
+        let cached = scope.and_then(|s| self.cached_token(&host, s)).map(Auth::Bearer);
+        let first = self.send(method, &url, headers, cached.as_ref()).await?;
+        if first.status() != StatusCode::UNAUTHORIZED {
+            return self.check_status(first);
+        }
+        let challenge = first.headers().get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).and_then(parse_challenge);
+        let auth = match challenge {
+            Some(Challenge::Bearer { realm, service, scope: asked }) => {
+                let scope = scope.map(str::to_string).or(asked);
+                let token = self.fetch_token(&url, &realm, service.as_deref(), scope.as_deref()).await?;
+                if let Some(s) = &scope {
+                    self.store_token(&host, s, &token);
+                }
+                Auth::Bearer(token.0)
+            }
+            Some(Challenge::Basic) => match &self.settings.credentials {
+                Some(c) => Auth::Basic(c.username.clone(), c.password.clone()),
+                None => return Err(self.unauthorized("asks for Basic credentials and none are configured")),
+            },
+            None => return Err(self.unauthorized("answered 401 without a usable WWW-Authenticate challenge")),
+        };
+        let second = self.send(method, &url, headers, Some(&auth)).await?;
+        if second.status() == StatusCode::UNAUTHORIZED {
+            return Err(self.unauthorized("refused our credentials"));
+        }
+        self.check_status(second)
+    }
+
+    fn unauthorized(&self, what: &str) -> FetchError {
+        FetchError::new(FetchErrorKind::Unauthorized, self.name(), what).with_status(401)
+    }
+
+    async fn send(
+        &self,
+        method: &Method,
+        url: &Url,
+        headers: &HeaderMap,
+        auth: Option<&Auth>,
+    ) -> Result<reqwest::Response, FetchError> {
+        let mut req = self.client.request(method.clone(), url.clone()).headers(headers.clone());
+        match auth {
+            Some(Auth::Bearer(t)) => req = req.bearer_auth(t),
+            Some(Auth::Basic(u, p)) => req = req.basic_auth(u, Some(p)),
+            None => {}
+        }
+        self.metrics.upstream_requests.get_or_create(&self.policy.label()).inc();
+        match tokio::time::timeout(self.fetch.first_byte_timeout, req.send()).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(self.count(FetchError::from_reqwest(self.name(), &e))),
+            Err(_) => Err(self.count(FetchError::new(
+                FetchErrorKind::Timeout,
+                self.name(),
+                format!("no response headers within {:?} from {}", self.fetch.first_byte_timeout, redact(url)),
+            ))),
+        }
+    }
+
+    fn count(&self, e: FetchError) -> FetchError {
+        let kind = format!("{:?}", e.kind).to_ascii_lowercase();
+        self.metrics
+            .upstream_errors
+            .get_or_create(&vec![("upstream".to_string(), self.name().to_string()), ("kind".to_string(), kind)])
+            .inc();
+        e
+    }
+
+    /// Count an error the caller found (a body that broke off, a digest mismatch).
+    pub fn record_error(&self, e: &FetchError) {
+        let _ = self.count(e.clone());
+    }
+
+    fn check_status(&self, r: reqwest::Response) -> Result<reqwest::Response, FetchError> {
+        let status = r.status();
+        if status.is_success() {
+            return Ok(r);
+        }
+        let code = status.as_u16();
+        let url = redact(r.url());
+        let (kind, what) = match status {
+            StatusCode::NOT_FOUND => (FetchErrorKind::NotFound, "not found"),
+            StatusCode::FORBIDDEN => (FetchErrorKind::Unauthorized, "forbidden"),
+            StatusCode::TOO_MANY_REQUESTS => (FetchErrorKind::TooManyRequests, "too many requests"),
+            StatusCode::RANGE_NOT_SATISFIABLE => (FetchErrorKind::Status, "range not satisfiable"),
+            _ => (FetchErrorKind::Status, "unexpected status"),
+        };
+        let mut e = FetchError::new(kind, self.name(), format!("{what} ({code}) for {url}")).with_status(code);
+        e.retry_after = retry_after(r.headers());
+        Err(if kind == FetchErrorKind::NotFound { e } else { self.count(e) })
+    }
+
+    fn cached_token(&self, host: &str, scope: &str) -> Option<String> {
+        let tokens = self.tokens.lock().ok()?;
+        let (token, expiry) = tokens.get(&(host.to_string(), scope.to_string()))?;
+        (Instant::now() < *expiry).then(|| token.clone())
+    }
+
+    fn store_token(&self, host: &str, scope: &str, token: &(String, Duration)) {
+        if let Ok(mut tokens) = self.tokens.lock() {
+            let life = token.1.saturating_sub(Duration::from_secs(10)).max(Duration::from_secs(5));
+            tokens.insert((host.to_string(), scope.to_string()), (token.0.clone(), Instant::now() + life));
+        }
+    }
+
+    async fn fetch_token(
+        &self,
+        origin: &Url,
+        realm: &str,
+        service: Option<&str>,
+        scope: Option<&str>,
+    ) -> Result<(String, Duration), FetchError> {
+        let mut realm_url = Url::parse(realm)
+            .map_err(|e| FetchError::new(FetchErrorKind::Refused, self.name(), format!("token realm {realm:?}: {e}")))?;
+        self.policy
+            .check(Some(origin), &realm_url)
+            .map_err(|r| FetchError::new(FetchErrorKind::Refused, self.name(), format!("token realm refused: {r}")))?;
+        {
+            let mut q = realm_url.query_pairs_mut();
+            if let Some(s) = service {
+                q.append_pair("service", s);
+            }
+            if let Some(s) = scope {
+                q.append_pair("scope", s);
+            }
+        }
+        let auth = self.settings.credentials.as_ref().map(|c| Auth::Basic(c.username.clone(), c.password.clone()));
+        let resp = self.send(&Method::GET, &realm_url, &HeaderMap::new(), auth.as_ref()).await?;
+        let resp = self.check_status(resp).map_err(|mut e| {
+            if e.status == Some(401) || e.status == Some(403) {
+                e.kind = FetchErrorKind::Unauthorized;
+            }
+            e
+        })?;
+        #[derive(serde::Deserialize)]
+        struct TokenBody {
+            token: Option<String>,
+            access_token: Option<String>,
+            expires_in: Option<u64>,
+        }
+        let body: TokenBody = resp
+            .json()
+            .await
+            .map_err(|e| FetchError::new(FetchErrorKind::Unauthorized, self.name(), format!("token response: {e}")))?;
+        let token = body
+            .token
+            .or(body.access_token)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| FetchError::new(FetchErrorKind::Unauthorized, self.name(), "token response has no token"))?;
+        Ok((token, Duration::from_secs(body.expires_in.unwrap_or(DEFAULT_TOKEN_SECS).max(1))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn should_parse_bearer_challenges() {
+        let c = parse_challenge(
+            r#"Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:library/alpine:pull""#,
+        );
+        assert_eq!(
+            c,
+            Some(Challenge::Bearer {
+                realm: "https://auth.docker.io/token".into(),
+                service: Some("registry.docker.io".into()),
+                scope: Some("repository:library/alpine:pull".into()),
+            })
+        );
+        assert_eq!(parse_challenge("Basic realm=\"x\""), Some(Challenge::Basic));
+        assert_eq!(parse_challenge("Negotiate"), None);
+        assert_eq!(parse_challenge("Bearer service=\"x\""), None);
+    }
+
+    #[test]
+    fn should_classify_internal_addresses() {
+        for h in ["127.0.0.1", "10.1.2.3", "192.168.0.1", "172.16.5.4", "169.254.169.254", "[::1]", "[fe80::1]", "[fd00::1]", "localhost", "metadata.google.internal", "100.64.0.1", "0.0.0.0"] {
+            assert!(is_internal_host(h), "{h}");
+        }
+        for h in ["ghcr.io", "8.8.8.8", "[2606:4700::1]", "pkg-containers.githubusercontent.com"] {
+            assert!(!is_internal_host(h), "{h}");
+        }
+    }
+
+    fn policy(allow_private: bool, redirect_hosts: Option<Vec<String>>) -> AddressPolicy {
+        AddressPolicy {
+            upstream: "ghcr.io".into(),
+            allow_private,
+            endpoint_hosts: vec!["ghcr.io".into()],
+            redirect_hosts,
+            metrics: FetchMetrics::default(),
+        }
+    }
+
+    #[test]
+    fn should_refuse_redirects_to_internal_or_downgraded_targets() {
+        let p = policy(false, None);
+        let from = Url::parse("https://ghcr.io/v2/x/blobs/sha256:1").ok();
+        let check = |to: &str| p.refuse(from.as_ref(), &Url::parse(to).expect("test url"));
+        assert!(check("https://pkg-containers.githubusercontent.com/x").is_none());
+        assert!(check("http://pkg-containers.githubusercontent.com/x").is_some(), "downgrade");
+        assert!(check("https://169.254.169.254/latest/meta-data").is_some(), "metadata");
+        assert!(check("https://127.0.0.1/x").is_some(), "loopback");
+        assert!(check("https://10.0.0.1/x").is_some(), "private");
+        assert!(check("ftp://example.com/x").is_some(), "scheme");
+        let allow_list = policy(false, Some(vec!["*.githubusercontent.com".into()]));
+        assert!(allow_list.refuse(from.as_ref(), &Url::parse("https://pkg-containers.githubusercontent.com/x").expect("url")).is_none());
+        assert!(allow_list.refuse(from.as_ref(), &Url::parse("https://evil.example.com/x").expect("url")).is_some());
+        let internal = policy(true, None);
+        assert!(internal.refuse(None, &Url::parse("http://127.0.0.2:9000/x").expect("url")).is_none());
+    }
+}

@@ -1,0 +1,106 @@
+//! Fetch errors that know where they came from and whether a retry makes sense.
+//! The retry policy reads these fields, never the message.
+
+use std::fmt;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchErrorKind {
+    /// The upstream said the object does not exist (404).
+    NotFound,
+    /// The upstream refused our credentials (401 after auth) or forbade access (403).
+    Unauthorized,
+    /// 429 from the upstream.
+    TooManyRequests,
+    /// Any other non-success status from the upstream (5xx and odd 4xx).
+    Status,
+    /// Could not connect, DNS, TLS, reset before headers.
+    Connect,
+    /// No headers or no body bytes within the configured timeout.
+    Timeout,
+    /// The body broke off: reset, truncated, longer than announced.
+    Body,
+    /// The bytes are wrong: digest mismatch, a restarted transfer that differs, bad manifest.
+    Corrupt,
+    /// A redirect or auth realm that the address policy refuses.
+    Refused,
+    /// Our own side failed: disk full, I/O.
+    Local,
+}
+
+/// An error on the way to or from an upstream.
+#[derive(Debug, Clone)]
+pub struct FetchError {
+    pub kind: FetchErrorKind,
+    pub upstream: String,
+    pub message: String,
+    /// Upstream status when there was one.
+    pub status: Option<u16>,
+    /// A `Retry-After` the upstream sent.
+    pub retry_after: Option<Duration>,
+}
+
+impl FetchError {
+    pub fn new(kind: FetchErrorKind, upstream: &str, message: impl Into<String>) -> FetchError {
+        FetchError { kind, upstream: upstream.to_string(), message: message.into(), status: None, retry_after: None }
+    }
+
+    pub fn with_status(mut self, status: u16) -> FetchError {
+        self.status = Some(status);
+        self
+    }
+
+    /// Whether trying again (after a backoff) could succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self.kind {
+            FetchErrorKind::TooManyRequests
+            | FetchErrorKind::Connect
+            | FetchErrorKind::Timeout
+            | FetchErrorKind::Body => true,
+            FetchErrorKind::Status => self.status.is_none_or(|s| s >= 500 || s == 408),
+            FetchErrorKind::NotFound
+            | FetchErrorKind::Unauthorized
+            | FetchErrorKind::Corrupt
+            | FetchErrorKind::Refused
+            | FetchErrorKind::Local => false,
+        }
+    }
+
+    /// Whether the upstream could not be asked at all or failed (vs a definite answer):
+    /// the cases where stale content may be served instead.
+    pub fn is_upstream_down(&self) -> bool {
+        matches!(
+            self.kind,
+            FetchErrorKind::Connect | FetchErrorKind::Timeout | FetchErrorKind::Body | FetchErrorKind::TooManyRequests
+        ) || (self.kind == FetchErrorKind::Status && self.status.is_none_or(|s| s >= 500))
+    }
+
+    pub(crate) fn from_reqwest(upstream: &str, e: &reqwest::Error) -> FetchError {
+        let kind = if e.is_timeout() {
+            FetchErrorKind::Timeout
+        } else if e.is_redirect() {
+            FetchErrorKind::Refused
+        } else if e.is_body() || e.is_decode() {
+            FetchErrorKind::Body
+        } else {
+            FetchErrorKind::Connect
+        };
+        // The chain carries the useful part (connection refused, policy refusal).
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            message.push_str(": ");
+            message.push_str(&s.to_string());
+            source = s.source();
+        }
+        FetchError::new(kind, upstream, message)
+    }
+}
+
+impl fmt::Display for FetchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "upstream {}: {}", self.upstream, self.message)
+    }
+}
+
+impl std::error::Error for FetchError {}

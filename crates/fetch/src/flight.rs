@@ -1,0 +1,493 @@
+//! Single-flight fills: one upstream transfer per object, however many clients ask.
+//!
+//! A [`Fill`] owns a spool file and a detached task that writes the upstream body into it,
+//! retrying and resuming on faults, and commits it to the store only once verified. Every
+//! requester (the first included) is a reader of the growing spool: headers go out as soon as
+//! the size is known, bytes as soon as they are written, a range as soon as its bytes are
+//! there. A client that disconnects drops only its reader; the fill goes on.
+//!
+//! Full-body readers never receive the last byte before the object verified, so no client
+//! gets a complete wrong body; a mismatch fails the fill (readers are cut short), counts it,
+//! and starts over once from zero.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::{BoxStream, StreamExt};
+use tender_oci::Digest;
+use tender_store::{SpoolWriter, Store};
+use tokio::sync::watch;
+
+use crate::error::{FetchError, FetchErrorKind};
+use crate::metrics::{upstream_label, FetchMetrics};
+use crate::settings::FetchSettings;
+
+/// Bytes handed to a client per read.
+const READ_CHUNK: u64 = 256 * 1024;
+
+/// A transfer opened by a [`Source`].
+pub struct Opened {
+    /// The upstream honoured our `Range: bytes=<offset>-` (206 from that offset).
+    pub partial: bool,
+    /// The whole object's length, when the upstream says it.
+    pub total: Option<u64>,
+    pub body: BoxStream<'static, Result<Bytes, FetchError>>,
+}
+
+/// Where a fill gets its bytes: opens the object at an offset (0, or a resume point).
+pub trait Source: Send + Sync + 'static {
+    fn upstream(&self) -> &str;
+    fn open(&self, offset: u64) -> BoxFuture<'static, Result<Opened, FetchError>>;
+}
+
+/// How a fill knows its bytes are right.
+#[derive(Debug, Clone)]
+pub enum Expect {
+    /// A content-addressed object: its sha256 must match.
+    Digest(Digest),
+}
+
+#[derive(Debug, Clone)]
+pub enum Phase {
+    /// Waiting for the upstream's response headers (or retrying before any).
+    Connecting,
+    Streaming,
+    /// Verified and visible in the store.
+    Committed(Digest),
+    Failed(FetchError),
+}
+
+/// What readers see of a fill.
+#[derive(Debug, Clone)]
+pub struct FillState {
+    pub written: u64,
+    pub total: Option<u64>,
+    pub phase: Phase,
+}
+
+/// One object being fetched.
+#[derive(Debug)]
+pub struct Fill {
+    key: String,
+    spool: PathBuf,
+    state: watch::Sender<FillState>,
+}
+
+/// A body to stream to a client, with the object's size when known.
+pub struct ObjectBody {
+    pub total: Option<u64>,
+    pub stream: BoxStream<'static, io::Result<Bytes>>,
+}
+
+/// The result of asking for an object.
+pub enum Claim {
+    /// Already in the store.
+    Stored(Digest),
+    /// Being fetched (by this call or an earlier one).
+    Filling(Arc<Fill>),
+}
+
+/// The registry of fills in progress.
+#[derive(Debug)]
+pub struct Flights {
+    store: Arc<Store>,
+    settings: FetchSettings,
+    metrics: FetchMetrics,
+    active: Mutex<HashMap<String, Arc<Fill>>>,
+}
+
+impl Flights {
+    pub fn new(store: Arc<Store>, settings: FetchSettings, metrics: FetchMetrics) -> Arc<Flights> {
+        Arc::new(Flights { store, settings, metrics, active: Mutex::new(HashMap::new()) })
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Keys of fills in progress (objects that GC must not touch).
+    pub fn active_keys(&self) -> Vec<String> {
+        self.active.lock().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Join the fill for `key`, or start one, unless the object is already stored.
+    pub fn claim(self: &Arc<Self>, key: &str, expect: Expect, source: Arc<dyn Source>) -> Result<Claim, FetchError> {
+        let local = |e: tender_store::StoreError| FetchError::new(FetchErrorKind::Local, source.upstream(), e.to_string());
+        let mut active = self
+            .active
+            .lock()
+            .map_err(|_| FetchError::new(FetchErrorKind::Local, source.upstream(), "fill registry poisoned"))?;
+        if let Some(fill) = active.get(key) {
+            return Ok(Claim::Filling(fill.clone()));
+        }
+        let Expect::Digest(digest) = &expect;
+        if self.store.object_len(digest).is_some() {
+            return Ok(Claim::Stored(*digest));
+        }
+        let writer = match self.store.resume_spool(key).map_err(local)? {
+            Some(w) => {
+                tracing::info!(key, bytes = w.len(), "resuming a leftover spool file");
+                w
+            }
+            None => self.store.create_spool(key).map_err(local)?,
+        };
+        let fill = Arc::new(Fill::new(key, &writer));
+        active.insert(key.to_string(), fill.clone());
+        drop(active);
+        self.metrics.fills_started.get_or_create(&upstream_label(source.upstream())).inc();
+        self.metrics.fills_active.inc();
+        let me = self.clone();
+        let first = fill.clone();
+        tokio::spawn(async move { me.run(first, writer, expect, source).await });
+        Ok(Claim::Filling(fill))
+    }
+
+    fn finish(&self, fill: &Arc<Fill>) {
+        if let Ok(mut active) = self.active.lock() {
+            if active.get(&fill.key).is_some_and(|f| Arc::ptr_eq(f, fill)) {
+                active.remove(&fill.key);
+            }
+        }
+    }
+
+    /// The owner task: transfer with retries, verify, commit; one restart from zero on a
+    /// mismatch.
+    async fn run(self: Arc<Self>, mut fill: Arc<Fill>, mut writer: SpoolWriter, expect: Expect, source: Arc<dyn Source>) {
+        let upstream = source.upstream().to_string();
+        let label = upstream_label(&upstream);
+        let deadline = Instant::now() + self.settings.fill_deadline;
+        let mut restarted = false;
+        let outcome = loop {
+            let result = self.transfer_with_retries(&fill, &mut writer, source.as_ref(), deadline).await;
+            let verdict = match result {
+                Ok(()) => self.verify_and_commit(writer, &expect, &upstream).await,
+                Err(e) => Err((e, Some(writer))),
+            };
+            match verdict {
+                Ok(digest) => break Ok(digest),
+                Err((e, w)) if e.kind == FetchErrorKind::Corrupt && !restarted => {
+                    // Discard, count, cut readers short, and start once more from zero.
+                    restarted = true;
+                    tracing::warn!(%upstream, key = %fill.key, error = %e, "fill corrupt: discarding and restarting from zero");
+                    self.metrics.fills_finished.get_or_create(&result_label(&upstream, "corrupt")).inc();
+                    if let Some(w) = w {
+                        w.discard();
+                    }
+                    fill.fail(e.clone());
+                    let fresh = match self.store.create_spool(&fill.key) {
+                        Ok(w) => w,
+                        Err(se) => break Err(FetchError::new(FetchErrorKind::Local, &upstream, se.to_string())),
+                    };
+                    let next = Arc::new(Fill::new(&fill.key, &fresh));
+                    if let Ok(mut active) = self.active.lock() {
+                        active.insert(fill.key.clone(), next.clone());
+                    }
+                    fill = next;
+                    writer = fresh;
+                }
+                Err((e, w)) => {
+                    if let Some(w) = w {
+                        // A transient failure keeps the spool for a later resume; wrong bytes do not.
+                        if !e.is_retryable() {
+                            w.discard();
+                        }
+                    }
+                    break Err(e);
+                }
+            }
+        };
+        self.metrics.fills_active.dec();
+        match outcome {
+            Ok(digest) => {
+                self.metrics.fills_finished.get_or_create(&result_label(&upstream, "committed")).inc();
+                self.metrics.upstream_up.get_or_create(&label).set(1);
+                fill.state.send_modify(|s| s.phase = Phase::Committed(digest));
+                self.finish(&fill);
+            }
+            Err(e) => {
+                let result = if e.kind == FetchErrorKind::Corrupt { "corrupt" } else { "failed" };
+                self.metrics.fills_finished.get_or_create(&result_label(&upstream, result)).inc();
+                if e.is_upstream_down() {
+                    self.metrics.upstream_up.get_or_create(&label).set(0);
+                }
+                tracing::warn!(%upstream, key = %fill.key, error = %e, "fill failed");
+                self.finish(&fill);
+                fill.fail(e);
+            }
+        }
+    }
+
+    async fn transfer_with_retries(
+        &self,
+        fill: &Fill,
+        writer: &mut SpoolWriter,
+        source: &dyn Source,
+        deadline: Instant,
+    ) -> Result<(), FetchError> {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            match self.transfer(fill, writer, source).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_retryable() && attempt < self.settings.attempts => {
+                    let wait = e.retry_after.unwrap_or_else(|| self.settings.backoff(attempt));
+                    if Instant::now() + wait >= deadline {
+                        return Err(e);
+                    }
+                    self.metrics.fill_retries.get_or_create(&upstream_label(source.upstream())).inc();
+                    tracing::info!(upstream = %source.upstream(), key = %fill.key, attempt, have = writer.len(),
+                        wait_ms = wait.as_millis() as u64, error = %e, "fill retrying");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One attempt: open at the bytes we have, compare any bytes re-sent, append the rest.
+    async fn transfer(&self, fill: &Fill, writer: &mut SpoolWriter, source: &dyn Source) -> Result<(), FetchError> {
+        let upstream = source.upstream().to_string();
+        let err = |kind, m: String| FetchError::new(kind, &upstream, m);
+        let have = writer.len();
+        let opened = source.open(have).await?;
+        let known_total = fill.state.borrow().total;
+        if let (Some(before), Some(now)) = (known_total, opened.total) {
+            if before != now {
+                return Err(err(FetchErrorKind::Corrupt, format!("object size changed from {before} to {now} between attempts")));
+            }
+        }
+        let total = opened.total.or(known_total);
+        if let Some(t) = total {
+            if have > t {
+                return Err(err(FetchErrorKind::Corrupt, format!("have {have} bytes of an object of {t}")));
+            }
+        }
+        fill.state.send_modify(|s| {
+            s.total = total;
+            s.phase = Phase::Streaming;
+        });
+        let mut pos = if opened.partial { have } else { 0 };
+        let mut body = opened.body;
+        let bytes_counter = self.metrics.upstream_bytes.get_or_create(&upstream_label(&upstream)).clone();
+        loop {
+            let next = match tokio::time::timeout(self.settings.stall_timeout, body.next()).await {
+                Ok(n) => n,
+                Err(_) => {
+                    return Err(err(
+                        FetchErrorKind::Timeout,
+                        format!("body stalled for {:?} at byte {}", self.settings.stall_timeout, writer.len()),
+                    ))
+                }
+            };
+            let Some(chunk) = next else { break };
+            let chunk = chunk?;
+            bytes_counter.inc_by(chunk.len() as u64);
+            let mut data = &chunk[..];
+            if pos < writer.len() {
+                let n = (writer.len() - pos).min(data.len() as u64) as usize;
+                let same = writer
+                    .matches_at(pos, &data[..n])
+                    .map_err(|e| err(FetchErrorKind::Local, format!("reading spool: {e}")))?;
+                if !same {
+                    return Err(err(
+                        FetchErrorKind::Corrupt,
+                        format!("restarted transfer differs from the bytes already received near byte {pos}"),
+                    ));
+                }
+                pos += n as u64;
+                data = &data[n..];
+            }
+            if data.is_empty() {
+                continue;
+            }
+            if let Some(t) = total {
+                if writer.len() + data.len() as u64 > t {
+                    return Err(err(FetchErrorKind::Body, format!("body is longer than the announced {t} bytes")));
+                }
+            }
+            writer
+                .append(data)
+                .map_err(|e| err(FetchErrorKind::Local, format!("writing spool: {e}")))?;
+            pos += data.len() as u64;
+            let written = writer.len();
+            fill.state.send_modify(|s| s.written = written);
+        }
+        if let Some(t) = total {
+            if writer.len() < t {
+                return Err(err(FetchErrorKind::Body, format!("body ended at {} of {t} bytes", writer.len())));
+            }
+        }
+        if pos < writer.len() {
+            return Err(err(FetchErrorKind::Body, format!("restarted body ended at {pos}, before the {} bytes already received", writer.len())));
+        }
+        Ok(())
+    }
+
+    async fn verify_and_commit(
+        &self,
+        writer: SpoolWriter,
+        expect: &Expect,
+        upstream: &str,
+    ) -> Result<Digest, (FetchError, Option<SpoolWriter>)> {
+        let Expect::Digest(want) = expect;
+        let got = writer.digest_so_far();
+        if got != *want {
+            return Err((
+                FetchError::new(FetchErrorKind::Corrupt, upstream, format!("content is {got}, expected {want}")),
+                Some(writer),
+            ));
+        }
+        let store = self.store.clone();
+        let want = *want;
+        let committed = tokio::task::spawn_blocking(move || {
+            let sealed = writer.seal().map_err(|e| e.to_string())?;
+            store.commit(sealed, &want).map_err(|e| e.to_string())
+        })
+        .await;
+        match committed {
+            Ok(Ok(_)) => Ok(want),
+            Ok(Err(e)) => Err((FetchError::new(FetchErrorKind::Local, upstream, format!("commit: {e}")), None)),
+            Err(e) => Err((FetchError::new(FetchErrorKind::Local, upstream, format!("commit task: {e}")), None)),
+        }
+    }
+}
+
+fn result_label(upstream: &str, result: &str) -> Vec<(String, String)> {
+    vec![("upstream".to_string(), upstream.to_string()), ("result".to_string(), result.to_string())]
+}
+
+impl Fill {
+    fn new(key: &str, writer: &SpoolWriter) -> Fill {
+        let (state, _) = watch::channel(FillState { written: writer.len(), total: None, phase: Phase::Connecting });
+        Fill { key: key.to_string(), spool: writer.path().to_path_buf(), state }
+    }
+
+    fn fail(&self, e: FetchError) {
+        self.state.send_modify(|s| s.phase = Phase::Failed(e));
+    }
+
+    pub fn state(&self) -> FillState {
+        self.state.borrow().clone()
+    }
+
+    /// Wait until the upstream answered (size known, or streaming without one), the object
+    /// is committed, or the fill failed.
+    pub async fn started(&self) -> FillState {
+        let mut rx = self.state.subscribe();
+        loop {
+            let s = rx.borrow_and_update().clone();
+            if !matches!(s.phase, Phase::Connecting) {
+                return s;
+            }
+            if rx.changed().await.is_err() {
+                return s;
+            }
+        }
+    }
+
+    /// A reader of bytes `start..end` (`end` None: to the end of the object). `withhold`
+    /// keeps the final byte back until the object verified (full-body responses).
+    pub fn reader(self: &Arc<Self>, store: &Store, start: u64, end: Option<u64>, withhold: bool) -> io::Result<BoxStream<'static, io::Result<Bytes>>> {
+        let rx = self.state.subscribe();
+        let file = match File::open(&self.spool) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match &self.state.borrow().phase {
+                // Committed between our claim and this open: read the stored object.
+                Phase::Committed(d) => File::open(store.object_path(d))?,
+                Phase::Failed(fe) => return Err(io::Error::other(fe.to_string())),
+                _ => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
+        Ok(read_stream(Arc::new(file), rx, start, end, withhold))
+    }
+}
+
+/// A reader of a committed object (no fill involved).
+pub fn stored_reader(file: File, len: u64, digest: Digest, start: u64, end: u64) -> BoxStream<'static, io::Result<Bytes>> {
+    let (tx, rx) = watch::channel(FillState { written: len, total: Some(len), phase: Phase::Committed(digest) });
+    drop(tx);
+    read_stream(Arc::new(file), rx, start, Some(end), false)
+}
+
+struct ReadState {
+    file: Arc<File>,
+    rx: watch::Receiver<FillState>,
+    pos: u64,
+    end: Option<u64>,
+    withhold: bool,
+    done: bool,
+}
+
+fn read_stream(
+    file: Arc<File>,
+    rx: watch::Receiver<FillState>,
+    start: u64,
+    end: Option<u64>,
+    withhold: bool,
+) -> BoxStream<'static, io::Result<Bytes>> {
+    let st = ReadState { file, rx, pos: start, end, withhold, done: false };
+    futures::stream::unfold(st, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        loop {
+            let s = st.rx.borrow_and_update().clone();
+            let committed = match &s.phase {
+                Phase::Failed(e) => {
+                    st.done = true;
+                    return Some((Err(io::Error::other(format!("upstream transfer failed: {e}"))), st));
+                }
+                Phase::Committed(_) => true,
+                _ => false,
+            };
+            let end = st.end.or(s.total).or(if committed { Some(s.written) } else { None });
+            if end.is_some_and(|e| st.pos >= e) {
+                return None;
+            }
+            let mut limit = s.written;
+            if let Some(e) = end {
+                limit = limit.min(e);
+                if st.withhold && !committed {
+                    limit = limit.min(e.saturating_sub(1));
+                }
+            }
+            if st.pos < limit {
+                let n = (limit - st.pos).min(READ_CHUNK) as usize;
+                let (file, pos) = (st.file.clone(), st.pos);
+                let read = tokio::task::spawn_blocking(move || {
+                    let mut buf = vec![0u8; n];
+                    file.read_exact_at(&mut buf, pos).map(|()| Bytes::from(buf))
+                })
+                .await
+                .unwrap_or_else(|e| Err(io::Error::other(e)));
+                return match read {
+                    Ok(b) => {
+                        st.pos += b.len() as u64;
+                        Some((Ok(b), st))
+                    }
+                    Err(e) => {
+                        st.done = true;
+                        Some((Err(e), st))
+                    }
+                };
+            }
+            if committed {
+                // Everything up to `end` was read, or the object is shorter than asked.
+                return None;
+            }
+            if st.rx.changed().await.is_err() {
+                st.done = true;
+                return Some((Err(io::Error::other("upstream transfer ended without result")), st));
+            }
+        }
+    })
+    .boxed()
+}
