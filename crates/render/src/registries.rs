@@ -1,0 +1,522 @@
+//! Typed, validated registry routing: which registries go through which mirror endpoints, and
+//! the TLS / auth settings of each endpoint host.
+//!
+//! Both `tender render registries` and a pool's `talos.registryMirrors` / `talos.registryConfig`
+//! end up as a [`Routing`], which the Talos and containerd renderers turn into bytes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::rules::{check_no_control, Refusal};
+
+/// A registry a mirror serves: one host, or every registry (`*` in Talos, `_default` in
+/// containerd).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Registry {
+    All,
+    Host(Authority),
+}
+
+impl Registry {
+    pub fn parse(field: &str, value: &str) -> Result<Registry, Refusal> {
+        if value == "*" {
+            return Ok(Registry::All);
+        }
+        Authority::parse(value)
+            .map(Registry::Host)
+            .map_err(|problem| {
+                Refusal::input(
+                    field,
+                    value,
+                    format!("is not a registry host: {problem}"),
+                    "give a registry host such as ghcr.io or registry.example:5000, or '*' for all",
+                )
+            })
+    }
+
+    /// The name Talos uses (`*` for all).
+    pub fn talos_name(&self) -> String {
+        match self {
+            Registry::All => "*".into(),
+            Registry::Host(a) => a.to_string(),
+        }
+    }
+
+    /// The directory containerd looks up under its `config_path`.
+    pub fn containerd_dir(&self) -> String {
+        match self {
+            Registry::All => "_default".into(),
+            Registry::Host(a) => a.to_string(),
+        }
+    }
+
+    /// The registry's own endpoint, listed after the mirror so a dead mirror falls back to it
+    /// (`docker.io` is served from `registry-1.docker.io`). None for `*`.
+    pub fn upstream(&self) -> Option<String> {
+        match self {
+            Registry::All => None,
+            Registry::Host(a) if a.host == "docker.io" && a.port.is_none() => {
+                Some("https://registry-1.docker.io".into())
+            }
+            Registry::Host(a) => Some(format!("https://{a}")),
+        }
+    }
+}
+
+impl fmt::Display for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.talos_name())
+    }
+}
+
+/// `host[:port]`: a lowercase DNS name or IPv4 address, and an optional port 1..=65535.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Authority {
+    pub host: String,
+    pub port: Option<u16>,
+}
+
+impl Authority {
+    pub fn parse(value: &str) -> Result<Authority, String> {
+        let (host, port) = match value.rsplit_once(':') {
+            Some((h, p)) => {
+                if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(format!("port {p:?} is not a number"));
+                }
+                let port: u16 = p.parse().map_err(|_| format!("port {p} is out of range"))?;
+                if port == 0 {
+                    return Err("port 0 is not a port".into());
+                }
+                (h, Some(port))
+            }
+            None => (value, None),
+        };
+        if host.is_empty() || host.len() > 253 {
+            return Err("the host is empty or longer than 253 characters".into());
+        }
+        let labels_ok = host.split('.').all(|l| {
+            let b = l.as_bytes();
+            !b.is_empty()
+                && b.len() <= 63
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b.first().is_some_and(u8::is_ascii_alphanumeric)
+                && b.last().is_some_and(u8::is_ascii_alphanumeric)
+        });
+        if !labels_ok {
+            return Err(
+                "the host must be lowercase letters, digits, '-' and '.' (a DNS name or IPv4 address)"
+                    .into(),
+            );
+        }
+        Ok(Authority {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for Authority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.port {
+            Some(p) => write!(f, "{}:{p}", self.host),
+            None => f.write_str(&self.host),
+        }
+    }
+}
+
+/// An `http://` or `https://` URL with no credentials, query or fragment.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HttpUrl {
+    pub https: bool,
+    pub authority: Authority,
+    /// The path without a trailing `/`; empty when the URL has none.
+    pub path: String,
+}
+
+impl fmt::Display for HttpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.https { "https" } else { "http" };
+        write!(f, "{scheme}://{}{}", self.authority, self.path)
+    }
+}
+
+/// Parse a plain http(s) URL. The path may hold `[A-Za-z0-9._~/%-]` only.
+pub fn parse_http_url(value: &str) -> Result<HttpUrl, String> {
+    let (https, rest) = if let Some(r) = value.strip_prefix("https://") {
+        (true, r)
+    } else if let Some(r) = value.strip_prefix("http://") {
+        (false, r)
+    } else {
+        return Err("the scheme must be http:// or https://".into());
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let authority = Authority::parse(authority)?;
+    let path = path.strip_suffix('/').unwrap_or(path);
+    if !path
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'/' | b'%' | b'-'))
+    {
+        return Err("the path may only hold letters, digits and . _ ~ / % -".into());
+    }
+    if path.contains("//") || path.split('/').any(|seg| seg == "..") {
+        return Err("the path has an empty or '..' segment".into());
+    }
+    Ok(HttpUrl {
+        https,
+        authority,
+        path: path.to_string(),
+    })
+}
+
+/// One mirror endpoint of a registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub url: HttpUrl,
+    /// Use the URL path as the API root (no `/v2` appended).
+    pub override_path: bool,
+}
+
+/// Where one registry's pulls go: its mirror endpoints in order, and whether the upstream
+/// itself is tried after them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mirror {
+    pub registry: Registry,
+    pub endpoints: Vec<Endpoint>,
+    pub skip_fallback: bool,
+}
+
+/// TLS settings for an endpoint host. Certificates and keys are PEM text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tls {
+    pub ca: Option<String>,
+    pub client: Option<ClientIdentity>,
+    pub insecure_skip_verify: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientIdentity {
+    pub crt: String,
+    pub key: String,
+}
+
+/// Credentials for an endpoint host, as in `.docker/config.json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Auth {
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub auth: Option<String>,
+    pub identity_token: Option<String>,
+}
+
+/// TLS and auth of one endpoint host (`host[:port]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointConfig {
+    pub tls: Option<Tls>,
+    pub auth: Option<Auth>,
+}
+
+/// The whole routing: mirrors sorted by registry, configs keyed by endpoint host.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Routing {
+    pub mirrors: Vec<Mirror>,
+    pub configs: BTreeMap<Authority, EndpointConfig>,
+}
+
+impl Routing {
+    pub fn is_empty(&self) -> bool {
+        self.mirrors.is_empty() && self.configs.is_empty()
+    }
+}
+
+/// Check a PEM block: it must look like PEM and carry no control characters but line breaks.
+pub fn check_pem(field: &str, value: &str, kind: &str) -> Result<(), Refusal> {
+    let bad_control = value
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\r');
+    if bad_control || !value.contains("-----BEGIN ") || !value.contains("-----END ") {
+        return Err(Refusal::input(
+            field,
+            value,
+            format!("is not a PEM-encoded {kind}"),
+            format!("give the {kind} as PEM text (-----BEGIN ...-----)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Check a credential string: no control characters (a newline would split a header).
+pub fn check_secret_text(field: &str, value: &str) -> Result<(), Refusal> {
+    if value.chars().any(char::is_control) {
+        // Do not echo a secret back.
+        return Err(Refusal::input(
+            field,
+            "<redacted>",
+            "carries a control character (newline, tab, ...)",
+            "remove the control characters (a trailing newline of a password file is already stripped)",
+        ));
+    }
+    Ok(())
+}
+
+/// What `tender render registries` was asked for, after the CLI read the files.
+#[derive(Debug, Clone)]
+pub struct RegistriesRequest {
+    pub mirror: String,
+    pub registries: Vec<String>,
+    pub skip_fallback: bool,
+    pub ca: Option<String>,
+    pub client_cert: Option<String>,
+    pub client_key: Option<String>,
+    pub insecure_skip_verify: bool,
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+/// A validated registries request: one mirror for several registries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorPlan {
+    pub mirror: Endpoint,
+    pub registries: Vec<Registry>,
+    pub skip_fallback: bool,
+    pub config: EndpointConfig,
+}
+
+impl RegistriesRequest {
+    /// Validate hosts, the URL, duplicates and the TLS / auth combination.
+    pub fn validate(&self) -> Result<MirrorPlan, Refusal> {
+        check_no_control("--mirror", &self.mirror)?;
+        let url = parse_http_url(&self.mirror).map_err(|problem| {
+            Refusal::input(
+                "--mirror",
+                &self.mirror,
+                format!("is not a plain http(s) URL: {problem}"),
+                "give the mirror as http(s)://host[:port][/path], e.g. http://tender.kube-system.svc:5000",
+            )
+        })?;
+        if self.registries.is_empty() {
+            return Err(Refusal::input(
+                "--registry",
+                "",
+                "is missing",
+                "name at least one registry to route, e.g. --registry ghcr.io, or --registry '*' for all",
+            ));
+        }
+        let mut registries: Vec<Registry> = Vec::new();
+        for value in &self.registries {
+            let r = Registry::parse("--registry", value)?;
+            if registries.contains(&r) {
+                return Err(Refusal::input(
+                    "--registry",
+                    value,
+                    "is given twice",
+                    "name each registry once",
+                ));
+            }
+            if r == Registry::Host(url.authority.clone()) {
+                return Err(Refusal::input(
+                    "--registry",
+                    value,
+                    "is the mirror itself; routing a registry through itself loops",
+                    "drop it from --registry",
+                ));
+            }
+            registries.push(r);
+        }
+        registries.sort();
+        let client = match (&self.client_cert, &self.client_key) {
+            (Some(crt), Some(key)) => {
+                check_pem("--client-cert", crt, "certificate")?;
+                check_pem("--client-key", key, "private key")?;
+                Some(ClientIdentity {
+                    crt: crt.clone(),
+                    key: key.clone(),
+                })
+            }
+            (None, None) => None,
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(Refusal::input(
+                    "--client-cert/--client-key",
+                    "",
+                    "are given one without the other",
+                    "give both --client-cert and --client-key, or neither",
+                ))
+            }
+        };
+        if let Some(ca) = &self.ca {
+            check_pem("--ca", ca, "CA certificate")?;
+        }
+        let wants_tls = self.ca.is_some() || client.is_some() || self.insecure_skip_verify;
+        if wants_tls && !url.https {
+            return Err(Refusal::input(
+                "--mirror",
+                &self.mirror,
+                "is plain http://, so --ca, --client-cert and --insecure-skip-verify would have no effect",
+                "use an https:// mirror URL, or drop the TLS options",
+            ));
+        }
+        let tls = wants_tls.then(|| Tls {
+            ca: self.ca.clone(),
+            client,
+            insecure_skip_verify: self.insecure_skip_verify,
+        });
+        let auth = match (&self.username, &self.password) {
+            (Some(u), Some(p)) => {
+                check_secret_text("--username", u)?;
+                if u.contains(':') || u.is_empty() {
+                    return Err(Refusal::input(
+                        "--username",
+                        u,
+                        "is empty or holds ':', which basic authentication cannot carry",
+                        "use the registry user name as issued",
+                    ));
+                }
+                check_secret_text("--password-file", p)?;
+                Some(Auth {
+                    username: Some(u.clone()),
+                    password: Some(p.clone()),
+                    ..Auth::default()
+                })
+            }
+            (None, None) => None,
+            _ => {
+                return Err(Refusal::input(
+                    "--username/--password-file",
+                    "",
+                    "are given one without the other",
+                    "give both --username and --password-file, or neither",
+                ))
+            }
+        };
+        let override_path = !url.path.is_empty();
+        Ok(MirrorPlan {
+            mirror: Endpoint { url, override_path },
+            registries,
+            skip_fallback: self.skip_fallback,
+            config: EndpointConfig { tls, auth },
+        })
+    }
+}
+
+impl MirrorPlan {
+    /// The same plan as a [`Routing`], for the Talos renderer.
+    pub fn routing(&self) -> Routing {
+        let mirrors = self
+            .registries
+            .iter()
+            .map(|r| Mirror {
+                registry: r.clone(),
+                endpoints: vec![self.mirror.clone()],
+                skip_fallback: self.skip_fallback,
+            })
+            .collect();
+        let mut configs = BTreeMap::new();
+        if self.config.tls.is_some() || self.config.auth.is_some() {
+            configs.insert(self.mirror.url.authority.clone(), self.config.clone());
+        }
+        Routing { mirrors, configs }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn should_parse_registry_hosts_and_refuse_the_rest() {
+        for ok in [
+            "ghcr.io",
+            "docker.io",
+            "registry.example:5000",
+            "10.0.0.1:443",
+            "localhost",
+            "*",
+        ] {
+            assert!(Registry::parse("r", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "GHCR.io",
+            "ghcr.io:",
+            "ghcr.io:0",
+            "ghcr.io:65536",
+            "-a.io",
+            "a..io",
+            "a/b",
+            "$(id)",
+            "`id`",
+            "a\nb",
+            "https://ghcr.io",
+            "a b",
+            "ghcr.io/",
+            "*.io",
+        ] {
+            assert!(Registry::parse("r", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn should_parse_plain_http_urls_only() {
+        let u = parse_http_url("https://tender.example:5000/").unwrap();
+        assert_eq!(u.to_string(), "https://tender.example:5000");
+        assert_eq!(
+            parse_http_url("http://m/v2/ghcr/").unwrap().path,
+            "/v2/ghcr"
+        );
+        for bad in [
+            "",
+            "ftp://m",
+            "https://",
+            "https://u:p@m",
+            "https://m?x=1",
+            "https://m#f",
+            "https://m/$(id)",
+            "https://m/`id`",
+            "https://m/a\nEOF",
+            "https://m/a b",
+            "https://m/../etc",
+            "https://m//x",
+            "https://m/\"q\"",
+            "https://m/a\\b",
+        ] {
+            assert!(parse_http_url(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn should_refuse_duplicate_registries() {
+        let req = RegistriesRequest {
+            mirror: "http://m:5000".into(),
+            registries: vec!["ghcr.io".into(), "ghcr.io".into()],
+            skip_fallback: false,
+            ca: None,
+            client_cert: None,
+            client_key: None,
+            insecure_skip_verify: false,
+            username: None,
+            password: None,
+        };
+        let err = req.validate().unwrap_err().to_string();
+        assert!(err.contains("given twice"), "{err}");
+    }
+
+    proptest! {
+        #[test]
+        fn should_round_trip_valid_authorities(host in "[a-z0-9]([a-z0-9-]{0,8}[a-z0-9])?(\\.[a-z0-9]{1,6}){0,3}", port in proptest::option::of(1u16..)) {
+            let text = match port { Some(p) => format!("{host}:{p}"), None => host.clone() };
+            let a = Authority::parse(&text).unwrap();
+            prop_assert_eq!(a.to_string(), text);
+        }
+
+        #[test]
+        fn should_never_accept_a_url_with_shell_or_yaml_metacharacters(prefix in "[a-z]{1,5}", bad in "[$`\\\\\"' \n\r\t;|&<>{}]", suffix in "[a-z]{0,5}") {
+            let url = format!("https://m.example/{prefix}{bad}{suffix}");
+            prop_assert!(parse_http_url(&url).is_err());
+        }
+    }
+}
