@@ -1,0 +1,340 @@
+//! The OCI distribution pull API: `/v2/...` parsed into a typed route, then served.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tender_fetch::flight::{stored_reader, Claim, Phase};
+use tender_fetch::mirror::CacheResult;
+use tender_fetch::Upstream;
+use tender_oci::media::AcceptList;
+use tender_oci::{Digest, ErrorCode, Reference, RepoName, Route, RouteError, RouteKind};
+
+use crate::access::AccessInfo;
+use crate::error::{ApiError, Subject};
+use crate::range::{self, RangeAsk};
+use crate::AppState;
+
+const API_VERSION: &str = "registry/2.0";
+
+/// The `ns` query parameter (percent-decoded), and the rest of the query.
+struct Query {
+    ns: Option<String>,
+    n: Option<String>,
+    last: Option<String>,
+    artifact_type: Option<String>,
+}
+
+fn parse_query(q: Option<&str>) -> Query {
+    let mut out = Query { ns: None, n: None, last: None, artifact_type: None };
+    for (k, v) in url::form_urlencoded::parse(q.unwrap_or("").as_bytes()) {
+        match k.as_ref() {
+            "ns" => out.ns = Some(v.into_owned()),
+            "n" => out.n = Some(v.into_owned()),
+            "last" => out.last = Some(v.into_owned()),
+            "artifactType" => out.artifact_type = Some(v.into_owned()),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn with_info(mut resp: Response, info: AccessInfo) -> Response {
+    resp.extensions_mut().insert(info);
+    resp
+}
+
+/// Entry point for everything under `/v2`.
+pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
+    let method = req.method().clone();
+    let uri = req.uri().clone();
+    let headers = req.headers().clone();
+    let mut info = AccessInfo { route: "other", ..AccessInfo::default() };
+    let result = dispatch(&app, &method, uri.path(), uri.query(), &headers, &mut info).await;
+    let mut resp = match result {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    };
+    resp.headers_mut().insert("docker-distribution-api-version", HeaderValue::from_static(API_VERSION));
+    with_info(resp, info)
+}
+
+async fn dispatch(
+    app: &Arc<AppState>,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    info: &mut AccessInfo,
+) -> Result<Response, ApiError> {
+    let route = Route::parse(path).map_err(|e| match e {
+        RouteError::Unsupported => ApiError::new(ErrorCode::Unsupported, e.to_string()),
+        RouteError::NotFound(_) => ApiError::new(ErrorCode::NameUnknown, e.to_string()),
+        RouteError::Name(_) => ApiError::new(ErrorCode::NameInvalid, e.to_string()),
+        RouteError::Reference(_) => ApiError::new(ErrorCode::TagInvalid, e.to_string()),
+        RouteError::Digest(_) => ApiError::new(ErrorCode::DigestInvalid, e.to_string()),
+    })?;
+    if method != Method::GET && method != Method::HEAD {
+        return Err(ApiError::new(ErrorCode::Unsupported, "tender is a pull-through mirror: only GET and HEAD"));
+    }
+    let q = parse_query(query);
+    let Some(name) = route.name.clone() else {
+        info.route = "base";
+        return Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], "{}").into_response());
+    };
+    let mirror = app.mirror();
+    let (up, repo) = mirror
+        .route(q.ns.as_deref(), &name)
+        .map_err(|e| ApiError::new(ErrorCode::NameUnknown, e.to_string()))?;
+    info.upstream = Some(up.name().to_string());
+    let head = method == Method::HEAD;
+    match route.kind {
+        RouteKind::Base => Err(ApiError::new(ErrorCode::NameUnknown, "no such endpoint")),
+        RouteKind::Manifest(reference) => {
+            info.route = "manifest";
+            manifest(app, &up, &repo, &reference, headers, head, info).await
+        }
+        RouteKind::Blob(digest) => {
+            info.route = "blob";
+            info.digest = Some(digest.to_string());
+            blob(app, &up, &repo, &digest, headers, head, info).await
+        }
+        RouteKind::TagsList => {
+            info.route = "tags";
+            if let Some(n) = &q.n {
+                if n.parse::<u32>().is_err() {
+                    return Err(ApiError::new(ErrorCode::PaginationNumberInvalid, format!("n={n:?} is not a number")));
+                }
+            }
+            let qs = {
+                let mut pairs = url::form_urlencoded::Serializer::new(String::new());
+                if let Some(n) = &q.n {
+                    pairs.append_pair("n", n);
+                }
+                if let Some(l) = &q.last {
+                    pairs.append_pair("last", l);
+                }
+                pairs.finish()
+            };
+            let listing = mirror
+                .listing(&up, &repo, "tags/list", Some(&qs), &name)
+                .await
+                .map_err(|e| ApiError::from_fetch(&e, Subject::Repository))?;
+            info.cache = Some(CacheResult::Pass.as_str());
+            Ok(listing_response(listing.content_type, listing.link, listing.body, head))
+        }
+        RouteKind::Referrers(digest) => {
+            info.route = "referrers";
+            let qs = {
+                let mut pairs = url::form_urlencoded::Serializer::new(String::new());
+                if let Some(a) = &q.artifact_type {
+                    pairs.append_pair("artifactType", a);
+                }
+                pairs.finish()
+            };
+            info.cache = Some(CacheResult::Pass.as_str());
+            match mirror.listing(&up, &repo, &format!("referrers/{digest}"), Some(&qs), &name).await {
+                Ok(l) => Ok(listing_response(l.content_type, l.link, l.body, head)),
+                // An upstream without the referrers API: an empty index, never a 404.
+                Err(e) if e.kind == tender_fetch::FetchErrorKind::NotFound => Ok(listing_response(
+                    tender_oci::media::OCI_INDEX.to_string(),
+                    None,
+                    bytes::Bytes::from_static(
+                        br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#,
+                    ),
+                    head,
+                )),
+                Err(e) => Err(ApiError::from_fetch(&e, Subject::Repository)),
+            }
+        }
+    }
+}
+
+fn listing_response(content_type: String, link: Option<String>, body: bytes::Bytes, head: bool) -> Response {
+    let mut builder = Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CONTENT_LENGTH, body.len());
+    if let Some(l) = link {
+        builder = builder.header(header::LINK, l);
+    }
+    builder
+        .body(if head { Body::empty() } else { Body::from(body) })
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+fn etag(d: &Digest) -> String {
+    format!("\"{d}\"")
+}
+
+fn if_none_match(headers: &HeaderMap, d: &Digest) -> bool {
+    let tag = etag(d);
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| {
+            let t = t.trim().trim_start_matches("W/");
+            t == "*" || t == tag
+        })
+}
+
+async fn manifest(
+    app: &Arc<AppState>,
+    up: &Arc<Upstream>,
+    repo: &RepoName,
+    reference: &Reference,
+    headers: &HeaderMap,
+    head: bool,
+    info: &mut AccessInfo,
+) -> Result<Response, ApiError> {
+    let accept = AcceptList::parse(headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()));
+    let hit = app
+        .mirror()
+        .manifest(up, repo, reference, &accept)
+        .await
+        .map_err(|e| ApiError::from_fetch(&e, Subject::Manifest))?;
+    info.cache = Some(hit.cache.as_str());
+    info.digest = Some(hit.digest.to_string());
+    let builder = Response::builder()
+        .header(header::CONTENT_TYPE, &hit.media_type)
+        .header("docker-content-digest", hit.digest.to_string())
+        .header(header::ETAG, etag(&hit.digest));
+    let resp = if if_none_match(headers, &hit.digest) {
+        builder.status(StatusCode::NOT_MODIFIED).body(Body::empty())
+    } else {
+        builder
+            .status(StatusCode::OK)
+            .header(header::CONTENT_LENGTH, hit.bytes.len())
+            .body(if head { Body::empty() } else { Body::from(hit.bytes) })
+    };
+    resp.map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))
+}
+
+/// Headers every blob answer carries.
+fn blob_builder(digest: &Digest) -> http::response::Builder {
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header("docker-content-digest", digest.to_string())
+        .header(header::ETAG, etag(digest))
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::CACHE_CONTROL, "max-age=31536000, immutable")
+}
+
+/// Which part of an object of `total` bytes to send, honouring `If-Range`.
+fn ask(headers: &HeaderMap, digest: &Digest, total: u64) -> RangeAsk {
+    let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
+    if let Some(ir) = headers.get(header::IF_RANGE).and_then(|v| v.to_str().ok()) {
+        if ir.trim() != etag(digest) {
+            return RangeAsk::Full;
+        }
+    }
+    range::resolve(range, total)
+}
+
+fn unsatisfiable(total: u64) -> ApiError {
+    let mut e = ApiError::new(ErrorCode::RangeInvalid, format!("range not satisfiable for {total} bytes"));
+    e.content_range = Some(format!("bytes */{total}"));
+    e
+}
+
+async fn blob(
+    app: &Arc<AppState>,
+    up: &Arc<Upstream>,
+    repo: &RepoName,
+    digest: &Digest,
+    headers: &HeaderMap,
+    head: bool,
+    info: &mut AccessInfo,
+) -> Result<Response, ApiError> {
+    let mirror = app.mirror();
+    let store = mirror.flights().store().clone();
+    let local = |e: tender_store::StoreError| ApiError::new(ErrorCode::Unknown, e.to_string());
+    if let Some((file, len)) = store.open_object(digest).map_err(local)? {
+        info.cache = Some(CacheResult::Hit.as_str());
+        return serve_stored(file, len, digest, headers, head);
+    }
+    if head {
+        info.cache = Some(CacheResult::Pass.as_str());
+        let size = mirror.blob_size(up, repo, digest).await.map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?;
+        let mut b = blob_builder(digest).status(StatusCode::OK);
+        if let Some(s) = size {
+            b = b.header(header::CONTENT_LENGTH, s);
+        }
+        return b.body(Body::empty()).map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()));
+    }
+    let fill = match mirror.blob(up, repo, digest).map_err(|e| ApiError::from_fetch(&e, Subject::Blob))? {
+        Claim::Stored(_) => {
+            info.cache = Some(CacheResult::Hit.as_str());
+            let (file, len) = store
+                .open_object(digest)
+                .map_err(local)?
+                .ok_or_else(|| ApiError::new(ErrorCode::BlobUnknown, "blob vanished"))?;
+            return serve_stored(file, len, digest, headers, head);
+        }
+        Claim::Filling(f) => f,
+    };
+    info.cache = Some(CacheResult::Miss.as_str());
+    let state = fill.started().await;
+    if let Phase::Failed(e) = &state.phase {
+        return Err(ApiError::from_fetch(e, Subject::Blob));
+    }
+    let reader = |start, end, withhold| {
+        fill.reader(&store, start, end, withhold).map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))
+    };
+    let Some(total) = state.total else {
+        // No size from the upstream: a chunked body that only ends once the digest verified.
+        let stream = reader(0, None, true)?;
+        return blob_builder(digest)
+            .status(StatusCode::OK)
+            .body(Body::from_stream(stream))
+            .map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()));
+    };
+    match ask(headers, digest, total) {
+        RangeAsk::Unsatisfiable => Err(unsatisfiable(total)),
+        RangeAsk::Partial { start, end } => blob_builder(digest)
+            .status(StatusCode::PARTIAL_CONTENT)
+            .header(header::CONTENT_LENGTH, end - start)
+            .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{total}", end - 1))
+            .body(Body::from_stream(reader(start, Some(end), false)?))
+            .map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string())),
+        RangeAsk::Full => blob_builder(digest)
+            .status(StatusCode::OK)
+            .header(header::CONTENT_LENGTH, total)
+            .body(Body::from_stream(reader(0, Some(total), true)?))
+            .map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string())),
+    }
+}
+
+fn serve_stored(
+    file: std::fs::File,
+    len: u64,
+    digest: &Digest,
+    headers: &HeaderMap,
+    head: bool,
+) -> Result<Response, ApiError> {
+    let err = |e: http::Error| ApiError::new(ErrorCode::Unknown, e.to_string());
+    if if_none_match(headers, digest) {
+        return blob_builder(digest).status(StatusCode::NOT_MODIFIED).body(Body::empty()).map_err(err);
+    }
+    if head {
+        return blob_builder(digest).status(StatusCode::OK).header(header::CONTENT_LENGTH, len).body(Body::empty()).map_err(err);
+    }
+    match ask(headers, digest, len) {
+        RangeAsk::Unsatisfiable => Err(unsatisfiable(len)),
+        RangeAsk::Partial { start, end } => blob_builder(digest)
+            .status(StatusCode::PARTIAL_CONTENT)
+            .header(header::CONTENT_LENGTH, end - start)
+            .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{len}", end - 1))
+            .body(Body::from_stream(stored_reader(file, len, *digest, start, end)))
+            .map_err(err),
+        RangeAsk::Full => blob_builder(digest)
+            .status(StatusCode::OK)
+            .header(header::CONTENT_LENGTH, len)
+            .body(Body::from_stream(stored_reader(file, len, *digest, 0, len)))
+            .map_err(err),
+    }
+}
