@@ -1,7 +1,10 @@
-//! The `tender` binary: commands, configuration and wiring.
+//! The `tender` binary: commands, configuration and wiring. The only crate that uses anyhow.
 
+mod config;
 mod exit;
+mod maint;
 mod render_cmd;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -16,6 +19,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the pull-through registry mirror and Image Factory cache
+    Serve(serve::ServeArgs),
+    /// Re-verify every stored object against its digest
+    Fsck(maint::FsckArgs),
+    /// Evict least recently used objects down to the size cap and remove orphans
+    Gc(maint::GcArgs),
     /// Render Talos, containerd and Kubernetes configuration that points nodes at tender
     Render(render_cmd::RenderArgs),
 }
@@ -29,6 +38,9 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Fsck(args) => maint::fsck(args),
+        Command::Gc(args) => maint::gc(args),
         Command::Render(args) => render_cmd::run(args),
     };
     match result {

@@ -1,10 +1,293 @@
-//! `tender render`: placeholder wiring, owned by the renderer work.
+//! `tender render`: the CLI around `tender-render`. Reads files, calls the pure renderers and
+//! writes their bytes; every decision about the output lives in the library.
+//!
+//! Exit codes: 2 for usage (bad flags, unreadable or malformed files, `osImage.builtin` without
+//! `--cluster-state`), 1 for a rule that refuses the input.
 
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub struct RenderArgs {}
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+use tender_render::catalog::parse_config;
+use tender_render::containerd::{hosts_files, OutputFile};
+use tender_render::golden::render_catalog;
+use tender_render::k8s::{render_pool, PoolFormat};
+use tender_render::registries::RegistriesRequest;
+use tender_render::state::ClusterState;
+use tender_render::talos::{render_registries, TalosVersion, DEFAULT_TALOS_VERSION};
 
-pub fn run(_args: RenderArgs) -> anyhow::Result<ExitCode> {
-    Err(crate::exit::Failure::usage("tender render: no renderer selected"))
+use crate::exit::Failure;
+
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Debug, Subcommand)]
+enum What {
+    /// Route registries through a mirror: Talos documents, or containerd hosts.toml files
+    Registries(RegistriesArgs),
+    /// A worker pool: KubevirtMachineTemplate, MachineDeployment, MachineHealthCheck, TalosConfigTemplate
+    Pool(PoolArgs),
+    /// The golden DataVolumes of the catalog, for cozy-public
+    Catalog(CatalogArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum RegistriesFormat {
+    /// Talos machine-config documents, in the form --talos-version accepts
+    Talos,
+    /// containerd hosts.toml files under --out (containerd's config_path)
+    Containerd,
+}
+
+#[derive(Debug, Args)]
+struct RegistriesArgs {
+    /// The mirror (tender) URL, e.g. http://tender.kube-system.svc:5000
+    #[arg(long, value_name = "URL")]
+    mirror: String,
+    /// A registry to route through the mirror (repeat it); '*' routes every registry
+    #[arg(long = "registry", value_name = "HOST", required = true)]
+    registries: Vec<String>,
+    /// Do not fall back to the upstream registry when the mirror fails
+    #[arg(long)]
+    skip_fallback: bool,
+    /// PEM CA certificate that signed the mirror's certificate
+    #[arg(long, value_name = "FILE")]
+    ca: Option<PathBuf>,
+    /// PEM client certificate for mutual TLS with the mirror
+    #[arg(long, value_name = "FILE", requires = "client_key")]
+    client_cert: Option<PathBuf>,
+    /// PEM private key of --client-cert
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    client_key: Option<PathBuf>,
+    /// Do not verify the mirror's TLS certificate (not recommended)
+    #[arg(long)]
+    insecure_skip_verify: bool,
+    /// User name for the mirror
+    #[arg(long, requires = "password_file")]
+    username: Option<String>,
+    /// File holding the mirror password (one trailing newline is stripped)
+    #[arg(long, value_name = "FILE", requires = "username")]
+    password_file: Option<PathBuf>,
+    /// The Talos release the nodes run; decides the form of the Talos output
+    #[arg(long, value_name = "VERSION", default_value = DEFAULT_TALOS_VERSION)]
+    talos_version: String,
+    #[arg(long, value_enum, default_value_t = RegistriesFormat::Talos)]
+    format: RegistriesFormat,
+    /// Output directory for --format containerd (containerd's config_path, e.g. /etc/containerd/certs.d)
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PoolOutput {
+    /// The pool's Kubernetes objects
+    Manifests,
+    /// Only the Talos patch documents
+    Patch,
+}
+
+#[derive(Debug, Args)]
+struct PoolArgs {
+    /// The pool file ('-' for standard input)
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    file: PathBuf,
+    /// `kubectl get storageclasses,datavolumes,persistentvolumeclaims -A -o yaml` ('-' for standard input)
+    #[arg(long, value_name = "FILE")]
+    cluster_state: Option<PathBuf>,
+    /// Render osImage.builtin without --cluster-state, skipping rules
+    #[arg(long)]
+    skip_cluster_checks: bool,
+    #[arg(long, value_enum, default_value_t = PoolOutput::Manifests)]
+    format: PoolOutput,
+}
+
+#[derive(Debug, Args)]
+struct CatalogArgs {
+    /// tender's config file, with the catalog section
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Where the goldens import from (a tender); default: the config's imageFactory, else the public factory
+    #[arg(long, value_name = "URL")]
+    source_url: Option<String>,
+    /// Cluster state, to refuse editing a golden that already exists (G-9) ('-' for standard input)
+    #[arg(long, value_name = "FILE")]
+    cluster_state: Option<PathBuf>,
+}
+
+pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
+    match args.what {
+        What::Registries(a) => registries(a),
+        What::Pool(a) => pool(a),
+        What::Catalog(a) => catalog(a),
+    }
+}
+
+/// Read a file, or standard input for `-`. Unreadable input is a usage error.
+fn read_input(flag: &str, path: &Path) -> anyhow::Result<String> {
+    let mut text = String::new();
+    let result = if path.as_os_str() == "-" {
+        std::io::stdin().read_to_string(&mut text).map(|_| ())
+    } else {
+        fs::read_to_string(path).map(|t| text = t)
+    };
+    result
+        .map_err(|e| Failure::usage(format!("{flag} {}: cannot read it: {e}", path.display())))?;
+    Ok(text)
+}
+
+fn check_one_stdin(paths: &[Option<&Path>]) -> anyhow::Result<()> {
+    if paths
+        .iter()
+        .flatten()
+        .filter(|p| p.as_os_str() == "-")
+        .count()
+        > 1
+    {
+        return Err(Failure::usage(
+            "only one input can be read from standard input ('-')",
+        ));
+    }
+    Ok(())
+}
+
+/// Map a library error onto the exit-code convention.
+fn classify(err: tender_render::Error) -> anyhow::Error {
+    use tender_render::Error as E;
+    match err {
+        E::Malformed { .. } => Failure::usage(err.to_string()),
+        E::MissingClusterState => Failure::usage(format!(
+            "{err}: pass --cluster-state with the output of `kubectl get storageclasses,datavolumes,persistentvolumeclaims -A -o yaml`, or --skip-cluster-checks to take that risk"
+        )),
+        E::Refused(_) | E::Serialise { .. } => Failure::problem(err.to_string()),
+    }
+}
+
+fn print(text: &str) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .context("writing to standard output")?;
+    out.flush().context("writing to standard output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn registries(a: RegistriesArgs) -> anyhow::Result<ExitCode> {
+    let read = |flag: &str, p: &Option<PathBuf>| -> anyhow::Result<Option<String>> {
+        p.as_ref().map(|p| read_input(flag, p)).transpose()
+    };
+    let password = read("--password-file", &a.password_file)?.map(|p| {
+        let p = p.strip_suffix('\n').unwrap_or(&p);
+        p.strip_suffix('\r').unwrap_or(p).to_string()
+    });
+    let request = RegistriesRequest {
+        mirror: a.mirror.clone(),
+        registries: a.registries.clone(),
+        skip_fallback: a.skip_fallback,
+        ca: read("--ca", &a.ca)?,
+        client_cert: read("--client-cert", &a.client_cert)?,
+        client_key: read("--client-key", &a.client_key)?,
+        insecure_skip_verify: a.insecure_skip_verify,
+        username: a.username.clone(),
+        password,
+    };
+    let plan = request
+        .validate()
+        .map_err(|r| Failure::usage(r.to_string()))?;
+    match a.format {
+        RegistriesFormat::Talos => {
+            if a.out.is_some() {
+                return Err(Failure::usage(
+                    "--out is for --format containerd; Talos documents go to standard output",
+                ));
+            }
+            let version = TalosVersion::parse("--talos-version", &a.talos_version)
+                .map_err(|r| Failure::usage(r.to_string()))?;
+            print(&render_registries(&plan, version).map_err(classify)?)
+        }
+        RegistriesFormat::Containerd => {
+            let Some(dir) = a.out else {
+                return Err(Failure::usage(
+                    "--format containerd writes <DIR>/<host>/hosts.toml: pass --out DIR (containerd's config_path, e.g. /etc/containerd/certs.d)",
+                ));
+            };
+            let files = hosts_files(&plan).map_err(classify)?;
+            for f in &files {
+                write_file(&dir, f)?;
+                println!("{}", dir.join(&f.path).display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Write one output file atomically: a temporary file in the same directory, then rename.
+/// Credentials and keys are readable by the owner only.
+fn write_file(root: &Path, f: &OutputFile) -> anyhow::Result<()> {
+    let path = root.join(&f.path);
+    let dir = path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| root.to_path_buf());
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tender-tmp"));
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(if f.secret { 0o600 } else { 0o644 });
+    }
+    let mut file = options
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    file.write_all(&f.contents)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    file.sync_all()
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    drop(file);
+    fs::rename(&tmp, &path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    Ok(())
+}
+
+fn cluster_state(path: Option<&PathBuf>) -> anyhow::Result<Option<ClusterState>> {
+    path.map(|p| {
+        let text = read_input("--cluster-state", p)?;
+        ClusterState::from_yaml(&text).map_err(classify)
+    })
+    .transpose()
+}
+
+fn pool(a: PoolArgs) -> anyhow::Result<ExitCode> {
+    check_one_stdin(&[Some(a.file.as_path()), a.cluster_state.as_deref()])?;
+    let text = read_input("-f", &a.file)?;
+    let file = tender_render::pool::parse(&text).map_err(classify)?;
+    let pool = file.validate().map_err(|r| classify(r.into()))?;
+    let state = cluster_state(a.cluster_state.as_ref())?;
+    let format = match a.format {
+        PoolOutput::Manifests => PoolFormat::Manifests,
+        PoolOutput::Patch => PoolFormat::Patch,
+    };
+    let rendered =
+        render_pool(&pool, state.as_ref(), a.skip_cluster_checks, format).map_err(classify)?;
+    for w in &rendered.warnings {
+        eprintln!("tender: warning: {w}");
+    }
+    print(&rendered.text)
+}
+
+fn catalog(a: CatalogArgs) -> anyhow::Result<ExitCode> {
+    check_one_stdin(&[Some(a.config.as_path()), a.cluster_state.as_deref()])?;
+    let config = parse_config(&read_input("--config", &a.config)?).map_err(classify)?;
+    let state = cluster_state(a.cluster_state.as_ref())?;
+    print(&render_catalog(&config, a.source_url.as_deref(), state.as_ref()).map_err(classify)?)
 }

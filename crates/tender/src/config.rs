@@ -1,0 +1,459 @@
+//! The config file in two stages: serde structs close to the YAML (unknown keys refused),
+//! then `resolve` into validated settings with every flag applied.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tender_fetch::{Credentials, FetchSettings, UpstreamSettings};
+use url::Url;
+
+/// The embedded default, used when no `--config` is given.
+pub const DEFAULT_CONFIG: &str = include_str!("default.yaml");
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawConfig {
+    pub listen: Option<String>,
+    pub data: Option<PathBuf>,
+    pub log_format: Option<String>,
+    pub default_upstream: Option<String>,
+    pub image_factory: Option<String>,
+    #[serde(default)]
+    pub upstreams: Vec<RawUpstream>,
+    #[serde(default)]
+    pub fetch: RawFetch,
+    #[serde(default)]
+    pub cache: RawCache,
+    /// The golden image catalog; validated by the catalog code.
+    pub catalog: Option<serde_norway::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawUpstream {
+    pub name: String,
+    pub url: String,
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+    pub ca_file: Option<PathBuf>,
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+    pub proxy: Option<String>,
+    pub username: Option<String>,
+    pub password_file: Option<PathBuf>,
+    pub password_env: Option<String>,
+    #[serde(default)]
+    pub public: bool,
+    pub redirect_hosts: Option<Vec<String>>,
+    pub library_prefix: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawFetch {
+    pub attempts: Option<u32>,
+    pub connect_timeout: Option<String>,
+    pub first_byte_timeout: Option<String>,
+    pub stall_timeout: Option<String>,
+    pub fill_deadline: Option<String>,
+    pub backoff_base: Option<String>,
+    pub backoff_max: Option<String>,
+    pub tag_ttl: Option<String>,
+    pub stale_max_age: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawCache {
+    pub max_size: Option<String>,
+    pub gc_interval: Option<String>,
+}
+
+/// Command-line values that override the file.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub data: Option<PathBuf>,
+    pub upstreams: Vec<String>,
+    pub default_upstream: Option<String>,
+    pub log_format: Option<String>,
+    pub image_factory: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Everything `serve` needs, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub data: PathBuf,
+    pub log_format: LogFormat,
+    pub upstreams: Vec<UpstreamSettings>,
+    pub default_upstream: Option<String>,
+    pub image_factory: Url,
+    pub fetch: FetchSettings,
+    pub cache_max_size: Option<u64>,
+    pub gc_interval: Duration,
+}
+
+/// A configuration error: names the key and the fix.
+#[derive(Debug, thiserror::Error)]
+#[error("{source_name}: {key}: {message}")]
+pub struct ConfigError {
+    pub source_name: String,
+    pub key: String,
+    pub message: String,
+}
+
+/// Read the config file (or the embedded default) and parse it.
+pub fn read(path: Option<&Path>) -> Result<(String, RawConfig), ConfigError> {
+    let (name, text) = match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| ConfigError {
+                source_name: p.display().to_string(),
+                key: "(file)".into(),
+                message: format!("cannot read: {e}; check --config"),
+            })?;
+            (p.display().to_string(), text)
+        }
+        None => ("embedded default config".to_string(), DEFAULT_CONFIG.to_string()),
+    };
+    let raw = parse(&name, &text)?;
+    Ok((name, raw))
+}
+
+pub fn parse(name: &str, text: &str) -> Result<RawConfig, ConfigError> {
+    if text.trim().is_empty() {
+        return Ok(RawConfig::default());
+    }
+    serde_norway::from_str(text).map_err(|e| {
+        let msg = e.to_string();
+        // serde names the unknown or mistyped key; say what to do about it.
+        let fix = if msg.contains("unknown field") {
+            "; remove it or fix its spelling (see README, Configuration)"
+        } else {
+            "; see README, Configuration"
+        };
+        ConfigError { source_name: name.to_string(), key: "(yaml)".into(), message: format!("{msg}{fix}") }
+    })
+}
+
+fn duration(name: &str, key: &str, v: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(s) => humantime::parse_duration(s.trim()).map_err(|e| ConfigError {
+            source_name: name.to_string(),
+            key: key.to_string(),
+            message: format!("{s:?} is not a duration ({e}); write it like 30s, 5m, 1h or 168h"),
+        }),
+    }
+}
+
+/// Parse a size: plain bytes, or with K/M/G/T (powers of 1000) or Ki/Mi/Gi/Ti (powers of 1024).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KB" => 1_000,
+        "M" | "MB" => 1_000_000,
+        "G" | "GB" => 1_000_000_000,
+        "T" | "TB" => 1_000_000_000_000,
+        "Ki" | "KiB" => 1 << 10,
+        "Mi" | "MiB" => 1 << 20,
+        "Gi" | "GiB" => 1 << 30,
+        "Ti" | "TiB" => 1 << 40,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+fn valid_upstream_name(n: &str) -> bool {
+    let (host, port) = match n.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (n, None),
+    };
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        });
+    host_ok && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0))
+}
+
+fn http_url(name: &str, key: &str, s: &str) -> Result<Url, ConfigError> {
+    let err = |m: String| ConfigError { source_name: name.to_string(), key: key.to_string(), message: m };
+    let u = Url::parse(s.trim()).map_err(|e| err(format!("{s:?} is not a URL ({e}); write it like https://ghcr.io")))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(err(format!("{s:?} is not an http(s) URL; write it like https://ghcr.io")));
+    }
+    if u.host_str().is_none_or(str::is_empty) {
+        return Err(err(format!("{s:?} has no host")));
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(err(format!("{s:?} carries credentials; use username and passwordFile instead")));
+    }
+    if u.query().is_some() || u.fragment().is_some() {
+        return Err(err(format!("{s:?} has a query or fragment; give the registry's base URL only")));
+    }
+    Ok(u)
+}
+
+/// Apply the flags to the file and validate everything.
+pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings, ConfigError> {
+    let err = |key: &str, m: String| ConfigError { source_name: name.to_string(), key: key.to_string(), message: m };
+
+    // --upstream NAME=URL adds an upstream or replaces its URL.
+    for (i, spec) in o.upstreams.iter().enumerate() {
+        let key = format!("--upstream[{i}]");
+        let Some((n, u)) = spec.split_once('=') else {
+            return Err(err(&key, format!("{spec:?} is not NAME=URL; write it like ghcr.io=http://127.0.0.1:5001")));
+        };
+        let n = n.trim().to_ascii_lowercase();
+        match raw.upstreams.iter_mut().find(|x| x.name.eq_ignore_ascii_case(&n)) {
+            Some(existing) => existing.url = u.trim().to_string(),
+            None => raw.upstreams.push(RawUpstream { name: n, url: u.trim().to_string(), ..RawUpstream::default() }),
+        }
+    }
+
+    let listen_s = o.listen.clone().or(raw.listen.clone()).unwrap_or_else(|| "127.0.0.1:5000".to_string());
+    let listen = listen_s
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| err("listen", format!("{listen_s:?} is not an address; use HOST:PORT such as 127.0.0.1:5000")))?;
+    let data = o.data.clone().or(raw.data.clone()).unwrap_or_else(|| PathBuf::from("./tender-data"));
+    let log_format = match o.log_format.as_deref().or(raw.log_format.as_deref()).unwrap_or("text") {
+        "text" => LogFormat::Text,
+        "json" => LogFormat::Json,
+        other => return Err(err("logFormat", format!("{other:?} is not a log format; use text or json"))),
+    };
+
+    let mut upstreams: Vec<UpstreamSettings> = Vec::new();
+    for (i, u) in raw.upstreams.iter().enumerate() {
+        let key = |k: &str| format!("upstreams[{i}].{k}");
+        let uname = u.name.trim().to_ascii_lowercase();
+        if !valid_upstream_name(&uname) {
+            return Err(err(
+                &key("name"),
+                format!("{:?} is not a registry host name; use the host clients pull from, like ghcr.io or registry.local:5000", u.name),
+            ));
+        }
+        if upstreams.iter().any(|x| x.name == uname) {
+            return Err(err(&key("name"), format!("{uname:?} is configured twice; keep one entry per upstream")));
+        }
+        let url = http_url(name, &key("url"), &u.url)?;
+        let mut endpoints = Vec::new();
+        for (j, e) in u.endpoints.iter().enumerate() {
+            endpoints.push(http_url(name, &format!("upstreams[{i}].endpoints[{j}]"), e)?);
+        }
+        endpoints.push(url);
+        let proxy = match &u.proxy {
+            Some(p) => Some(http_url(name, &key("proxy"), p)?),
+            None => None,
+        };
+        if let Some(ca) = &u.ca_file {
+            if !ca.is_file() {
+                return Err(err(&key("caFile"), format!("{} is not a readable file", ca.display())));
+            }
+        }
+        let credentials = match (&u.username, &u.password_file, &u.password_env) {
+            (None, None, None) => None,
+            (Some(user), Some(file), None) => {
+                let p = std::fs::read_to_string(file)
+                    .map_err(|e| err(&key("passwordFile"), format!("{}: {e}", file.display())))?;
+                Some(Credentials { username: user.clone(), password: p.trim_end_matches(['\n', '\r']).to_string() })
+            }
+            (Some(user), None, Some(var)) => {
+                let p = std::env::var(var)
+                    .map_err(|_| err(&key("passwordEnv"), format!("environment variable {var} is not set")))?;
+                Some(Credentials { username: user.clone(), password: p })
+            }
+            (Some(_), Some(_), Some(_)) => {
+                return Err(err(&key("passwordFile"), "set passwordFile or passwordEnv, not both".into()))
+            }
+            (Some(_), None, None) => {
+                return Err(err(&key("username"), "has no password; add passwordFile or passwordEnv".into()))
+            }
+            (None, _, _) => return Err(err(&key("username"), "a password is set without a username; add username".into())),
+        };
+        if credentials.is_some() && !u.public {
+            return Err(err(
+                &key("public"),
+                format!(
+                    "{uname} has credentials, and a pull-through cache hands its content to everyone who reaches tender; \
+                     set public: true to accept that (client authentication comes with the hardening work)"
+                ),
+            ));
+        }
+        upstreams.push(UpstreamSettings {
+            library_prefix: u.library_prefix.unwrap_or(uname == "docker.io"),
+            name: uname,
+            endpoints,
+            ca_file: u.ca_file.clone(),
+            insecure_skip_verify: u.insecure_skip_verify,
+            proxy,
+            credentials,
+            public: u.public,
+            redirect_hosts: u.redirect_hosts.clone(),
+        });
+    }
+
+    let default_upstream = o.default_upstream.clone().or(raw.default_upstream.clone()).map(|d| d.to_ascii_lowercase());
+    if let Some(d) = &default_upstream {
+        if !upstreams.iter().any(|u| &u.name == d) {
+            let names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+            return Err(err(
+                "defaultUpstream",
+                format!("{d:?} is not a configured upstream; use one of {names:?} or add it under upstreams"),
+            ));
+        }
+    }
+
+    let factory_s = o.image_factory.clone().or(raw.image_factory.clone()).unwrap_or_else(|| "https://factory.talos.dev".into());
+    let image_factory = http_url(name, "imageFactory", &factory_s)?;
+
+    let d = FetchSettings::default();
+    let f = &raw.fetch;
+    let fetch = FetchSettings {
+        attempts: match f.attempts {
+            Some(0) => return Err(err("fetch.attempts", "must be at least 1".into())),
+            Some(n) => n,
+            None => d.attempts,
+        },
+        connect_timeout: duration(name, "fetch.connectTimeout", &f.connect_timeout, d.connect_timeout)?,
+        first_byte_timeout: duration(name, "fetch.firstByteTimeout", &f.first_byte_timeout, d.first_byte_timeout)?,
+        stall_timeout: duration(name, "fetch.stallTimeout", &f.stall_timeout, d.stall_timeout)?,
+        fill_deadline: duration(name, "fetch.fillDeadline", &f.fill_deadline, d.fill_deadline)?,
+        backoff_base: duration(name, "fetch.backoffBase", &f.backoff_base, d.backoff_base)?,
+        backoff_max: duration(name, "fetch.backoffMax", &f.backoff_max, d.backoff_max)?,
+        tag_ttl: duration(name, "fetch.tagTtl", &f.tag_ttl, d.tag_ttl)?,
+        stale_max_age: duration(name, "fetch.staleMaxAge", &f.stale_max_age, d.stale_max_age)?,
+    };
+    let cache_max_size = match &raw.cache.max_size {
+        None => None,
+        Some(s) => Some(parse_size(s).ok_or_else(|| {
+            err("cache.maxSize", format!("{s:?} is not a size; write it like 500Gi, 100G or 1073741824"))
+        })?),
+    };
+    let gc_interval = duration(name, "cache.gcInterval", &raw.cache.gc_interval, Duration::from_secs(300))?;
+    Ok(Settings {
+        listen,
+        data,
+        log_format,
+        upstreams,
+        default_upstream,
+        image_factory,
+        fetch,
+        cache_max_size,
+        gc_interval,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+    use super::*;
+
+    fn check_err(yaml: &str, o: &Overrides, want: &[&str]) {
+        let e = parse("t.yaml", yaml).and_then(|raw| resolve("t.yaml", raw, o)).expect_err("must fail");
+        let msg = e.to_string();
+        for w in want {
+            assert!(msg.contains(w), "{msg:?} should contain {w:?}");
+        }
+    }
+
+    #[test]
+    fn should_resolve_the_embedded_default() {
+        let (name, raw) = read(None).unwrap();
+        let s = resolve(&name, raw, &Overrides::default()).unwrap();
+        let names: Vec<&str> = s.upstreams.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(names, ["docker.io", "ghcr.io", "registry.k8s.io", "quay.io", "factory.talos.dev"]);
+        assert_eq!(s.upstreams[0].endpoints[0].as_str(), "https://registry-1.docker.io/");
+        assert!(s.upstreams[0].library_prefix);
+        assert!(!s.upstreams[1].library_prefix);
+        assert_eq!(s.default_upstream.as_deref(), Some("docker.io"));
+        assert_eq!(s.listen.to_string(), "127.0.0.1:5000");
+        assert_eq!(s.image_factory.as_str(), "https://factory.talos.dev/");
+    }
+
+    #[test]
+    fn should_let_flags_add_and_replace_upstreams() {
+        let (name, raw) = read(None).unwrap();
+        let o = Overrides {
+            upstreams: vec!["ghcr.io=http://127.0.0.1:5001".into(), "registry.local:5000=http://127.0.0.1:5002".into()],
+            default_upstream: Some("ghcr.io".into()),
+            listen: Some("127.0.0.1:0".into()),
+            ..Overrides::default()
+        };
+        let s = resolve(&name, raw, &o).unwrap();
+        let ghcr = s.upstreams.iter().find(|u| u.name == "ghcr.io").unwrap();
+        assert_eq!(ghcr.endpoints.len(), 1);
+        assert_eq!(ghcr.endpoints[0].as_str(), "http://127.0.0.1:5001/");
+        assert!(s.upstreams.iter().any(|u| u.name == "registry.local:5000"));
+        assert_eq!(s.default_upstream.as_deref(), Some("ghcr.io"));
+    }
+
+    #[test]
+    fn should_name_the_key_and_fix_for_bad_config() {
+        let none = Overrides::default();
+        check_err("listen: 1.2.3.4:5000\nbogus: 1\n", &none, &["unknown field `bogus`", "remove it"]);
+        check_err("upstreams:\n  - name: a.io\n    url: https://a.io\n    colour: red\n", &none, &["unknown field `colour`"]);
+        check_err("upstreams:\n  - name: a.io\n    url: ftp://a.io\n", &none, &["upstreams[0].url", "not an http(s) URL"]);
+        check_err("upstreams:\n  - name: a.io\n    url: not a url\n", &none, &["upstreams[0].url", "not a URL"]);
+        check_err(
+            "upstreams:\n  - name: a.io\n    url: https://a.io\n  - name: A.io\n    url: https://b.io\n",
+            &none,
+            &["upstreams[1].name", "configured twice"],
+        );
+        check_err("upstreams:\n  - name: 'a io'\n    url: https://a.io\n", &none, &["upstreams[0].name", "not a registry host name"]);
+        check_err("defaultUpstream: nope.io\n", &none, &["defaultUpstream", "not a configured upstream"]);
+        check_err("fetch:\n  stallTimeout: soon\n", &none, &["fetch.stallTimeout", "not a duration"]);
+        check_err("cache:\n  maxSize: lots\n", &none, &["cache.maxSize", "not a size"]);
+        check_err("listen: nowhere\n", &none, &["listen", "HOST:PORT"]);
+        check_err("logFormat: xml\n", &none, &["logFormat", "text or json"]);
+        check_err(
+            "upstreams:\n  - name: a.io\n    url: https://a.io\n    username: u\n",
+            &none,
+            &["upstreams[0].username", "no password"],
+        );
+        check_err("", &Overrides { upstreams: vec!["nourl".into()], ..none.clone() }, &["--upstream[0]", "NAME=URL"]);
+    }
+
+    #[test]
+    fn should_refuse_credentials_without_public() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "secret\n").unwrap();
+        let yaml = format!("upstreams:\n  - name: a.io\n    url: https://a.io\n    username: u\n    passwordFile: {}\n", pw.display());
+        check_err(&yaml, &Overrides::default(), &["upstreams[0].public", "public: true"]);
+        let ok = format!("{yaml}    public: true\n");
+        let s = resolve("t", parse("t", &ok).unwrap(), &Overrides::default()).unwrap();
+        let c = s.upstreams[0].credentials.as_ref().unwrap();
+        assert_eq!(c.password, "secret");
+        assert!(!format!("{c:?}").contains("secret"), "passwords never reach logs");
+    }
+
+    #[test]
+    fn should_parse_sizes() {
+        assert_eq!(parse_size("1024"), Some(1024));
+        assert_eq!(parse_size("2Gi"), Some(2 << 30));
+        assert_eq!(parse_size("20Gi"), Some(20 << 30));
+        assert_eq!(parse_size("5G"), Some(5_000_000_000));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("1Xi"), None);
+        assert_eq!(parse_size("99999999999Ti"), None);
+    }
+}

@@ -1,0 +1,194 @@
+//! `tender serve`: load the config, open the data directory, wire the mirror, serve until
+//! SIGTERM / SIGINT, reload on SIGHUP.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tender_fetch::{FetchMetrics, Flights, Mirror, Upstream};
+use tender_server::{AppState, ServerMetrics};
+use tender_store::{OpenMode, Store};
+use tokio::net::TcpListener;
+
+use crate::config::{self, LogFormat, Overrides, Settings};
+use crate::exit::Failure;
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// YAML config file (default: the embedded default config)
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:5000]
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Data directory [default: ./tender-data]
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// Add an upstream registry or replace its URL (repeatable), e.g. ghcr.io=http://127.0.0.1:5001
+    #[arg(long = "upstream", value_name = "NAME=URL")]
+    pub upstreams: Vec<String>,
+    /// Upstream for names that carry neither ns nor a configured prefix
+    #[arg(long, value_name = "NAME")]
+    pub default_upstream: Option<String>,
+    /// Image Factory upstream URL [default: https://factory.talos.dev]
+    #[arg(long, value_name = "URL")]
+    pub image_factory: Option<String>,
+    /// Log format: text or json
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+}
+
+impl ServeArgs {
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            listen: self.listen.clone(),
+            data: self.data.clone(),
+            upstreams: self.upstreams.clone(),
+            default_upstream: self.default_upstream.clone(),
+            log_format: self.log_format.clone(),
+            image_factory: self.image_factory.clone(),
+        }
+    }
+
+    /// Read and validate the configuration (again, on SIGHUP).
+    pub fn load(&self) -> Result<Settings, config::ConfigError> {
+        let (name, raw) = config::read(self.config.as_deref())?;
+        config::resolve(&name, raw, &self.overrides())
+    }
+}
+
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TENDER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+fn build_mirror(settings: &Settings, flights: Arc<Flights>, metrics: &FetchMetrics) -> anyhow::Result<Arc<Mirror>> {
+    let mut upstreams = Vec::new();
+    for u in &settings.upstreams {
+        let up = Upstream::new(u.clone(), settings.fetch.clone(), metrics.clone())
+            .map_err(|e| Failure::usage(format!("upstream {}: {}", u.name, e.message)))?;
+        upstreams.push(Arc::new(up));
+    }
+    Ok(Mirror::new(upstreams, settings.default_upstream.clone(), flights, settings.fetch.clone()))
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let settings = args.load().map_err(|e| Failure::usage(e.to_string()))?;
+    init_logging(settings.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tender")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(args, settings))
+}
+
+async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> {
+    let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
+    let store = Arc::new(store);
+    let fetch_metrics = FetchMetrics::default();
+    let server_metrics = Arc::new(ServerMetrics::new(&fetch_metrics));
+    let flights = Flights::new(store.clone(), settings.fetch.clone(), fetch_metrics.clone());
+    let mirror = build_mirror(&settings, flights.clone(), &fetch_metrics)?;
+    let app = AppState::new(mirror, server_metrics);
+
+    let listener = TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| Failure::problem(format!("cannot listen on {}: {e}; choose another --listen", settings.listen)))?;
+    let local = listener.local_addr().context("reading the listening address")?;
+    tracing::info!(
+        listen = %local,
+        data = %settings.data.display(),
+        upstreams = ?settings.upstreams.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
+        default_upstream = settings.default_upstream.as_deref().unwrap_or(""),
+        "tender serving on http://{local}"
+    );
+
+    spawn_reload(args, settings.clone(), app.clone(), flights.clone(), fetch_metrics.clone());
+    spawn_gc(&settings, flights.clone());
+
+    tender_server::serve(listener, app, shutdown_signal()).await.context("serving")?;
+    tracing::info!("tender stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGHUP: re-read the config and swap the upstreams; connections and fills go on.
+fn spawn_reload(args: ServeArgs, initial: Settings, app: Arc<AppState>, flights: Arc<Flights>, metrics: FetchMetrics) {
+    tokio::spawn(async move {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+            tracing::warn!("cannot install the SIGHUP handler; config reload is off");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            match args.load() {
+                Ok(new) => {
+                    if new.listen != initial.listen || new.data != initial.data {
+                        tracing::warn!("listen and data changes need a restart; keeping the old ones");
+                    }
+                    match build_mirror(&new, flights.clone(), &metrics) {
+                        Ok(m) => {
+                            app.replace_mirror(m);
+                            tracing::info!(
+                                upstreams = ?new.upstreams.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
+                                "configuration reloaded"
+                            );
+                        }
+                        Err(e) => tracing::error!(error = %e, "reload failed; keeping the running configuration"),
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "reload failed; keeping the running configuration"),
+            }
+        }
+    });
+}
+
+/// Evict down to `cache.maxSize` every `cache.gcInterval`, never touching fills in progress.
+fn spawn_gc(settings: &Settings, flights: Arc<Flights>) {
+    let Some(cap) = settings.cache_max_size else { return };
+    let every = settings.gc_interval.max(Duration::from_secs(1));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            let flights = flights.clone();
+            let result = tokio::task::spawn_blocking(move || {
+                let active = flights.active_keys();
+                let store = flights.store();
+                let plan = store.gc_plan(Some(cap), Duration::from_secs(24 * 3600), &|d| active.contains(&d.to_string()))?;
+                store.gc_apply(&plan)
+            })
+            .await;
+            match result {
+                Ok(Ok(r)) if r.evicted > 0 || r.orphans_removed > 0 => {
+                    tracing::info!(freed_bytes = r.freed_bytes, evicted = r.evicted, orphans = r.orphans_removed, "gc")
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "gc failed"),
+                Err(e) => tracing::warn!(error = %e, "gc task failed"),
+            }
+        }
+    });
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}
