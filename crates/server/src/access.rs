@@ -36,6 +36,7 @@ struct Record {
     prefetch: bool,
     status: u16,
     info: AccessInfo,
+    content_length: Option<u64>,
     error: Option<&'static str>,
     started: Instant,
     metrics: Arc<ServerMetrics>,
@@ -79,7 +80,9 @@ impl http_body::Body for CountingBody {
 impl Drop for CountingBody {
     fn drop(&mut self) {
         let Some(r) = self.record.take() else { return };
-        let complete = self.complete || http_body::Body::is_end_stream(&self.inner);
+        let complete = self.complete
+            || http_body::Body::is_end_stream(&self.inner)
+            || r.content_length.is_some_and(|n| n == self.bytes);
         let secs = r.started.elapsed().as_secs_f64();
         r.metrics.observe(&r.info, &r.method, r.status, self.bytes, secs, r.prefetch);
         tracing::info!(
@@ -123,6 +126,11 @@ pub async fn layer(State(metrics): State<Arc<ServerMetrics>>, req: Request, next
     let (mut parts, body) = resp.into_parts();
     let info = parts.extensions.remove::<AccessInfo>().unwrap_or_default();
     let error = parts.extensions.remove::<ErrorCodeSeen>().map(|e| e.0);
+    let content_length = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
     let record = Record {
         method,
         path,
@@ -131,6 +139,7 @@ pub async fn layer(State(metrics): State<Arc<ServerMetrics>>, req: Request, next
         prefetch,
         status: parts.status.as_u16(),
         info,
+        content_length,
         error,
         started,
         metrics,
