@@ -142,11 +142,24 @@ pub const KUBERNETES_VERSIONS: &[(&str, &str)] = &[
     ("v1.31", "v1.31.14"),
 ];
 
-/// The Talos -> Kubernetes support matrix (§2.2). A Talos minor missing here passes (N-3).
-pub const TALOS_SUPPORT_MATRIX: &[(&str, &[&str])] = &[(
-    "v1.13",
-    &["v1.31", "v1.32", "v1.33", "v1.34", "v1.35", "v1.36"],
-)];
+/// The Talos -> Kubernetes support matrix (§2.2; Siderolabs' published support matrix per
+/// Talos minor). Cozystack lists only v1.13; the two earlier minors are listed too so a pool
+/// pinned to an older Talos through `osImage.*` is checked as well. A Talos minor missing here
+/// passes (N-3).
+pub const TALOS_SUPPORT_MATRIX: &[(&str, &[&str])] = &[
+    (
+        "v1.13",
+        &["v1.31", "v1.32", "v1.33", "v1.34", "v1.35", "v1.36"],
+    ),
+    (
+        "v1.12",
+        &["v1.30", "v1.31", "v1.32", "v1.33", "v1.34", "v1.35"],
+    ),
+    (
+        "v1.11",
+        &["v1.29", "v1.30", "v1.31", "v1.32", "v1.33", "v1.34"],
+    ),
+];
 
 /// Map a Kubernetes minor (`v1.35`) to its full patch (`v1.35.6`).
 pub fn kubernetes_patch(field: &str, minor: &str) -> Result<&'static str, Refusal> {
