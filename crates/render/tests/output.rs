@@ -410,3 +410,29 @@ fn should_keep_the_pool_defaults_equal_to_cozystack() {
         assert_eq!(value, &want);
     }
 }
+
+// ---- the validators themselves catch mistakes ----------------------------------------------------
+
+#[test]
+fn should_reject_what_the_schemas_forbid() {
+    // Talos 1.12+ dropped machine.registries; 1.11 still has it.
+    let legacy =
+        json!({"machine": {"registries": {"mirrors": {"ghcr.io": {"endpoints": ["https://m"]}}}}});
+    assert!(!talos_validator("1.13").is_valid(&legacy));
+    assert!(!talos_validator("1.12").is_valid(&legacy));
+    assert!(talos_validator("1.11").is_valid(&legacy));
+    let bad_endpoint = json!({"apiVersion": "v1alpha1", "kind": "RegistryMirrorConfig", "name": "ghcr.io", "endpoints": [{"url": "m:5000"}]});
+    assert!(!talos_validator("1.13").is_valid(&bad_endpoint));
+    // A field the API server would prune fails the strict CRD check.
+    let out = render(&pool_yaml(""), None);
+    let mut kmt = doc_of_kind(&out.text, "KubevirtMachineTemplate");
+    kmt["spec"]["template"]["spec"]["virtualMachineBootstrapCheck"]["checkStrategi"] =
+        json!("none");
+    assert!(!crd_validator("capi/crd-kubevirtmachinetemplates.yaml", "v1alpha1").is_valid(&kmt));
+    let mut mhc = doc_of_kind(&out.text, "MachineHealthCheck");
+    mhc["spec"]["unhealthyConditions"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("timeout");
+    assert!(!crd_validator("capi/crd-machinehealthchecks.yaml", "v1beta1").is_valid(&mhc));
+}
