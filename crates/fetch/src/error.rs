@@ -42,7 +42,13 @@ pub struct FetchError {
 
 impl FetchError {
     pub fn new(kind: FetchErrorKind, upstream: &str, message: impl Into<String>) -> FetchError {
-        FetchError { kind, upstream: upstream.to_string(), message: message.into(), status: None, retry_after: None }
+        FetchError {
+            kind,
+            upstream: upstream.to_string(),
+            message: message.into(),
+            status: None,
+            retry_after: None,
+        }
     }
 
     pub fn with_status(mut self, status: u16) -> FetchError {
@@ -71,7 +77,10 @@ impl FetchError {
     pub fn is_upstream_down(&self) -> bool {
         matches!(
             self.kind,
-            FetchErrorKind::Connect | FetchErrorKind::Timeout | FetchErrorKind::Body | FetchErrorKind::TooManyRequests
+            FetchErrorKind::Connect
+                | FetchErrorKind::Timeout
+                | FetchErrorKind::Body
+                | FetchErrorKind::TooManyRequests
         ) || (self.kind == FetchErrorKind::Status && self.status.is_none_or(|s| s >= 500))
     }
 

@@ -105,7 +105,12 @@ pub struct Flights {
 
 impl Flights {
     pub fn new(store: Arc<Store>, settings: FetchSettings, metrics: FetchMetrics) -> Arc<Flights> {
-        Arc::new(Flights { store, settings, metrics, active: Mutex::new(HashMap::new()) })
+        Arc::new(Flights {
+            store,
+            settings,
+            metrics,
+            active: Mutex::new(HashMap::new()),
+        })
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -114,16 +119,29 @@ impl Flights {
 
     /// Keys of fills in progress (objects that GC must not touch).
     pub fn active_keys(&self) -> Vec<String> {
-        self.active.lock().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+        self.active
+            .lock()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Join the fill for `key`, or start one, unless the object is already stored.
-    pub fn claim(self: &Arc<Self>, key: &str, expect: Expect, source: Arc<dyn Source>) -> Result<Claim, FetchError> {
-        let local = |e: tender_store::StoreError| FetchError::new(FetchErrorKind::Local, source.upstream(), e.to_string());
-        let mut active = self
-            .active
-            .lock()
-            .map_err(|_| FetchError::new(FetchErrorKind::Local, source.upstream(), "fill registry poisoned"))?;
+    pub fn claim(
+        self: &Arc<Self>,
+        key: &str,
+        expect: Expect,
+        source: Arc<dyn Source>,
+    ) -> Result<Claim, FetchError> {
+        let local = |e: tender_store::StoreError| {
+            FetchError::new(FetchErrorKind::Local, source.upstream(), e.to_string())
+        };
+        let mut active = self.active.lock().map_err(|_| {
+            FetchError::new(
+                FetchErrorKind::Local,
+                source.upstream(),
+                "fill registry poisoned",
+            )
+        })?;
         if let Some(fill) = active.get(key) {
             return Ok(Claim::Filling(fill.clone()));
         }
@@ -141,7 +159,10 @@ impl Flights {
         let fill = Arc::new(Fill::new(key, &writer));
         active.insert(key.to_string(), fill.clone());
         drop(active);
-        self.metrics.fills_started.get_or_create(&upstream_label(source.upstream())).inc();
+        self.metrics
+            .fills_started
+            .get_or_create(&upstream_label(source.upstream()))
+            .inc();
         self.metrics.fills_active.inc();
         let me = self.clone();
         let first = fill.clone();
@@ -159,13 +180,21 @@ impl Flights {
 
     /// The owner task: transfer with retries, verify, commit; one restart from zero on a
     /// mismatch.
-    async fn run(self: Arc<Self>, mut fill: Arc<Fill>, mut writer: SpoolWriter, expect: Expect, source: Arc<dyn Source>) {
+    async fn run(
+        self: Arc<Self>,
+        mut fill: Arc<Fill>,
+        mut writer: SpoolWriter,
+        expect: Expect,
+        source: Arc<dyn Source>,
+    ) {
         let upstream = source.upstream().to_string();
         let label = upstream_label(&upstream);
         let deadline = Instant::now() + self.settings.fill_deadline;
         let mut restarted = false;
         let outcome = loop {
-            let result = self.transfer_with_retries(&fill, &mut writer, source.as_ref(), deadline).await;
+            let result = self
+                .transfer_with_retries(&fill, &mut writer, source.as_ref(), deadline)
+                .await;
             let verdict = match result {
                 Ok(()) => self.verify_and_commit(writer, &expect, &upstream).await,
                 Err(e) => Err((e, Some(writer))),
@@ -176,14 +205,23 @@ impl Flights {
                     // Discard, count, cut readers short, and start once more from zero.
                     restarted = true;
                     tracing::warn!(%upstream, key = %fill.key, error = %e, "fill corrupt: discarding and restarting from zero");
-                    self.metrics.fills_finished.get_or_create(&result_label(&upstream, "corrupt")).inc();
+                    self.metrics
+                        .fills_finished
+                        .get_or_create(&result_label(&upstream, "corrupt"))
+                        .inc();
                     if let Some(w) = w {
                         w.discard();
                     }
                     fill.fail(e.clone());
                     let fresh = match self.store.create_spool(&fill.key) {
                         Ok(w) => w,
-                        Err(se) => break Err(FetchError::new(FetchErrorKind::Local, &upstream, se.to_string())),
+                        Err(se) => {
+                            break Err(FetchError::new(
+                                FetchErrorKind::Local,
+                                &upstream,
+                                se.to_string(),
+                            ))
+                        }
                     };
                     let next = Arc::new(Fill::new(&fill.key, &fresh));
                     if let Ok(mut active) = self.active.lock() {
@@ -206,14 +244,25 @@ impl Flights {
         self.metrics.fills_active.dec();
         match outcome {
             Ok(digest) => {
-                self.metrics.fills_finished.get_or_create(&result_label(&upstream, "committed")).inc();
+                self.metrics
+                    .fills_finished
+                    .get_or_create(&result_label(&upstream, "committed"))
+                    .inc();
                 self.metrics.upstream_up.get_or_create(&label).set(1);
-                fill.state.send_modify(|s| s.phase = Phase::Committed(digest));
+                fill.state
+                    .send_modify(|s| s.phase = Phase::Committed(digest));
                 self.finish(&fill);
             }
             Err(e) => {
-                let result = if e.kind == FetchErrorKind::Corrupt { "corrupt" } else { "failed" };
-                self.metrics.fills_finished.get_or_create(&result_label(&upstream, result)).inc();
+                let result = if e.kind == FetchErrorKind::Corrupt {
+                    "corrupt"
+                } else {
+                    "failed"
+                };
+                self.metrics
+                    .fills_finished
+                    .get_or_create(&result_label(&upstream, result))
+                    .inc();
                 if e.is_upstream_down() {
                     self.metrics.upstream_up.get_or_create(&label).set(0);
                 }
@@ -237,11 +286,16 @@ impl Flights {
             match self.transfer(fill, writer, source).await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_retryable() && attempt < self.settings.attempts => {
-                    let wait = e.retry_after.unwrap_or_else(|| self.settings.backoff(attempt));
+                    let wait = e
+                        .retry_after
+                        .unwrap_or_else(|| self.settings.backoff(attempt));
                     if Instant::now() + wait >= deadline {
                         return Err(e);
                     }
-                    self.metrics.fill_retries.get_or_create(&upstream_label(source.upstream())).inc();
+                    self.metrics
+                        .fill_retries
+                        .get_or_create(&upstream_label(source.upstream()))
+                        .inc();
                     tracing::info!(upstream = %source.upstream(), key = %fill.key, attempt, have = writer.len(),
                         wait_ms = wait.as_millis() as u64, error = %e, "fill retrying");
                     tokio::time::sleep(wait).await;
@@ -252,7 +306,12 @@ impl Flights {
     }
 
     /// One attempt: open at the bytes we have, compare any bytes re-sent, append the rest.
-    async fn transfer(&self, fill: &Fill, writer: &mut SpoolWriter, source: &dyn Source) -> Result<(), FetchError> {
+    async fn transfer(
+        &self,
+        fill: &Fill,
+        writer: &mut SpoolWriter,
+        source: &dyn Source,
+    ) -> Result<(), FetchError> {
         let upstream = source.upstream().to_string();
         let err = |kind, m: String| FetchError::new(kind, &upstream, m);
         let have = writer.len();
@@ -260,13 +319,19 @@ impl Flights {
         let known_total = fill.state.borrow().total;
         if let (Some(before), Some(now)) = (known_total, opened.total) {
             if before != now {
-                return Err(err(FetchErrorKind::Corrupt, format!("object size changed from {before} to {now} between attempts")));
+                return Err(err(
+                    FetchErrorKind::Corrupt,
+                    format!("object size changed from {before} to {now} between attempts"),
+                ));
             }
         }
         let total = opened.total.or(known_total);
         if let Some(t) = total {
             if have > t {
-                return Err(err(FetchErrorKind::Corrupt, format!("have {have} bytes of an object of {t}")));
+                return Err(err(
+                    FetchErrorKind::Corrupt,
+                    format!("have {have} bytes of an object of {t}"),
+                ));
             }
         }
         fill.state.send_modify(|s| {
@@ -275,14 +340,22 @@ impl Flights {
         });
         let mut pos = if opened.partial { have } else { 0 };
         let mut body = opened.body;
-        let bytes_counter = self.metrics.upstream_bytes.get_or_create(&upstream_label(&upstream)).clone();
+        let bytes_counter = self
+            .metrics
+            .upstream_bytes
+            .get_or_create(&upstream_label(&upstream))
+            .clone();
         loop {
             let next = match tokio::time::timeout(self.settings.stall_timeout, body.next()).await {
                 Ok(n) => n,
                 Err(_) => {
                     return Err(err(
                         FetchErrorKind::Timeout,
-                        format!("body stalled for {:?} at byte {}", self.settings.stall_timeout, writer.len()),
+                        format!(
+                            "body stalled for {:?} at byte {}",
+                            self.settings.stall_timeout,
+                            writer.len()
+                        ),
                     ))
                 }
             };
@@ -309,7 +382,10 @@ impl Flights {
             }
             if let Some(t) = total {
                 if writer.len() + data.len() as u64 > t {
-                    return Err(err(FetchErrorKind::Body, format!("body is longer than the announced {t} bytes")));
+                    return Err(err(
+                        FetchErrorKind::Body,
+                        format!("body is longer than the announced {t} bytes"),
+                    ));
                 }
             }
             writer
@@ -321,11 +397,20 @@ impl Flights {
         }
         if let Some(t) = total {
             if writer.len() < t {
-                return Err(err(FetchErrorKind::Body, format!("body ended at {} of {t} bytes", writer.len())));
+                return Err(err(
+                    FetchErrorKind::Body,
+                    format!("body ended at {} of {t} bytes", writer.len()),
+                ));
             }
         }
         if pos < writer.len() {
-            return Err(err(FetchErrorKind::Body, format!("restarted body ended at {pos}, before the {} bytes already received", writer.len())));
+            return Err(err(
+                FetchErrorKind::Body,
+                format!(
+                    "restarted body ended at {pos}, before the {} bytes already received",
+                    writer.len()
+                ),
+            ));
         }
         Ok(())
     }
@@ -340,7 +425,11 @@ impl Flights {
         let got = writer.digest_so_far();
         if got != *want {
             return Err((
-                FetchError::new(FetchErrorKind::Corrupt, upstream, format!("content is {got}, expected {want}")),
+                FetchError::new(
+                    FetchErrorKind::Corrupt,
+                    upstream,
+                    format!("content is {got}, expected {want}"),
+                ),
                 Some(writer),
             ));
         }
@@ -353,20 +442,37 @@ impl Flights {
         .await;
         match committed {
             Ok(Ok(_)) => Ok(want),
-            Ok(Err(e)) => Err((FetchError::new(FetchErrorKind::Local, upstream, format!("commit: {e}")), None)),
-            Err(e) => Err((FetchError::new(FetchErrorKind::Local, upstream, format!("commit task: {e}")), None)),
+            Ok(Err(e)) => Err((
+                FetchError::new(FetchErrorKind::Local, upstream, format!("commit: {e}")),
+                None,
+            )),
+            Err(e) => Err((
+                FetchError::new(FetchErrorKind::Local, upstream, format!("commit task: {e}")),
+                None,
+            )),
         }
     }
 }
 
 fn result_label(upstream: &str, result: &str) -> Vec<(String, String)> {
-    vec![("upstream".to_string(), upstream.to_string()), ("result".to_string(), result.to_string())]
+    vec![
+        ("upstream".to_string(), upstream.to_string()),
+        ("result".to_string(), result.to_string()),
+    ]
 }
 
 impl Fill {
     fn new(key: &str, writer: &SpoolWriter) -> Fill {
-        let (state, _) = watch::channel(FillState { written: writer.len(), total: None, phase: Phase::Connecting });
-        Fill { key: key.to_string(), spool: writer.path().to_path_buf(), state }
+        let (state, _) = watch::channel(FillState {
+            written: writer.len(),
+            total: None,
+            phase: Phase::Connecting,
+        });
+        Fill {
+            key: key.to_string(),
+            spool: writer.path().to_path_buf(),
+            state,
+        }
     }
 
     fn fail(&self, e: FetchError) {
@@ -394,7 +500,13 @@ impl Fill {
 
     /// A reader of bytes `start..end` (`end` None: to the end of the object). `withhold`
     /// keeps the final byte back until the object verified (full-body responses).
-    pub fn reader(self: &Arc<Self>, store: &Store, start: u64, end: Option<u64>, withhold: bool) -> io::Result<BoxStream<'static, io::Result<Bytes>>> {
+    pub fn reader(
+        self: &Arc<Self>,
+        store: &Store,
+        start: u64,
+        end: Option<u64>,
+        withhold: bool,
+    ) -> io::Result<BoxStream<'static, io::Result<Bytes>>> {
         let rx = self.state.subscribe();
         let file = match File::open(&self.spool) {
             Ok(f) => f,
@@ -411,8 +523,18 @@ impl Fill {
 }
 
 /// A reader of a committed object (no fill involved).
-pub fn stored_reader(file: File, len: u64, digest: Digest, start: u64, end: u64) -> BoxStream<'static, io::Result<Bytes>> {
-    let (tx, rx) = watch::channel(FillState { written: len, total: Some(len), phase: Phase::Committed(digest) });
+pub fn stored_reader(
+    file: File,
+    len: u64,
+    digest: Digest,
+    start: u64,
+    end: u64,
+) -> BoxStream<'static, io::Result<Bytes>> {
+    let (tx, rx) = watch::channel(FillState {
+        written: len,
+        total: Some(len),
+        phase: Phase::Committed(digest),
+    });
     drop(tx);
     read_stream(Arc::new(file), rx, start, Some(end), false)
 }
@@ -433,7 +555,14 @@ fn read_stream(
     end: Option<u64>,
     withhold: bool,
 ) -> BoxStream<'static, io::Result<Bytes>> {
-    let st = ReadState { file, rx, pos: start, end, withhold, done: false };
+    let st = ReadState {
+        file,
+        rx,
+        pos: start,
+        end,
+        withhold,
+        done: false,
+    };
     futures::stream::unfold(st, |mut st| async move {
         if st.done {
             return None;
@@ -443,12 +572,18 @@ fn read_stream(
             let committed = match &s.phase {
                 Phase::Failed(e) => {
                     st.done = true;
-                    return Some((Err(io::Error::other(format!("upstream transfer failed: {e}"))), st));
+                    return Some((
+                        Err(io::Error::other(format!("upstream transfer failed: {e}"))),
+                        st,
+                    ));
                 }
                 Phase::Committed(_) => true,
                 _ => false,
             };
-            let end = st.end.or(s.total).or(if committed { Some(s.written) } else { None });
+            let end = st
+                .end
+                .or(s.total)
+                .or(if committed { Some(s.written) } else { None });
             if end.is_some_and(|e| st.pos >= e) {
                 return None;
             }
@@ -485,7 +620,10 @@ fn read_stream(
             }
             if st.rx.changed().await.is_err() {
                 st.done = true;
-                return Some((Err(io::Error::other("upstream transfer ended without result")), st));
+                return Some((
+                    Err(io::Error::other("upstream transfer ended without result")),
+                    st,
+                ));
             }
         }
     })

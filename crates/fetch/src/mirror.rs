@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use futures::stream::StreamExt;
-use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, LINK, RANGE};
+use reqwest::header::{
+    HeaderMap, HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, LINK, RANGE,
+};
 use reqwest::Method;
 use tender_oci::media::{self, AcceptList};
 use tender_oci::{Digest, Reference, RepoName};
@@ -91,8 +93,17 @@ impl Mirror {
         flights: Arc<Flights>,
         settings: FetchSettings,
     ) -> Arc<Mirror> {
-        let upstreams = upstreams.into_iter().map(|u| (u.name().to_ascii_lowercase(), u)).collect();
-        Arc::new(Mirror { upstreams, default_upstream, flights, settings, manifest_flights: Mutex::new(HashMap::new()) })
+        let upstreams = upstreams
+            .into_iter()
+            .map(|u| (u.name().to_ascii_lowercase(), u))
+            .collect();
+        Arc::new(Mirror {
+            upstreams,
+            default_upstream,
+            flights,
+            settings,
+            manifest_flights: Mutex::new(HashMap::new()),
+        })
     }
 
     pub fn flights(&self) -> &Arc<Flights> {
@@ -100,7 +111,11 @@ impl Mirror {
     }
 
     pub fn upstream_names(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.upstreams.values().map(|u| u.name().to_string()).collect();
+        let mut v: Vec<String> = self
+            .upstreams
+            .values()
+            .map(|u| u.name().to_string())
+            .collect();
         v.sort();
         v
     }
@@ -111,9 +126,17 @@ impl Mirror {
 
     /// Choose the upstream for a request: `ns`, else a path prefix naming a configured
     /// upstream, else the default. Returns the upstream and the name to ask it for.
-    pub fn route(&self, ns: Option<&str>, name: &RepoName) -> Result<(Arc<Upstream>, RepoName), RouteRefusal> {
+    pub fn route(
+        &self,
+        ns: Option<&str>,
+        name: &RepoName,
+    ) -> Result<(Arc<Upstream>, RepoName), RouteRefusal> {
         let finish = |up: &Arc<Upstream>, n: RepoName| {
-            let n = if up.settings().library_prefix { n.with_library_prefix() } else { n };
+            let n = if up.settings().library_prefix {
+                n.with_library_prefix()
+            } else {
+                n
+            };
             (up.clone(), n)
         };
         if let Some(ns) = ns {
@@ -127,7 +150,11 @@ impl Mirror {
                 return Ok(finish(up, rest));
             }
         }
-        match self.default_upstream.as_deref().and_then(|d| self.upstream(d)) {
+        match self
+            .default_upstream
+            .as_deref()
+            .and_then(|d| self.upstream(d))
+        {
             Some(up) => Ok(finish(up, name.clone())),
             None => Err(RouteRefusal::NoDefault(name.to_string())),
         }
@@ -149,9 +176,13 @@ impl Mirror {
                 }
             }
             Reference::Tag(t) => {
-                let record = store.tag_get(up.name(), repo.as_str(), t.as_str()).map_err(|e| local(up, e))?;
+                let record = store
+                    .tag_get(up.name(), repo.as_str(), t.as_str())
+                    .map_err(|e| local(up, e))?;
                 if let Some(r) = &record {
-                    if r.age_secs() < self.settings.tag_ttl.as_secs() && accept.accepts(&r.media_type) {
+                    if r.age_secs() < self.settings.tag_ttl.as_secs()
+                        && accept.accepts(&r.media_type)
+                    {
                         if let Some(hit) = self.stored_manifest(&r.digest, CacheResult::Hit)? {
                             return Ok(hit);
                         }
@@ -159,18 +190,34 @@ impl Mirror {
                 }
             }
         }
-        let key = format!("{}\0{}\0{}\0{}", up.name(), repo, reference, accept.upstream_header());
+        let key = format!(
+            "{}\0{}\0{}\0{}",
+            up.name(),
+            repo,
+            reference,
+            accept.upstream_header()
+        );
         let flight = {
-            let mut flights = self
-                .manifest_flights
-                .lock()
-                .map_err(|_| FetchError::new(FetchErrorKind::Local, up.name(), "manifest flights poisoned"))?;
+            let mut flights = self.manifest_flights.lock().map_err(|_| {
+                FetchError::new(
+                    FetchErrorKind::Local,
+                    up.name(),
+                    "manifest flights poisoned",
+                )
+            })?;
             flights
                 .entry(key.clone())
                 .or_insert_with(|| {
-                    let (me, up, repo, reference, accept) =
-                        (self.clone(), up.clone(), repo.clone(), reference.clone(), accept.clone());
-                    async move { me.fetch_manifest(&up, &repo, &reference, &accept).await }.boxed().shared()
+                    let (me, up, repo, reference, accept) = (
+                        self.clone(),
+                        up.clone(),
+                        repo.clone(),
+                        reference.clone(),
+                        accept.clone(),
+                    );
+                    async move { me.fetch_manifest(&up, &repo, &reference, &accept).await }
+                        .boxed()
+                        .shared()
                 })
                 .clone()
         };
@@ -181,12 +228,27 @@ impl Mirror {
         result
     }
 
-    fn stored_manifest(&self, digest: &Digest, cache: CacheResult) -> Result<Option<ManifestHit>, FetchError> {
+    fn stored_manifest(
+        &self,
+        digest: &Digest,
+        cache: CacheResult,
+    ) -> Result<Option<ManifestHit>, FetchError> {
         let store = self.flights.store();
-        let local = |e: tender_store::StoreError| FetchError::new(FetchErrorKind::Local, "store", e.to_string());
-        let Some(meta) = store.meta_get(digest).map_err(local)? else { return Ok(None) };
-        let Some(bytes) = store.read_object(digest).map_err(local)? else { return Ok(None) };
-        Ok(Some(ManifestHit { digest: *digest, media_type: meta.media_type, bytes: Bytes::from(bytes), cache }))
+        let local = |e: tender_store::StoreError| {
+            FetchError::new(FetchErrorKind::Local, "store", e.to_string())
+        };
+        let Some(meta) = store.meta_get(digest).map_err(local)? else {
+            return Ok(None);
+        };
+        let Some(bytes) = store.read_object(digest).map_err(local)? else {
+            return Ok(None);
+        };
+        Ok(Some(ManifestHit {
+            digest: *digest,
+            media_type: meta.media_type,
+            bytes: Bytes::from(bytes),
+            cache,
+        }))
     }
 
     async fn fetch_manifest(
@@ -204,13 +266,18 @@ impl Mirror {
             headers.insert(ACCEPT, v);
         }
         let record = match reference {
-            Reference::Tag(t) => store.tag_get(up.name(), repo.as_str(), t.as_str()).map_err(|e| local(up, e))?,
+            Reference::Tag(t) => store
+                .tag_get(up.name(), repo.as_str(), t.as_str())
+                .map_err(|e| local(up, e))?,
             Reference::Digest(_) => None,
         };
         // A tag we hold: ask with HEAD (cheap, not rate-limited by Docker Hub) whether it moved.
         if let (Some(r), Reference::Tag(_)) = (&record, reference) {
             if accept.accepts(&r.media_type) && store.object_len(&r.digest).is_some() {
-                match up.request(Method::HEAD, &path, headers.clone(), Some(&scope)).await {
+                match up
+                    .request(Method::HEAD, &path, headers.clone(), Some(&scope))
+                    .await
+                {
                     Ok(resp) => {
                         let same = resp
                             .headers()
@@ -222,7 +289,9 @@ impl Mirror {
                             let mut fresh = r.clone();
                             fresh.fetched_at = tender_store_now();
                             store.tag_put(&fresh).map_err(|e| local(up, e))?;
-                            if let Some(hit) = self.stored_manifest(&r.digest, CacheResult::Revalidated)? {
+                            if let Some(hit) =
+                                self.stored_manifest(&r.digest, CacheResult::Revalidated)?
+                            {
                                 return Ok(hit);
                             }
                         }
@@ -246,16 +315,25 @@ impl Mirror {
             .get("docker-content-digest")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<Digest>().ok());
-        if resp.content_length().is_some_and(|l| l > MAX_MANIFEST_BYTES as u64) {
-            return Err(FetchError::new(FetchErrorKind::Corrupt, up.name(), "manifest larger than 8 MiB"));
+        if resp
+            .content_length()
+            .is_some_and(|l| l > MAX_MANIFEST_BYTES as u64)
+        {
+            return Err(FetchError::new(
+                FetchErrorKind::Corrupt,
+                up.name(),
+                "manifest larger than 8 MiB",
+            ));
         }
-        let body = read_limited(up, resp, MAX_MANIFEST_BYTES).await.or_else(|e| {
-            if e.is_upstream_down() {
-                self.stale_or(e, record.as_ref()).map(|h| h.bytes)
-            } else {
-                Err(e)
-            }
-        })?;
+        let body = read_limited(up, resp, MAX_MANIFEST_BYTES)
+            .await
+            .or_else(|e| {
+                if e.is_upstream_down() {
+                    self.stale_or(e, record.as_ref()).map(|h| h.bytes)
+                } else {
+                    Err(e)
+                }
+            })?;
         let digest = Digest::of(&body);
         let expected = match reference {
             Reference::Digest(d) => Some(*d),
@@ -274,11 +352,25 @@ impl Mirror {
         }
         let media_type = content_type
             .or_else(|| media::declared_media_type(&body))
-            .ok_or_else(|| FetchError::new(FetchErrorKind::Corrupt, up.name(), "manifest is not JSON and has no media type"))?;
+            .ok_or_else(|| {
+                FetchError::new(
+                    FetchErrorKind::Corrupt,
+                    up.name(),
+                    "manifest is not JSON and has no media type",
+                )
+            })?;
         let key = format!("manifest:{digest}");
-        store.put_bytes(&key, &body, &digest).map_err(|e| local(up, e))?;
         store
-            .meta_put(&digest, &ManifestMeta { media_type: media_type.clone(), size: body.len() as u64 })
+            .put_bytes(&key, &body, &digest)
+            .map_err(|e| local(up, e))?;
+        store
+            .meta_put(
+                &digest,
+                &ManifestMeta {
+                    media_type: media_type.clone(),
+                    size: body.len() as u64,
+                },
+            )
             .map_err(|e| local(up, e))?;
         if let Reference::Tag(t) = reference {
             store
@@ -293,11 +385,20 @@ impl Mirror {
                 })
                 .map_err(|e| local(up, e))?;
         }
-        Ok(ManifestHit { digest, media_type, bytes: body, cache: CacheResult::Miss })
+        Ok(ManifestHit {
+            digest,
+            media_type,
+            bytes: body,
+            cache: CacheResult::Miss,
+        })
     }
 
     /// Serve the last known mapping of a tag when the upstream is down, within the maximum age.
-    fn stale_or(&self, e: FetchError, record: Option<&TagRecord>) -> Result<ManifestHit, FetchError> {
+    fn stale_or(
+        &self,
+        e: FetchError,
+        record: Option<&TagRecord>,
+    ) -> Result<ManifestHit, FetchError> {
         if e.is_upstream_down() {
             if let Some(r) = record {
                 if r.age_secs() <= self.settings.stale_max_age.as_secs() {
@@ -313,16 +414,42 @@ impl Mirror {
     }
 
     /// Join or start the fill of a blob, or find it stored.
-    pub fn blob(&self, up: &Arc<Upstream>, repo: &RepoName, digest: &Digest) -> Result<Claim, FetchError> {
-        let source = Arc::new(BlobSource { upstream: up.clone(), repo: repo.clone(), digest: *digest });
-        self.flights.claim(&digest.to_string(), Expect::Digest(*digest), source)
+    pub fn blob(
+        &self,
+        up: &Arc<Upstream>,
+        repo: &RepoName,
+        digest: &Digest,
+    ) -> Result<Claim, FetchError> {
+        let source = Arc::new(BlobSource {
+            upstream: up.clone(),
+            repo: repo.clone(),
+            digest: *digest,
+        });
+        self.flights
+            .claim(&digest.to_string(), Expect::Digest(*digest), source)
     }
 
     /// Size of a blob we do not hold, from the upstream (HEAD).
-    pub async fn blob_size(&self, up: &Arc<Upstream>, repo: &RepoName, digest: &Digest) -> Result<Option<u64>, FetchError> {
+    pub async fn blob_size(
+        &self,
+        up: &Arc<Upstream>,
+        repo: &RepoName,
+        digest: &Digest,
+    ) -> Result<Option<u64>, FetchError> {
         let path = format!("/v2/{repo}/blobs/{digest}");
-        let resp = up.request(Method::HEAD, &path, HeaderMap::new(), Some(&format!("repository:{repo}:pull"))).await?;
-        Ok(resp.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()))
+        let resp = up
+            .request(
+                Method::HEAD,
+                &path,
+                HeaderMap::new(),
+                Some(&format!("repository:{repo}:pull")),
+            )
+            .await?;
+        Ok(resp
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok()))
     }
 
     /// Pass a listing (`tags/list`, `referrers`) through. `client_name` is the name the client
@@ -340,7 +467,14 @@ impl Mirror {
             path.push('?');
             path.push_str(q);
         }
-        let resp = up.request(Method::GET, &path, HeaderMap::new(), Some(&format!("repository:{repo}:pull"))).await?;
+        let resp = up
+            .request(
+                Method::GET,
+                &path,
+                HeaderMap::new(),
+                Some(&format!("repository:{repo}:pull")),
+            )
+            .await?;
         let content_type = resp
             .headers()
             .get(CONTENT_TYPE)
@@ -353,25 +487,40 @@ impl Mirror {
             .and_then(|v| v.to_str().ok())
             .map(|l| l.replace(&format!("/v2/{repo}/"), &format!("/v2/{client_name}/")));
         let body = read_limited(up, resp, MAX_MANIFEST_BYTES).await?;
-        Ok(Listing { content_type, link, body })
+        Ok(Listing {
+            content_type,
+            link,
+            body,
+        })
     }
 }
 
 fn tender_store_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 fn local(up: &Upstream, e: tender_store::StoreError) -> FetchError {
     FetchError::new(FetchErrorKind::Local, up.name(), e.to_string())
 }
 
-async fn read_limited(up: &Upstream, resp: reqwest::Response, limit: usize) -> Result<Bytes, FetchError> {
+async fn read_limited(
+    up: &Upstream,
+    resp: reqwest::Response,
+    limit: usize,
+) -> Result<Bytes, FetchError> {
     let mut out = Vec::new();
     let mut stream = resp.bytes_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| FetchError::from_reqwest(up.name(), &e))?;
         if out.len() + chunk.len() > limit {
-            return Err(FetchError::new(FetchErrorKind::Corrupt, up.name(), format!("response larger than {limit} bytes")));
+            return Err(FetchError::new(
+                FetchErrorKind::Corrupt,
+                up.name(),
+                format!("response larger than {limit} bytes"),
+            ));
         }
         out.extend_from_slice(&chunk);
     }
@@ -401,7 +550,9 @@ impl Source for BlobSource {
                     headers.insert(RANGE, v);
                 }
             }
-            let resp = up.request(Method::GET, &path, headers, Some(&scope)).await?;
+            let resp = up
+                .request(Method::GET, &path, headers, Some(&scope))
+                .await?;
             opened_from(&up, resp, offset)
         }
         .boxed()
@@ -409,10 +560,18 @@ impl Source for BlobSource {
 }
 
 /// Interpret a (possibly ranged) GET response as a fill transfer.
-pub(crate) fn opened_from(up: &Arc<Upstream>, resp: reqwest::Response, offset: u64) -> Result<Opened, FetchError> {
+pub(crate) fn opened_from(
+    up: &Arc<Upstream>,
+    resp: reqwest::Response,
+    offset: u64,
+) -> Result<Opened, FetchError> {
     let name = up.name().to_string();
     let (partial, total) = if resp.status() == reqwest::StatusCode::PARTIAL_CONTENT {
-        let cr = resp.headers().get(CONTENT_RANGE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let cr = resp
+            .headers()
+            .get(CONTENT_RANGE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
         match parse_content_range(cr) {
             Some((start, total)) if start == offset => (true, total),
             _ => {
@@ -427,8 +586,15 @@ pub(crate) fn opened_from(up: &Arc<Upstream>, resp: reqwest::Response, offset: u
         (false, resp.content_length())
     };
     let err_name = name.clone();
-    let body = resp.bytes_stream().map(move |r| r.map_err(|e| FetchError::from_reqwest(&err_name, &e))).boxed();
-    Ok(Opened { partial, total, body })
+    let body = resp
+        .bytes_stream()
+        .map(move |r| r.map_err(|e| FetchError::from_reqwest(&err_name, &e)))
+        .boxed();
+    Ok(Opened {
+        partial,
+        total,
+        body,
+    })
 }
 
 /// `bytes <start>-<end>/<total|*>` -> (start, total).
@@ -436,7 +602,11 @@ fn parse_content_range(v: &str) -> Option<(u64, Option<u64>)> {
     let rest = v.trim().strip_prefix("bytes ")?;
     let (range, total) = rest.split_once('/')?;
     let (start, _end) = range.split_once('-')?;
-    let total = if total.trim() == "*" { None } else { Some(total.trim().parse().ok()?) };
+    let total = if total.trim() == "*" {
+        None
+    } else {
+        Some(total.trim().parse().ok()?)
+    };
     Some((start.trim().parse().ok()?, total))
 }
 
@@ -446,7 +616,10 @@ mod tests {
 
     #[test]
     fn should_parse_content_range() {
-        assert_eq!(parse_content_range("bytes 100-199/1000"), Some((100, Some(1000))));
+        assert_eq!(
+            parse_content_range("bytes 100-199/1000"),
+            Some((100, Some(1000)))
+        );
         assert_eq!(parse_content_range("bytes 5-9/*"), Some((5, None)));
         assert_eq!(parse_content_range("bytes */1000"), None);
         assert_eq!(parse_content_range("items 1-2/3"), None);

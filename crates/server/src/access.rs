@@ -54,7 +54,10 @@ impl http_body::Body for CountingBody {
     type Data = Bytes;
     type Error = axum::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let r = Pin::new(&mut self.inner).poll_frame(cx);
         match &r {
             Poll::Ready(Some(Ok(frame))) => {
@@ -84,7 +87,8 @@ impl Drop for CountingBody {
             || http_body::Body::is_end_stream(&self.inner)
             || r.content_length.is_some_and(|n| n == self.bytes);
         let secs = r.started.elapsed().as_secs_f64();
-        r.metrics.observe(&r.info, &r.method, r.status, self.bytes, secs, r.prefetch);
+        r.metrics
+            .observe(&r.info, &r.method, r.status, self.bytes, secs, r.prefetch);
         tracing::info!(
             target: "access",
             method = %r.method,
@@ -106,7 +110,11 @@ impl Drop for CountingBody {
 }
 
 /// Middleware: wrap every response body so it is logged and counted when done.
-pub async fn layer(State(metrics): State<Arc<ServerMetrics>>, req: Request, next: Next) -> Response {
+pub async fn layer(
+    State(metrics): State<Arc<ServerMetrics>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let started = Instant::now();
     let method = req.method().to_string();
     let path = req.uri().path().to_string();
@@ -121,7 +129,10 @@ pub async fn layer(State(metrics): State<Arc<ServerMetrics>>, req: Request, next
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let prefetch = req.headers().get("x-tender-prefetch").is_some_and(|v| v.as_bytes() == b"1");
+    let prefetch = req
+        .headers()
+        .get("x-tender-prefetch")
+        .is_some_and(|v| v.as_bytes() == b"1");
     let resp = next.run(req).await;
     let (mut parts, body) = resp.into_parts();
     let info = parts.extensions.remove::<AccessInfo>().unwrap_or_default();
@@ -144,6 +155,11 @@ pub async fn layer(State(metrics): State<Arc<ServerMetrics>>, req: Request, next
         started,
         metrics,
     };
-    let body = CountingBody { inner: body, bytes: 0, complete: false, record: Some(record) };
+    let body = CountingBody {
+        inner: body,
+        bytes: 0,
+        complete: false,
+        record: Some(record),
+    };
     Response::from_parts(parts, Body::new(body))
 }

@@ -31,7 +31,10 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(mirror: Arc<Mirror>, metrics: Arc<ServerMetrics>) -> Arc<AppState> {
-        Arc::new(AppState { mirror: RwLock::new(mirror), metrics })
+        Arc::new(AppState {
+            mirror: RwLock::new(mirror),
+            metrics,
+        })
     }
 
     pub fn mirror(&self) -> Arc<Mirror> {
@@ -70,7 +73,10 @@ pub fn router(app: Arc<AppState>) -> Router {
 
 async fn metrics_handler(State(app): State<Arc<AppState>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         app.metrics.render(),
     )
 }
@@ -82,14 +88,24 @@ async fn readyz(State(app): State<Arc<AppState>>) -> impl IntoResponse {
     if root.join("objects").is_dir() {
         (StatusCode::OK, "ready\n")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "data directory unavailable\n")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "data directory unavailable\n",
+        )
     }
 }
 
 /// Serve on `listener` until `shutdown` resolves, then finish in-flight requests.
-pub async fn serve(listener: TcpListener, app: Arc<AppState>, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let router = router(app);
-    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }

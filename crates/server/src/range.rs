@@ -14,12 +14,18 @@ pub enum RangeAsk {
 
 /// Resolve a `Range` header value against an object of `len` bytes.
 pub fn resolve(header: Option<&str>, len: u64) -> RangeAsk {
-    let Some(h) = header else { return RangeAsk::Full };
-    let Some(spec) = h.trim().strip_prefix("bytes=") else { return RangeAsk::Full };
+    let Some(h) = header else {
+        return RangeAsk::Full;
+    };
+    let Some(spec) = h.trim().strip_prefix("bytes=") else {
+        return RangeAsk::Full;
+    };
     if spec.contains(',') {
         return RangeAsk::Full;
     }
-    let Some((a, b)) = spec.trim().split_once('-') else { return RangeAsk::Full };
+    let Some((a, b)) = spec.trim().split_once('-') else {
+        return RangeAsk::Full;
+    };
     let (a, b) = (a.trim(), b.trim());
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
     if a.is_empty() {
@@ -27,16 +33,23 @@ pub fn resolve(header: Option<&str>, len: u64) -> RangeAsk {
         if !digits(b) {
             return RangeAsk::Full;
         }
-        let Ok(n) = b.parse::<u64>() else { return RangeAsk::Full };
+        let Ok(n) = b.parse::<u64>() else {
+            return RangeAsk::Full;
+        };
         if n == 0 || len == 0 {
             return RangeAsk::Unsatisfiable;
         }
-        return RangeAsk::Partial { start: len.saturating_sub(n), end: len };
+        return RangeAsk::Partial {
+            start: len.saturating_sub(n),
+            end: len,
+        };
     }
     if !digits(a) || !(b.is_empty() || digits(b)) {
         return RangeAsk::Full;
     }
-    let Ok(start) = a.parse::<u64>() else { return RangeAsk::Unsatisfiable };
+    let Ok(start) = a.parse::<u64>() else {
+        return RangeAsk::Unsatisfiable;
+    };
     let last = if b.is_empty() {
         len.saturating_sub(1)
     } else {
@@ -51,7 +64,10 @@ pub fn resolve(header: Option<&str>, len: u64) -> RangeAsk {
     if start >= len {
         return RangeAsk::Unsatisfiable;
     }
-    RangeAsk::Partial { start, end: last + 1 }
+    RangeAsk::Partial {
+        start,
+        end: last + 1,
+    }
 }
 
 #[cfg(test)]
@@ -63,12 +79,36 @@ mod tests {
     fn should_resolve_range_forms() {
         let cases: &[(Option<&str>, u64, RangeAsk)] = &[
             (None, 10, RangeAsk::Full),
-            (Some("bytes=0-0"), 10, RangeAsk::Partial { start: 0, end: 1 }),
-            (Some("bytes=2-5"), 10, RangeAsk::Partial { start: 2, end: 6 }),
-            (Some("bytes=2-"), 10, RangeAsk::Partial { start: 2, end: 10 }),
-            (Some("bytes=-3"), 10, RangeAsk::Partial { start: 7, end: 10 }),
-            (Some("bytes=-30"), 10, RangeAsk::Partial { start: 0, end: 10 }),
-            (Some("bytes=5-100"), 10, RangeAsk::Partial { start: 5, end: 10 }),
+            (
+                Some("bytes=0-0"),
+                10,
+                RangeAsk::Partial { start: 0, end: 1 },
+            ),
+            (
+                Some("bytes=2-5"),
+                10,
+                RangeAsk::Partial { start: 2, end: 6 },
+            ),
+            (
+                Some("bytes=2-"),
+                10,
+                RangeAsk::Partial { start: 2, end: 10 },
+            ),
+            (
+                Some("bytes=-3"),
+                10,
+                RangeAsk::Partial { start: 7, end: 10 },
+            ),
+            (
+                Some("bytes=-30"),
+                10,
+                RangeAsk::Partial { start: 0, end: 10 },
+            ),
+            (
+                Some("bytes=5-100"),
+                10,
+                RangeAsk::Partial { start: 5, end: 10 },
+            ),
             (Some("bytes=10-"), 10, RangeAsk::Unsatisfiable),
             (Some("bytes=10-20"), 10, RangeAsk::Unsatisfiable),
             (Some("bytes=-0"), 10, RangeAsk::Unsatisfiable),
@@ -77,7 +117,11 @@ mod tests {
             (Some("bytes=0-1,3-4"), 10, RangeAsk::Full),
             (Some("items=0-1"), 10, RangeAsk::Full),
             (Some("bytes=x-1"), 10, RangeAsk::Full),
-            (Some("bytes=99999999999999999999999-"), 10, RangeAsk::Unsatisfiable),
+            (
+                Some("bytes=99999999999999999999999-"),
+                10,
+                RangeAsk::Unsatisfiable,
+            ),
         ];
         for (h, len, want) in cases {
             assert_eq!(resolve(*h, *len), *want, "{h:?} of {len}");

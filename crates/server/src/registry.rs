@@ -28,7 +28,12 @@ struct Query {
 }
 
 fn parse_query(q: Option<&str>) -> Query {
-    let mut out = Query { ns: None, n: None, last: None, artifact_type: None };
+    let mut out = Query {
+        ns: None,
+        n: None,
+        last: None,
+        artifact_type: None,
+    };
     for (k, v) in url::form_urlencoded::parse(q.unwrap_or("").as_bytes()) {
         match k.as_ref() {
             "ns" => out.ns = Some(v.into_owned()),
@@ -51,13 +56,19 @@ pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response 
     let method = req.method().clone();
     let uri = req.uri().clone();
     let headers = req.headers().clone();
-    let mut info = AccessInfo { route: "other", ..AccessInfo::default() };
+    let mut info = AccessInfo {
+        route: "other",
+        ..AccessInfo::default()
+    };
     let result = dispatch(&app, &method, uri.path(), uri.query(), &headers, &mut info).await;
     let mut resp = match result {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
-    resp.headers_mut().insert("docker-distribution-api-version", HeaderValue::from_static(API_VERSION));
+    resp.headers_mut().insert(
+        "docker-distribution-api-version",
+        HeaderValue::from_static(API_VERSION),
+    );
     with_info(resp, info)
 }
 
@@ -77,12 +88,20 @@ async fn dispatch(
         RouteError::Digest(_) => ApiError::new(ErrorCode::DigestInvalid, e.to_string()),
     })?;
     if method != Method::GET && method != Method::HEAD {
-        return Err(ApiError::new(ErrorCode::Unsupported, "tender is a pull-through mirror: only GET and HEAD"));
+        return Err(ApiError::new(
+            ErrorCode::Unsupported,
+            "tender is a pull-through mirror: only GET and HEAD",
+        ));
     }
     let q = parse_query(query);
     let Some(name) = route.name.clone() else {
         info.route = "base";
-        return Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], "{}").into_response());
+        return Ok((
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            "{}",
+        )
+            .into_response());
     };
     let mirror = app.mirror();
     let (up, repo) = mirror
@@ -105,7 +124,10 @@ async fn dispatch(
             info.route = "tags";
             if let Some(n) = &q.n {
                 if n.parse::<u32>().is_err() {
-                    return Err(ApiError::new(ErrorCode::PaginationNumberInvalid, format!("n={n:?} is not a number")));
+                    return Err(ApiError::new(
+                        ErrorCode::PaginationNumberInvalid,
+                        format!("n={n:?} is not a number"),
+                    ));
                 }
             }
             let qs = {
@@ -123,7 +145,12 @@ async fn dispatch(
                 .await
                 .map_err(|e| ApiError::from_fetch(&e, Subject::Repository))?;
             info.cache = Some(CacheResult::Pass.as_str());
-            Ok(listing_response(listing.content_type, listing.link, listing.body, head))
+            Ok(listing_response(
+                listing.content_type,
+                listing.link,
+                listing.body,
+                head,
+            ))
         }
         RouteKind::Referrers(digest) => {
             info.route = "referrers";
@@ -152,7 +179,12 @@ async fn dispatch(
     }
 }
 
-fn listing_response(content_type: String, link: Option<String>, body: bytes::Bytes, head: bool) -> Response {
+fn listing_response(
+    content_type: String,
+    link: Option<String>,
+    body: bytes::Bytes,
+    head: bool,
+) -> Response {
     let mut builder = Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, content_type)
@@ -161,7 +193,11 @@ fn listing_response(content_type: String, link: Option<String>, body: bytes::Byt
         builder = builder.header(header::LINK, l);
     }
     builder
-        .body(if head { Body::empty() } else { Body::from(body) })
+        .body(if head {
+            Body::empty()
+        } else {
+            Body::from(body)
+        })
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
@@ -191,7 +227,12 @@ async fn manifest(
     head: bool,
     info: &mut AccessInfo,
 ) -> Result<Response, ApiError> {
-    let accept = AcceptList::parse(headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()));
+    let accept = AcceptList::parse(
+        headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    );
     let hit = app
         .mirror()
         .manifest(up, repo, reference, &accept)
@@ -209,7 +250,11 @@ async fn manifest(
         builder
             .status(StatusCode::OK)
             .header(header::CONTENT_LENGTH, hit.bytes.len())
-            .body(if head { Body::empty() } else { Body::from(hit.bytes) })
+            .body(if head {
+                Body::empty()
+            } else {
+                Body::from(hit.bytes)
+            })
     };
     resp.map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))
 }
@@ -236,7 +281,10 @@ fn ask(headers: &HeaderMap, digest: &Digest, total: u64) -> RangeAsk {
 }
 
 fn unsatisfiable(total: u64) -> ApiError {
-    let mut e = ApiError::new(ErrorCode::RangeInvalid, format!("range not satisfiable for {total} bytes"));
+    let mut e = ApiError::new(
+        ErrorCode::RangeInvalid,
+        format!("range not satisfiable for {total} bytes"),
+    );
     e.content_range = Some(format!("bytes */{total}"));
     e
 }
@@ -259,14 +307,22 @@ async fn blob(
     }
     if head {
         info.cache = Some(CacheResult::Pass.as_str());
-        let size = mirror.blob_size(up, repo, digest).await.map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?;
+        let size = mirror
+            .blob_size(up, repo, digest)
+            .await
+            .map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?;
         let mut b = blob_builder(digest).status(StatusCode::OK);
         if let Some(s) = size {
             b = b.header(header::CONTENT_LENGTH, s);
         }
-        return b.body(Body::empty()).map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()));
+        return b
+            .body(Body::empty())
+            .map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()));
     }
-    let fill = match mirror.blob(up, repo, digest).map_err(|e| ApiError::from_fetch(&e, Subject::Blob))? {
+    let fill = match mirror
+        .blob(up, repo, digest)
+        .map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?
+    {
         Claim::Stored(_) => {
             info.cache = Some(CacheResult::Hit.as_str());
             let (file, len) = store
@@ -283,7 +339,8 @@ async fn blob(
         return Err(ApiError::from_fetch(e, Subject::Blob));
     }
     let reader = |start, end, withhold| {
-        fill.reader(&store, start, end, withhold).map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))
+        fill.reader(&store, start, end, withhold)
+            .map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))
     };
     let Some(total) = state.total else {
         // No size from the upstream: a chunked body that only ends once the digest verified.
@@ -298,7 +355,10 @@ async fn blob(
         RangeAsk::Partial { start, end } => blob_builder(digest)
             .status(StatusCode::PARTIAL_CONTENT)
             .header(header::CONTENT_LENGTH, end - start)
-            .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{total}", end - 1))
+            .header(
+                header::CONTENT_RANGE,
+                format!("bytes {start}-{}/{total}", end - 1),
+            )
             .body(Body::from_stream(reader(start, Some(end), false)?))
             .map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string())),
         RangeAsk::Full => blob_builder(digest)
@@ -318,18 +378,30 @@ fn serve_stored(
 ) -> Result<Response, ApiError> {
     let err = |e: http::Error| ApiError::new(ErrorCode::Unknown, e.to_string());
     if if_none_match(headers, digest) {
-        return blob_builder(digest).status(StatusCode::NOT_MODIFIED).body(Body::empty()).map_err(err);
+        return blob_builder(digest)
+            .status(StatusCode::NOT_MODIFIED)
+            .body(Body::empty())
+            .map_err(err);
     }
     if head {
-        return blob_builder(digest).status(StatusCode::OK).header(header::CONTENT_LENGTH, len).body(Body::empty()).map_err(err);
+        return blob_builder(digest)
+            .status(StatusCode::OK)
+            .header(header::CONTENT_LENGTH, len)
+            .body(Body::empty())
+            .map_err(err);
     }
     match ask(headers, digest, len) {
         RangeAsk::Unsatisfiable => Err(unsatisfiable(len)),
         RangeAsk::Partial { start, end } => blob_builder(digest)
             .status(StatusCode::PARTIAL_CONTENT)
             .header(header::CONTENT_LENGTH, end - start)
-            .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{len}", end - 1))
-            .body(Body::from_stream(stored_reader(file, len, *digest, start, end)))
+            .header(
+                header::CONTENT_RANGE,
+                format!("bytes {start}-{}/{len}", end - 1),
+            )
+            .body(Body::from_stream(stored_reader(
+                file, len, *digest, start, end,
+            )))
             .map_err(err),
         RangeAsk::Full => blob_builder(digest)
             .status(StatusCode::OK)

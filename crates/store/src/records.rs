@@ -42,7 +42,10 @@ pub struct ManifestMeta {
 }
 
 pub fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 impl Store {
@@ -53,15 +56,26 @@ impl Store {
             h.update([0u8]);
         }
         let key = hex::encode(h.finalize());
-        self.root().join("tags").join(&key[..2]).join(format!("{key}.json"))
+        self.root()
+            .join("tags")
+            .join(&key[..2])
+            .join(format!("{key}.json"))
     }
 
     fn meta_path(&self, digest: &Digest) -> PathBuf {
         let hex = digest.hex();
-        self.root().join("meta/sha256").join(&hex[..2]).join(format!("{hex}.json"))
+        self.root()
+            .join("meta/sha256")
+            .join(&hex[..2])
+            .join(format!("{hex}.json"))
     }
 
-    pub fn tag_get(&self, upstream: &str, repository: &str, tag: &str) -> Result<Option<TagRecord>, StoreError> {
+    pub fn tag_get(
+        &self,
+        upstream: &str,
+        repository: &str,
+        tag: &str,
+    ) -> Result<Option<TagRecord>, StoreError> {
         read_json(&self.tag_path(upstream, repository, tag)).map_err(|e| self.err(e))
     }
 

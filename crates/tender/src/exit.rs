@@ -36,13 +36,25 @@ pub struct Failure {
 
 impl Failure {
     pub fn usage(message: impl Into<String>) -> anyhow::Error {
-        Failure { class: Class::Usage, message: message.into() }.into()
+        Failure {
+            class: Class::Usage,
+            message: message.into(),
+        }
+        .into()
     }
     pub fn problem(message: impl Into<String>) -> anyhow::Error {
-        Failure { class: Class::Problem, message: message.into() }.into()
+        Failure {
+            class: Class::Problem,
+            message: message.into(),
+        }
+        .into()
     }
     pub fn transient(message: impl Into<String>) -> anyhow::Error {
-        Failure { class: Class::Transient, message: message.into() }.into()
+        Failure {
+            class: Class::Transient,
+            message: message.into(),
+        }
+        .into()
     }
 }
 
