@@ -240,6 +240,19 @@ fn quantity_at(v: &Value, path: &[&str]) -> Option<String> {
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn should_order_timestamps_like_their_fields(
+            a in (2000u32..2100, 1u32..13, 1u32..29, 0u32..24, 0u32..60, 0u32..60),
+            b in (2000u32..2100, 1u32..13, 1u32..29, 0u32..24, 0u32..60, 0u32..60),
+        ) {
+            let text = |t: (u32, u32, u32, u32, u32, u32)| format!("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", t.0, t.1, t.2, t.3, t.4, t.5);
+            let (ta, tb) = (Timestamp::parse(&text(a)).unwrap(), Timestamp::parse(&text(b)).unwrap());
+            prop_assert_eq!(ta.cmp(&tb), a.cmp(&b));
+        }
+    }
 
     #[test]
     fn should_order_timestamps_by_time() {

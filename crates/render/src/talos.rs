@@ -287,6 +287,22 @@ pub fn render_registries(
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn should_round_trip_talos_versions(major in 0u32..100, minor in 0u32..100, patch in proptest::option::of(0u32..1000)) {
+            let text = match patch { Some(p) => format!("v{major}.{minor}.{p}"), None => format!("v{major}.{minor}") };
+            let v = TalosVersion::parse("v", &text).unwrap();
+            prop_assert_eq!(v.to_string(), text);
+            prop_assert_eq!(v.uses_registry_documents(), (major, minor) >= (1, 12));
+        }
+
+        #[test]
+        fn should_never_panic_parsing_a_talos_version(s in "\\PC{0,12}") {
+            let _ = TalosVersion::parse("v", &s);
+        }
+    }
 
     #[test]
     fn should_encode_the_rfc4648_base64_vectors() {

@@ -382,3 +382,34 @@ fn should_refuse_hostile_catalog_values() {
         assert!(render_catalog(&config, Some(&format!("https://t.example/{h}")), None).is_err());
     }
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Any text in an image coordinate is refused, or reaches the disk URL / installer image
+        /// exactly as given.
+        #[test]
+        fn should_refuse_or_keep_literal_any_image_coordinate(
+            field in prop::sample::select(vec!["version", "schematicID", "installerRepository", "imageFactoryURL"]),
+            text in "[a-z0-9v./:$`\\\\\"' \\n-]{0,24}",
+        ) {
+            let mut v = base();
+            v["talos"][field] = json!(text);
+            match render_value(&v) {
+                Ok(out) => {
+                    assert_shape(&out);
+                    let mut all = Vec::new();
+                    docs(&out).iter().for_each(|d| leaves(d, &mut all));
+                    let trimmed = text.strip_suffix('/').unwrap_or(&text).to_string();
+                    prop_assert!(all.iter().any(|l| l.contains(&trimmed)), "{} not in output", trimmed);
+                    prop_assert!(!text.chars().any(|c| c.is_control() || "$`\\\"' ".contains(c)));
+                }
+                Err(e) => assert_refusal_is_clean(&e, &text),
+            }
+        }
+    }
+}
