@@ -67,8 +67,17 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .fallback(not_found)
         .with_state(app)
         .layer(axum::middleware::from_fn_with_state(metrics, access::layer))
+}
+
+/// Anything else: a real 404 with an OCI error body, never a page that looks like success.
+async fn not_found(uri: axum::http::Uri) -> error::ApiError {
+    error::ApiError::new(
+        tender_oci::ErrorCode::NameUnknown,
+        format!("no such endpoint: {}", uri.path()),
+    )
 }
 
 async fn metrics_handler(State(app): State<Arc<AppState>>) -> impl IntoResponse {

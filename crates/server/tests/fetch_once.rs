@@ -162,7 +162,7 @@ fn cases() -> Vec<Case> {
             faults: vec![
                 Fault::TruncateAt(mib),
                 Fault::TruncateAt(3 * mib),
-                Fault::SlowDrip(64 * mib as u64),
+                Fault::SlowDrip(64 * mib),
             ],
             ignore_range: false,
             gets: 3,

@@ -71,6 +71,8 @@ pub struct FakeState {
     pub require_token: Mutex<Option<String>>,
     pub token_requests: AtomicU64,
     pub base_url: Mutex<String>,
+    /// Answer blob GETs with a 307 to this base URL + the request path.
+    pub redirect_blobs_to: Mutex<Option<String>>,
 }
 
 pub struct FakeUpstream {
@@ -251,6 +253,13 @@ async fn fake_handler(State(s): State<Arc<FakeState>>, req: Request) -> Response
                 .unwrap();
         }
         s.blob_gets.fetch_add(1, Ordering::SeqCst);
+        if let Some(to) = s.redirect_blobs_to.lock().unwrap().clone() {
+            return Response::builder()
+                .status(StatusCode::TEMPORARY_REDIRECT)
+                .header(header::LOCATION, format!("{to}{path}"))
+                .body(Body::empty())
+                .unwrap();
+        }
         return serve_blob(&s, req.headers(), body).await;
     }
     if path.ends_with("/tags/list") {
