@@ -87,6 +87,12 @@ pub struct PoolFile {
     pub ready_false_timeout: Option<String>,
     #[serde(default)]
     pub max_node_provision_time: Option<String>,
+    /// Cozystack's kubelet reservations and image overrides: read so a Cozystack values file
+    /// with their empty defaults parses, refused when set (tender does not render them).
+    #[serde(default)]
+    pub kubelet: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    pub images: BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -290,6 +296,16 @@ impl PoolFile {
     /// Validate every field and resolve the defaults, the effective image (P-1, P-3, P-4, P-5)
     /// and the rules that need no cluster state.
     pub fn validate(&self) -> Result<Pool, Refusal> {
+        for (field, map) in [("kubelet", &self.kubelet), ("images", &self.images)] {
+            if let Some((key, value)) = map.iter().next() {
+                return Err(Refusal::input(
+                    format!("{field}.{key}"),
+                    value.to_string(),
+                    "is not rendered by tender",
+                    format!("drop {field} from the pool file; tender renders no {field} settings"),
+                ));
+            }
+        }
         name_check(
             "cluster",
             &self.cluster,

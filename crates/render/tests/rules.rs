@@ -677,3 +677,21 @@ fn should_exit_with_missing_state_for_builtin_without_cluster_state() {
     .unwrap();
     assert_eq!(out.warnings.len(), 1);
 }
+
+#[test]
+fn should_read_cozystack_empty_defaults_and_refuse_settings_tender_does_not_render() {
+    assert!(try_render(
+        &pool_yaml("kubelet: {}\nimages: {}\nroles: []\ngpus: []\nresources: {}\nversion: v1.34\n"),
+        None
+    )
+    .is_ok());
+    let err = refusal(&pool_yaml("kubelet:\n  kubeReservedCpu: 100m\n"), None);
+    assert!(
+        err.contains("kubelet.kubeReservedCpu") && err.contains("fix:"),
+        "{err}"
+    );
+    assert!(matches!(
+        try_render(&pool_yaml("podCpuLimit: 2\n"), None),
+        Err(tender_render::Error::Malformed { .. })
+    ));
+}
