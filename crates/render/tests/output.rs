@@ -436,3 +436,47 @@ fn should_reject_what_the_schemas_forbid() {
         .remove("timeout");
     assert!(!crd_validator("capi/crd-machinehealthchecks.yaml", "v1beta1").is_valid(&mhc));
 }
+
+// ---- house rules: rendering is pure ---------------------------------------------------------------
+
+#[test]
+fn should_keep_the_render_crate_free_of_io_clock_env_and_server_crates() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/");
+    let manifest: toml::Table =
+        toml::from_str(&std::fs::read_to_string(format!("{dir}Cargo.toml")).unwrap()).unwrap();
+    let deps = manifest["dependencies"].as_table().unwrap();
+    for forbidden in [
+        "tokio",
+        "reqwest",
+        "hyper",
+        "axum",
+        "tender-server",
+        "tender-fetch",
+        "tender-store",
+        "tender-oci",
+    ] {
+        assert!(
+            !deps.contains_key(forbidden),
+            "tender-render must not depend on {forbidden}"
+        );
+    }
+    for entry in std::fs::read_dir(format!("{dir}src")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for forbidden in [
+            "std::fs",
+            "std::env",
+            "std::net",
+            "std::process",
+            "SystemTime",
+            "Instant::now",
+            "std::io::stdin",
+        ] {
+            assert!(
+                !text.contains(forbidden),
+                "{} uses {forbidden}: rendering must stay pure",
+                path.display()
+            );
+        }
+    }
+}
