@@ -1,0 +1,60 @@
+//! Where things are: the workspace, the shared harness, the binary under test.
+
+use std::path::PathBuf;
+
+/// The workspace root (two levels above this crate).
+pub fn workspace_root() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.parent()
+        .and_then(|p| p.parent())
+        .map(PathBuf::from)
+        .expect("crates/e2e sits two levels below the workspace root")
+}
+
+/// The shared harness scripts: `<workspace root>/../shared/harness` (or `TENDER_HARNESS`).
+pub fn harness_dir() -> PathBuf {
+    let dir = match std::env::var_os("TENDER_HARNESS") {
+        Some(d) => PathBuf::from(d),
+        None => workspace_root().join("../shared/harness"),
+    };
+    assert!(
+        dir.join("upstream.sh").is_file() && dir.join("mkimages.sh").is_file(),
+        "the shared test harness is missing: expected upstream.sh and mkimages.sh in {} \
+         (shared/ must sit beside the workspace, or set TENDER_HARNESS to its harness directory)",
+        dir.display()
+    );
+    dir
+}
+
+/// One harness script, checked to exist.
+pub fn harness_script(name: &str) -> PathBuf {
+    let p = harness_dir().join(name);
+    assert!(p.is_file(), "harness script {} is missing", p.display());
+    p
+}
+
+/// The binary under test: `TENDER_BIN`, else `<target dir>/debug/tender`.
+pub fn tender_bin() -> PathBuf {
+    let bin = match std::env::var_os("TENDER_BIN") {
+        Some(b) => PathBuf::from(b),
+        None => {
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .map(|t| {
+                    if t.is_absolute() {
+                        t
+                    } else {
+                        workspace_root().join(t)
+                    }
+                })
+                .unwrap_or_else(|| workspace_root().join("target"));
+            target.join("debug/tender")
+        }
+    };
+    assert!(
+        bin.is_file(),
+        "the tender binary is missing at {}: run cargo build --bin tender first (or set TENDER_BIN)",
+        bin.display()
+    );
+    bin
+}

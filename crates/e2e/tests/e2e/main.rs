@@ -1,0 +1,86 @@
+//! End-to-end tests: the real `tender` binary against real peers on 127.0.0.1.
+//!
+//! Run them with `scripts/test.sh`, or after `cargo build --bin tender`:
+//! `cargo test -p tender-e2e -- --test-threads=1 [NAME]`. libtest runs tests in name order,
+//! so the modules are numbered: the quick ones run first. See docs/testing.md.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a failed step fails the test"
+)]
+
+mod t1_lifecycle;
+mod t2_skopeo;
+mod t3_containerd;
+mod t4_fsck;
+mod t5_crash;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tender_e2e::proc;
+use tender_e2e::registry::{Images, Registry, Sizes};
+use tender_e2e::tender::{write_config, Tender};
+use tender_e2e::TestDir;
+
+/// An upstream registry holding the synthetic images, in a test directory. Start a tender in
+/// front of it (as `ghcr.io`) with [`Bed::start_tender`]; declare the tender after the bed so
+/// it is dropped first. Fields drop in order: the registry, then the directory.
+pub struct Bed {
+    pub registry: Registry,
+    pub images: Images,
+    pub dir: TestDir,
+}
+
+impl Bed {
+    pub fn new(name: &str, sizes: Sizes) -> Bed {
+        let dir = TestDir::new(name);
+        let registry = Registry::start(&dir.path().join("upstream"));
+        let images = Images::push(&registry, &dir.path().join("images"), sizes);
+        write_config(
+            &dir.path().join("tender.yaml"),
+            &[("ghcr.io", &registry.url())],
+            "",
+        );
+        Bed {
+            registry,
+            images,
+            dir,
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `tender serve` with `tender.yaml` (ghcr.io = the registry) and data in `data/`,
+    /// logging to `log`.
+    pub fn start_tender(&self, log: &str) -> Tender {
+        Tender::start(
+            &self.path("tender.yaml"),
+            &self.path("data"),
+            &self.path(log),
+        )
+    }
+}
+
+/// `skopeo copy --all --preserve-digests` from `docker://<tender>/<name>` into `dest`
+/// (`oci:DIR` or `dir:DIR`). --preserve-digests makes skopeo fail rather than rewrite a manifest.
+pub fn skopeo_pull(tender: &Tender, name: &str, dest: &str) {
+    proc::need(&["skopeo"]);
+    proc::run(Command::new("skopeo").args([
+        "copy",
+        "-q",
+        "--all",
+        "--preserve-digests",
+        "--src-tls-verify=false",
+        &format!("docker://{}/{name}", tender.hostport()),
+        dest,
+    ]));
+}
+
+/// `oci:<dir>` for skopeo.
+pub fn oci(dir: &Path) -> String {
+    format!("oci:{}", dir.display())
+}
