@@ -152,7 +152,7 @@ pub fn render_catalog(
         (None, Some(f)) => ("imageFactory", f.clone()),
         (None, None) => ("imageFactory", DEFAULT_IMAGE_FACTORY.to_string()),
     };
-    let source = check_factory_url(field, &raw)?.to_string();
+    let source = check_factory_url(field, &raw)?;
     let Some(catalog) = &config.catalog else {
         return Err(Error::Malformed {
             what: "config file".into(),

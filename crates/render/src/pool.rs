@@ -403,7 +403,7 @@ impl PoolFile {
             };
         check_schematic(Rule::R6, schematic_field, &schematic)?;
         check_version(Rule::R7, version_field, &version)?;
-        let factory_url = check_factory_url(factory_field, &factory_url)?.to_string();
+        let factory_url = check_factory_url(factory_field, &factory_url)?;
         if version != talos_version {
             check_support_matrix(version_field, &version, &kubernetes_minor)?;
         }

@@ -267,8 +267,8 @@ pub fn is_release_version(value: &str) -> bool {
 }
 
 /// the Image Factory URL is a plain http(s) URL (one trailing `/` stripped). Empty used to
-/// render a scheme-less `/image/...` source. Returns the URL without the trailing slash.
-pub fn check_factory_url<'a>(field: &str, value: &'a str) -> Result<&'a str, Refusal> {
+/// render a scheme-less `/image/...` source. Returns the URL without a trailing slash.
+pub fn check_factory_url(field: &str, value: &str) -> Result<String, Refusal> {
     let trimmed = value.strip_suffix('/').unwrap_or(value);
     if trimmed.is_empty() {
         return Err(Refusal::new(
@@ -279,16 +279,16 @@ pub fn check_factory_url<'a>(field: &str, value: &'a str) -> Result<&'a str, Ref
             "set it to the Image Factory (or tender) base URL, e.g. https://factory.talos.dev",
         ));
     }
-    if let Err(problem) = crate::registries::parse_http_url(trimmed) {
-        return Err(Refusal::new(
+    match crate::registries::parse_http_url(trimmed) {
+        Ok(url) => Ok(url.to_string()),
+        Err(problem) => Err(Refusal::new(
             Some(Rule::R8),
             field,
             value,
             format!("is not a plain http(s) URL: {problem}"),
             "use scheme://host[:port][/path] with no query, credentials or special characters",
-        ));
+        )),
     }
-    Ok(trimmed)
 }
 
 /// Refuse control characters in an image coordinate (installer repository, URLs, names).
