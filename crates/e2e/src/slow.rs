@@ -1,7 +1,8 @@
-//! A throttled upstream that serves one blob: `GET|HEAD /v2/<repo>/blobs/<digest>` with
+//! A throttled upstream that serves blobs: `GET|HEAD /v2/<repo>/blobs/<digest>` with
 //! `Content-Length`, `Range: bytes=N-` answered `206` with `Content-Range`, and every request
 //! logged with its `Range`. Anything else is a 404. One request per connection.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,8 +35,8 @@ impl Hit {
 }
 
 struct Shared {
-    path: String,
-    blob: Arc<Vec<u8>>,
+    /// `/v2/<repo>/blobs/<digest>` -> content
+    blobs: HashMap<String, Arc<Vec<u8>>>,
     bytes_per_sec: u64,
     stop: AtomicBool,
     hits: Mutex<Vec<Hit>>,
@@ -56,11 +57,22 @@ impl SlowBlobServer {
         blob: Arc<Vec<u8>>,
         bytes_per_sec: u64,
     ) -> SlowBlobServer {
+        SlowBlobServer::start_many(repo, vec![(digest.to_string(), blob)], bytes_per_sec)
+    }
+
+    /// Serve each `(digest, content)` as `/v2/<repo>/blobs/<digest>`.
+    pub fn start_many(
+        repo: &str,
+        blobs: Vec<(String, Arc<Vec<u8>>)>,
+        bytes_per_sec: u64,
+    ) -> SlowBlobServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
         let addr = listener.local_addr().expect("local address");
         let shared = Arc::new(Shared {
-            path: format!("/v2/{repo}/blobs/{digest}"),
-            blob,
+            blobs: blobs
+                .into_iter()
+                .map(|(d, b)| (format!("/v2/{repo}/blobs/{d}"), b))
+                .collect(),
             bytes_per_sec,
             stop: AtomicBool::new(false),
             hits: Mutex::new(Vec::new()),
@@ -138,7 +150,6 @@ fn serve(s: &Shared, conn: TcpStream) {
             }
         }
     }
-    let len = s.blob.len() as u64;
     let mut hit = Hit {
         method: method.clone(),
         path: path.clone(),
@@ -147,17 +158,21 @@ fn serve(s: &Shared, conn: TcpStream) {
         sent: 0,
     };
     let mut conn = conn;
-    if path != s.path || !(method == "GET" || method == "HEAD") {
-        hit.status = 404;
-        record(s, hit);
-        let body = r#"{"errors":[{"code":"BLOB_UNKNOWN","message":"blob unknown"}]}"#;
-        let _ = write!(
-            conn,
-            "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        return;
-    }
+    let blob = match s.blobs.get(&path) {
+        Some(b) if method == "GET" || method == "HEAD" => b.clone(),
+        _ => {
+            hit.status = 404;
+            record(s, hit);
+            let body = r#"{"errors":[{"code":"BLOB_UNKNOWN","message":"blob unknown"}]}"#;
+            let _ = write!(
+                conn,
+                "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            return;
+        }
+    };
+    let len = blob.len() as u64;
     let start = match hit.range_start() {
         Some(n) if n < len => n,
         Some(_) => {
@@ -189,7 +204,7 @@ fn serve(s: &Shared, conn: TcpStream) {
     let mut sent = 0u64;
     while pos < len && !s.stop.load(Ordering::SeqCst) {
         let end = (pos + 64 * 1024).min(len);
-        if conn.write_all(&s.blob[pos as usize..end as usize]).is_err() {
+        if conn.write_all(&blob[pos as usize..end as usize]).is_err() {
             break;
         }
         sent += end - pos;

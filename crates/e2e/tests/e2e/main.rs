@@ -11,10 +11,11 @@
 )]
 
 mod t1_lifecycle;
-mod t2_skopeo;
-mod t3_containerd;
-mod t4_fsck;
-mod t5_crash;
+mod t2_blobs;
+mod t3_skopeo;
+mod t4_containerd;
+mod t5_fsck;
+mod t6_crash;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
