@@ -44,26 +44,14 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
 "#
         );
         std::fs::write(dir.join("config.toml"), config).expect("writing config.toml");
-        let log =
-            std::fs::File::create(dir.join("containerd.log")).expect("creating containerd.log");
-        let mut c = cmd(
-            "containerd",
-            ["--config".as_ref(), dir.join("config.toml").as_os_str()],
-        );
-        c.stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log handle"))
-            .stderr(log);
+        let log = std::fs::File::create(dir.join("containerd.log")).expect("creating containerd.log");
+        let mut c = cmd("containerd", ["--config".as_ref(), dir.join("config.toml").as_os_str()]);
+        c.stdin(Stdio::null()).stdout(log.try_clone().expect("log handle")).stderr(log);
         let guard = Guard::spawn("containerd", &mut c);
-        let ctrd = Containerd {
-            guard: Some(guard),
-            dir: dir.to_path_buf(),
-            sock,
-        };
-        crate::poll_until(
-            "containerd to answer on its socket",
-            Duration::from_secs(30),
-            || ctrd.ctr(&["version"]).status.success().then_some(()),
-        );
+        let ctrd = Containerd { guard: Some(guard), dir: dir.to_path_buf(), sock };
+        crate::poll_until("containerd to answer on its socket", Duration::from_secs(30), || {
+            ctrd.ctr(&["version"]).status.success().then_some(())
+        });
         ctrd
     }
 
@@ -87,8 +75,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
 
     /// The content store's blob directory.
     pub fn content_blobs(&self) -> PathBuf {
-        self.dir
-            .join("root/io.containerd.content.v1.content/blobs/sha256")
+        self.dir.join("root/io.containerd.content.v1.content/blobs/sha256")
     }
 }
 
@@ -102,11 +89,8 @@ impl Drop for Containerd {
         // Unpack mounts are temporary, but never let the directory's removal cross a live mount.
         let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
         let prefix = format!("{}/", self.dir.display());
-        let mut points: Vec<&str> = mounts
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(1))
-            .filter(|m| m.starts_with(&prefix))
-            .collect();
+        let mut points: Vec<&str> =
+            mounts.lines().filter_map(|l| l.split_whitespace().nth(1)).filter(|m| m.starts_with(&prefix)).collect();
         points.sort_unstable_by(|a, b| b.cmp(a));
         for m in points {
             let _ = proc::output(&mut cmd("umount", ["-l", m]));

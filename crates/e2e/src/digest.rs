@@ -20,9 +20,7 @@ pub fn sha256_file(p: &Path) -> String {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f
-            .read(&mut buf)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
+        let n = f.read(&mut buf).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
         if n == 0 {
             break;
         }
@@ -33,9 +31,7 @@ pub fn sha256_file(p: &Path) -> String {
 
 /// The hex part of `sha256:<hex>`.
 pub fn hex_of(digest: &str) -> &str {
-    digest
-        .strip_prefix("sha256:")
-        .unwrap_or_else(|| panic!("{digest:?} is not a sha256 digest"))
+    digest.strip_prefix("sha256:").unwrap_or_else(|| panic!("{digest:?} is not a sha256 digest"))
 }
 
 fn read_json(p: &Path) -> Value {
@@ -71,10 +67,7 @@ pub fn verify_oci_layout(dir: &Path) -> (Vec<String>, BTreeSet<String>) {
     let all = verify_named_by_hash(&blobs, "");
     assert!(!all.is_empty(), "no blobs in {}", blobs.display());
     let index = read_json(&dir.join("index.json"));
-    let top: Vec<(String, u64, bool)> = children(&index)
-        .into_iter()
-        .map(|(d, s, _)| (d, s, true))
-        .collect();
+    let top: Vec<(String, u64, bool)> = children(&index).into_iter().map(|(d, s, _)| (d, s, true)).collect();
     walk(&top, &|d| blobs.join(hex_of(d)));
     (top.into_iter().map(|(d, _, _)| d).collect(), all)
 }
@@ -84,12 +77,7 @@ pub fn verify_oci_layout(dir: &Path) -> (Vec<String>, BTreeSet<String>) {
 /// `top`), instances are `<hex>.manifest.json`, blobs are `<hex>`. Returns all digests seen.
 pub fn verify_dir_layout(dir: &Path, top: &str) -> BTreeSet<String> {
     let got = sha256_file(&dir.join("manifest.json"));
-    assert_eq!(
-        got,
-        top,
-        "{}/manifest.json is not the upstream's manifest",
-        dir.display()
-    );
+    assert_eq!(got, top, "{}/manifest.json is not the upstream's manifest", dir.display());
     let mut all = verify_named_by_hash(dir, ".manifest.json");
     all.extend(verify_named_by_hash(dir, ""));
     let doc = read_json(&dir.join("manifest.json"));
@@ -109,20 +97,9 @@ pub fn verify_dir_layout(dir: &Path, top: &str) -> BTreeSet<String> {
 fn walk(descs: &[(String, u64, bool)], path_of: &dyn Fn(&str) -> PathBuf) {
     for (digest, size, manifest) in descs {
         let p = path_of(digest);
-        let meta = std::fs::metadata(&p)
-            .unwrap_or_else(|e| panic!("{digest} is missing ({}): {e}", p.display()));
-        assert_eq!(
-            meta.len(),
-            *size,
-            "{digest} has {} bytes, its descriptor says {size}",
-            meta.len()
-        );
-        assert_eq!(
-            &sha256_file(&p),
-            digest,
-            "{} does not hash to {digest}",
-            p.display()
-        );
+        let meta = std::fs::metadata(&p).unwrap_or_else(|e| panic!("{digest} is missing ({}): {e}", p.display()));
+        assert_eq!(meta.len(), *size, "{digest} has {} bytes, its descriptor says {size}", meta.len());
+        assert_eq!(&sha256_file(&p), digest, "{} does not hash to {digest}", p.display());
         if *manifest {
             walk(&children(&read_json(&p)), path_of);
         }
@@ -132,8 +109,7 @@ fn walk(descs: &[(String, u64, bool)], path_of: &dyn Fn(&str) -> PathBuf) {
 /// Every file in `dir` whose name is `<64 hex><suffix>` hashes to that hex; returns the digests.
 fn verify_named_by_hash(dir: &Path, suffix: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    let entries =
-        std::fs::read_dir(dir).unwrap_or_else(|e| panic!("listing {}: {e}", dir.display()));
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("listing {}: {e}", dir.display()));
     for e in entries {
         let e = e.unwrap_or_else(|e| panic!("listing {}: {e}", dir.display()));
         let name = e.file_name().to_string_lossy().into_owned();
@@ -141,19 +117,12 @@ fn verify_named_by_hash(dir: &Path, suffix: &str) -> BTreeSet<String> {
             continue;
         };
         let want = format!("sha256:{hex}");
-        assert_eq!(
-            sha256_file(&e.path()),
-            want,
-            "{} does not hash to its name",
-            e.path().display()
-        );
+        assert_eq!(sha256_file(&e.path()), want, "{} does not hash to its name", e.path().display());
         out.insert(want);
     }
     out
 }
 
 fn is_hex64(s: &str) -> bool {
-    s.len() == 64
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }

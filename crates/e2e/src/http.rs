@@ -19,10 +19,7 @@ pub struct Head {
 impl Head {
     /// The first header named `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 }
 
@@ -59,19 +56,11 @@ impl Conn {
         stream.set_read_timeout(Some(IO_TIMEOUT))?;
         stream.set_write_timeout(Some(IO_TIMEOUT))?;
         stream.set_nodelay(true)?;
-        Ok(Conn {
-            addr,
-            reader: BufReader::with_capacity(256 * 1024, stream),
-        })
+        Ok(Conn { addr, reader: BufReader::with_capacity(256 * 1024, stream) })
     }
 
     /// Send a request and collect the whole body.
-    pub fn request(
-        &mut self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-    ) -> io::Result<Response> {
+    pub fn request(&mut self, method: &str, path: &str, headers: &[(&str, &str)]) -> io::Result<Response> {
         let mut body = Vec::new();
         let head = self.request_to(method, path, headers, &mut |b| body.extend_from_slice(b))?;
         Ok(Response { head, body })
@@ -86,31 +75,22 @@ impl Conn {
         headers: &[(&str, &str)],
         sink: &mut dyn FnMut(&[u8]),
     ) -> io::Result<Head> {
-        let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: tender-e2e\r\n",
-            self.addr
-        );
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: tender-e2e\r\n", self.addr);
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
         req.push_str("\r\n");
         self.reader.get_mut().write_all(req.as_bytes())?;
         let head = read_head(&mut self.reader)?;
-        let no_body =
-            method == "HEAD" || head.status == 204 || head.status == 304 || head.status < 200;
+        let no_body = method == "HEAD" || head.status == 204 || head.status == 304 || head.status < 200;
         if no_body {
             return Ok(head);
         }
-        let chunked = head
-            .header("transfer-encoding")
-            .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+        let chunked = head.header("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
         if chunked {
             read_chunked(&mut self.reader, sink)?;
         } else if let Some(len) = head.header("content-length") {
-            let len: u64 = len
-                .trim()
-                .parse()
-                .map_err(|_| bad(format!("bad Content-Length {len:?}")))?;
+            let len: u64 = len.trim().parse().map_err(|_| bad(format!("bad Content-Length {len:?}")))?;
             read_exact_to(&mut self.reader, len, sink)?;
         } else {
             read_to_end(&mut self.reader, sink)?;
@@ -120,12 +100,7 @@ impl Conn {
 }
 
 /// One request on a fresh connection.
-pub fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> io::Result<Response> {
+pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> io::Result<Response> {
     Conn::open(addr)?.request(method, path, headers)
 }
 
@@ -141,10 +116,7 @@ fn bad(m: String) -> io::Error {
 fn read_line(r: &mut impl BufRead) -> io::Result<String> {
     let mut line = String::new();
     if r.read_line(&mut line)? == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "connection closed before a full response head",
-        ));
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed before a full response head"));
     }
     Ok(line.trim_end_matches(['\r', '\n']).to_string())
 }
@@ -162,9 +134,7 @@ fn read_head(r: &mut impl BufRead) -> io::Result<Head> {
         if line.is_empty() {
             break;
         }
-        let (k, v) = line
-            .split_once(':')
-            .ok_or_else(|| bad(format!("bad header line {line:?}")))?;
+        let (k, v) = line.split_once(':').ok_or_else(|| bad(format!("bad header line {line:?}")))?;
         headers.push((k.trim().to_string(), v.trim().to_string()));
     }
     Ok(Head { status, headers })
@@ -176,10 +146,7 @@ fn read_exact_to(r: &mut impl Read, mut len: u64, sink: &mut dyn FnMut(&[u8])) -
         let want = buf.len().min(usize::try_from(len).unwrap_or(usize::MAX));
         let n = r.read(&mut buf[..want])?;
         if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("body ended {len} bytes short"),
-            ));
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("body ended {len} bytes short")));
         }
         sink(&buf[..n]);
         len -= n as u64;
@@ -202,8 +169,7 @@ fn read_chunked(r: &mut impl BufRead, sink: &mut dyn FnMut(&[u8])) -> io::Result
     loop {
         let line = read_line(r)?;
         let size = line.split(';').next().unwrap_or("").trim();
-        let size =
-            u64::from_str_radix(size, 16).map_err(|_| bad(format!("bad chunk size {line:?}")))?;
+        let size = u64::from_str_radix(size, 16).map_err(|_| bad(format!("bad chunk size {line:?}")))?;
         if size == 0 {
             // trailers, then the empty line
             while !read_line(r)?.is_empty() {}

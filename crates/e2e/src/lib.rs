@@ -15,11 +15,7 @@
 //! - [`containerd`]: a private containerd with its own root, state and socket
 //! - [`digest`]: sha256 helpers and OCI layout verification
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test harness: a failed step fails the test, loudly"
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test harness: a failed step fails the test, loudly")]
 
 pub mod containerd;
 pub mod digest;
@@ -41,10 +37,7 @@ pub fn poll_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<
         if let Some(v) = f() {
             return v;
         }
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -65,10 +58,7 @@ impl TestDir {
     }
 
     pub fn path(&self) -> &Path {
-        self.dir
-            .as_ref()
-            .map(|d| d.path())
-            .expect("temporary directory is present until dropped")
+        self.dir.as_ref().map(|d| d.path()).expect("temporary directory is present until dropped")
     }
 }
 

@@ -13,28 +13,18 @@ pub struct Guard {
 
 impl Guard {
     pub fn spawn(name: &str, cmd: &mut Command) -> Guard {
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
-        Guard {
-            name: name.to_string(),
-            child: Some(child),
-        }
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
+        Guard { name: name.to_string(), child: Some(child) }
     }
 
     pub fn pid(&self) -> u32 {
-        self.child
-            .as_ref()
-            .map(Child::id)
-            .expect("child present until dropped")
+        self.child.as_ref().map(Child::id).expect("child present until dropped")
     }
 
     /// The exit status if the process has ended (reaping it), else `None`.
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
         let child = self.child.as_mut().expect("child present until dropped");
-        child
-            .try_wait()
-            .unwrap_or_else(|e| panic!("waiting for {}: {e}", self.name))
+        child.try_wait().unwrap_or_else(|e| panic!("waiting for {}: {e}", self.name))
     }
 
     /// Wait at most `limit` for the process to end.
@@ -68,12 +58,8 @@ impl Guard {
         if let Ok(Some(s)) = child.try_wait() {
             return s;
         }
-        child
-            .kill()
-            .unwrap_or_else(|e| panic!("SIGKILL {name}: {e}"));
-        child
-            .wait()
-            .unwrap_or_else(|e| panic!("reaping {name}: {e}"))
+        child.kill().unwrap_or_else(|e| panic!("SIGKILL {name}: {e}"));
+        child.wait().unwrap_or_else(|e| panic!("reaping {name}: {e}"))
     }
 }
 
@@ -97,13 +83,7 @@ pub fn signal(pid: u32, sig: &str) {
 /// [`signal`] that reports failure (no such process) instead of panicking.
 pub fn try_signal(pid: u32, sig: &str) -> bool {
     Command::new("bash")
-        .args([
-            "-c",
-            "kill -s \"$1\" \"$2\" 2>/dev/null",
-            "kill",
-            sig,
-            &pid.to_string(),
-        ])
+        .args(["-c", "kill -s \"$1\" \"$2\" 2>/dev/null", "kill", sig, &pid.to_string()])
         .status()
         .is_ok_and(|s| s.success())
 }
@@ -111,8 +91,7 @@ pub fn try_signal(pid: u32, sig: &str) -> bool {
 /// Run a command to completion and return its output, whatever the exit status.
 pub fn output(cmd: &mut Command) -> Output {
     cmd.stdin(std::process::Stdio::null());
-    cmd.output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
 }
 
 /// Run a command with at most `limit` to finish; a command still running then is killed and
@@ -120,9 +99,7 @@ pub fn output(cmd: &mut Command) -> Output {
 /// refuse to start).
 pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
     use std::io::Read;
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     let mut g = Guard::spawn(&format!("{cmd:?}"), cmd);
     let child = g.child.as_mut().expect("child present until dropped");
     let mut out = child.stdout.take().expect("piped stdout");
@@ -141,11 +118,7 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
         drop(g);
         panic!("{cmd:?} did not finish within {limit:?}");
     };
-    Output {
-        status,
-        stdout: t_out.join().unwrap_or_default(),
-        stderr: t_err.join().unwrap_or_default(),
-    }
+    Output { status, stdout: t_out.join().unwrap_or_default(), stderr: t_err.join().unwrap_or_default() }
 }
 
 /// Run a command that must succeed; panic with its output when it does not. Returns stdout.

@@ -16,9 +16,7 @@ use crate::proc::{self, cmd, need};
 /// can lose the race retry with another.
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
-    l.local_addr()
-        .expect("local address of a bound socket")
-        .port()
+    l.local_addr().expect("local address of a bound socket").port()
 }
 
 /// A running `docker-registry`, stopped (through the harness) when dropped.
@@ -35,28 +33,15 @@ impl Registry {
         let mut last = String::new();
         for _ in 0..3 {
             let port = free_port();
-            let out = proc::output(&mut cmd(
-                &script,
-                ["start".as_ref(), dir.as_os_str(), port.to_string().as_ref()],
-            ));
+            let out = proc::output(&mut cmd(&script, ["start".as_ref(), dir.as_os_str(), port.to_string().as_ref()]));
             if out.status.success() {
-                return Registry {
-                    dir: dir.to_path_buf(),
-                    port,
-                };
+                return Registry { dir: dir.to_path_buf(), port };
             }
-            last = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            last = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
             // a lost port race: stop whatever half-started, try another port
             let _ = proc::output(&mut cmd(&script, ["stop".as_ref(), dir.as_os_str()]));
         }
-        panic!(
-            "docker-registry did not start in {}:\n{last}",
-            dir.display()
-        );
+        panic!("docker-registry did not start in {}:\n{last}", dir.display());
     }
 
     /// `127.0.0.1:PORT`
@@ -82,26 +67,16 @@ impl Registry {
     /// The digest the registry announces for `repo:reference` with the given Accept header.
     pub fn manifest_digest(&self, repo: &str, reference: &str, accept: &str) -> String {
         let addr = self.hostport().parse().expect("loopback address");
-        let r = crate::http::request(
-            addr,
-            "HEAD",
-            &format!("/v2/{repo}/manifests/{reference}"),
-            &[("Accept", accept)],
-        )
-        .unwrap_or_else(|e| panic!("HEAD {repo}:{reference} on the upstream: {e}"));
+        let r = crate::http::request(addr, "HEAD", &format!("/v2/{repo}/manifests/{reference}"), &[("Accept", accept)])
+            .unwrap_or_else(|e| panic!("HEAD {repo}:{reference} on the upstream: {e}"));
         assert_eq!(r.status(), 200, "HEAD {repo}:{reference} on the upstream");
-        r.header("docker-content-digest")
-            .expect("the upstream sends Docker-Content-Digest")
-            .to_string()
+        r.header("docker-content-digest").expect("the upstream sends Docker-Content-Digest").to_string()
     }
 }
 
 impl Drop for Registry {
     fn drop(&mut self) {
-        let _ = proc::output(&mut cmd(
-            harness_script("upstream.sh"),
-            ["stop".as_ref(), self.dir.as_os_str()],
-        ));
+        let _ = proc::output(&mut cmd(harness_script("upstream.sh"), ["stop".as_ref(), self.dir.as_os_str()]));
     }
 }
 
@@ -158,17 +133,9 @@ pub struct Sizes {
 
 impl Sizes {
     /// Small images: a test pulls them in a second or two.
-    pub const SMALL: Sizes = Sizes {
-        kubelet: "3 1",
-        installer: "2",
-        big_mb: 0,
-    };
+    pub const SMALL: Sizes = Sizes { kubelet: "3 1", installer: "2", big_mb: 0 };
     /// Only the kubelet index.
-    pub const KUBELET: Sizes = Sizes {
-        kubelet: "1",
-        installer: "",
-        big_mb: 0,
-    };
+    pub const KUBELET: Sizes = Sizes { kubelet: "1", installer: "", big_mb: 0 };
 }
 
 /// The synthetic images `mkimages.sh` built and pushed: its OCI layout and `images.env`.
@@ -187,24 +154,18 @@ impl Images {
             .env("INSTALLER_LAYERS_MB", sizes.installer)
             .env("BIG_MB", sizes.big_mb.to_string());
         proc::run(&mut c);
-        let text = std::fs::read_to_string(work.join("images.env"))
-            .expect("mkimages.sh writes images.env");
+        let text = std::fs::read_to_string(work.join("images.env")).expect("mkimages.sh writes images.env");
         let env = text
             .lines()
             .filter_map(|l| l.split_once('='))
             .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
             .collect();
-        Images {
-            work: work.to_path_buf(),
-            env,
-        }
+        Images { work: work.to_path_buf(), env }
     }
 
     /// A value from `images.env` (`KUBELET_INDEX`, `INSTALLER_MANIFEST`, ...).
     pub fn var(&self, key: &str) -> &str {
-        self.env
-            .get(key)
-            .unwrap_or_else(|| panic!("images.env has no {key}: {:?}", self.env))
+        self.env.get(key).unwrap_or_else(|| panic!("images.env has no {key}: {:?}", self.env))
     }
 
     /// The OCI layout the images were pushed from.
@@ -219,18 +180,14 @@ impl Images {
 
     /// A manifest of the source layout, parsed.
     pub fn manifest(&self, digest: &str) -> Value {
-        let bytes = std::fs::read(self.blob_path(digest))
-            .unwrap_or_else(|e| panic!("{digest} in the layout: {e}"));
+        let bytes = std::fs::read(self.blob_path(digest)).unwrap_or_else(|e| panic!("{digest} in the layout: {e}"));
         serde_json::from_slice(&bytes).expect("manifests are JSON")
     }
 
     /// The config and layer digests of an image manifest, in order.
     pub fn config_and_layers(&self, manifest: &str) -> Vec<String> {
         let m = self.manifest(manifest);
-        let mut out = vec![m["config"]["digest"]
-            .as_str()
-            .expect("config digest")
-            .to_string()];
+        let mut out = vec![m["config"]["digest"].as_str().expect("config digest").to_string()];
         for l in m["layers"].as_array().expect("layers") {
             out.push(l["digest"].as_str().expect("layer digest").to_string());
         }

@@ -24,13 +24,7 @@ pub struct Hit {
 impl Hit {
     /// `N` of a `Range: bytes=N-` request.
     pub fn range_start(&self) -> Option<u64> {
-        self.range
-            .as_deref()?
-            .trim()
-            .strip_prefix("bytes=")?
-            .strip_suffix('-')?
-            .parse()
-            .ok()
+        self.range.as_deref()?.trim().strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok()
     }
 }
 
@@ -51,28 +45,16 @@ pub struct SlowBlobServer {
 
 impl SlowBlobServer {
     /// Serve `blob` as `/v2/<repo>/blobs/<digest>` at about `bytes_per_sec` per connection.
-    pub fn start(
-        repo: &str,
-        digest: &str,
-        blob: Arc<Vec<u8>>,
-        bytes_per_sec: u64,
-    ) -> SlowBlobServer {
+    pub fn start(repo: &str, digest: &str, blob: Arc<Vec<u8>>, bytes_per_sec: u64) -> SlowBlobServer {
         SlowBlobServer::start_many(repo, vec![(digest.to_string(), blob)], bytes_per_sec)
     }
 
     /// Serve each `(digest, content)` as `/v2/<repo>/blobs/<digest>`.
-    pub fn start_many(
-        repo: &str,
-        blobs: Vec<(String, Arc<Vec<u8>>)>,
-        bytes_per_sec: u64,
-    ) -> SlowBlobServer {
+    pub fn start_many(repo: &str, blobs: Vec<(String, Arc<Vec<u8>>)>, bytes_per_sec: u64) -> SlowBlobServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
         let addr = listener.local_addr().expect("local address");
         let shared = Arc::new(Shared {
-            blobs: blobs
-                .into_iter()
-                .map(|(d, b)| (format!("/v2/{repo}/blobs/{d}"), b))
-                .collect(),
+            blobs: blobs.into_iter().map(|(d, b)| (format!("/v2/{repo}/blobs/{d}"), b)).collect(),
             bytes_per_sec,
             stop: AtomicBool::new(false),
             hits: Mutex::new(Vec::new()),
@@ -88,11 +70,7 @@ impl SlowBlobServer {
                 std::thread::spawn(move || serve(&s, conn));
             }
         });
-        SlowBlobServer {
-            addr,
-            shared,
-            thread: Some(thread),
-        }
+        SlowBlobServer { addr, shared, thread: Some(thread) }
     }
 
     pub fn url(&self) -> String {
@@ -101,11 +79,7 @@ impl SlowBlobServer {
 
     /// Every request so far.
     pub fn hits(&self) -> Vec<Hit> {
-        self.shared
-            .hits
-            .lock()
-            .map(|h| h.clone())
-            .unwrap_or_default()
+        self.shared.hits.lock().map(|h| h.clone()).unwrap_or_default()
     }
 }
 
@@ -150,13 +124,7 @@ fn serve(s: &Shared, conn: TcpStream) {
             }
         }
     }
-    let mut hit = Hit {
-        method: method.clone(),
-        path: path.clone(),
-        range: range.clone(),
-        status: 200,
-        sent: 0,
-    };
+    let mut hit = Hit { method: method.clone(), path: path.clone(), range: range.clone(), status: 200, sent: 0 };
     let mut conn = conn;
     let blob = match s.blobs.get(&path) {
         Some(b) if method == "GET" || method == "HEAD" => b.clone(),

@@ -21,10 +21,7 @@ const START_LIMIT: Duration = Duration::from_secs(20);
 pub fn write_config(path: &Path, upstreams: &[(&str, &str)], extra: &str) {
     let mut y = String::from("# written by tender-e2e: loopback upstreams only\nupstreams:\n");
     for (name, url) in upstreams {
-        assert!(
-            url.starts_with("http://127.0.0.1:"),
-            "e2e upstreams must be on loopback, not {url}"
-        );
+        assert!(url.starts_with("http://127.0.0.1:"), "e2e upstreams must be on loopback, not {url}");
         y.push_str(&format!("  - name: {name}\n    url: {url}\n"));
     }
     if upstreams.is_empty() {
@@ -78,11 +75,7 @@ impl Access {
             return None;
         }
         let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-        let n = |k: &str| {
-            v.get(k)
-                .and_then(|x| x.as_u64().or_else(|| x.as_str()?.parse().ok()))
-                .unwrap_or(0)
-        };
+        let n = |k: &str| v.get(k).and_then(|x| x.as_u64().or_else(|| x.as_str()?.parse().ok())).unwrap_or(0);
         Some(Access {
             method: s("method"),
             path: s("path"),
@@ -130,26 +123,13 @@ impl Tender {
         let mut guard = Guard::spawn("tender serve", &mut cmd);
         let addr = crate::poll_until("tender to log its listening address", START_LIMIT, || {
             if let Some(status) = guard.try_wait() {
-                panic!(
-                    "tender serve exited ({status}) before listening:\n{}",
-                    read_text(log)
-                );
+                panic!("tender serve exited ({status}) before listening:\n{}", read_text(log));
             }
-            json_lines(log)
-                .iter()
-                .find_map(|v| v.get("listen")?.as_str()?.parse::<SocketAddr>().ok())
+            json_lines(log).iter().find_map(|v| v.get("listen")?.as_str()?.parse::<SocketAddr>().ok())
         });
-        let t = Tender {
-            guard,
-            addr,
-            log: log.to_path_buf(),
-            data: data.to_path_buf(),
-            config: config.to_path_buf(),
-        };
+        let t = Tender { guard, addr, log: log.to_path_buf(), data: data.to_path_buf(), config: config.to_path_buf() };
         crate::poll_until("tender /healthz", START_LIMIT, || {
-            crate::http::get(t.addr, "/healthz")
-                .ok()
-                .filter(|r| r.status() == 200)
+            crate::http::get(t.addr, "/healthz").ok().filter(|r| r.status() == 200)
         });
         t
     }
@@ -170,17 +150,12 @@ impl Tender {
 
     /// Every access-log line so far.
     pub fn access(&self) -> Vec<Access> {
-        self.log_json()
-            .iter()
-            .filter_map(Access::from_json)
-            .collect()
+        self.log_json().iter().filter_map(Access::from_json).collect()
     }
 
     /// Whether a log line with this message was written.
     pub fn logged(&self, message: &str) -> bool {
-        self.log_json()
-            .iter()
-            .any(|v| v.get("message").and_then(Value::as_str) == Some(message))
+        self.log_json().iter().any(|v| v.get("message").and_then(Value::as_str) == Some(message))
     }
 
     pub fn signal(&self, sig: &str) {
@@ -197,10 +172,7 @@ impl Tender {
         self.signal("TERM");
         match self.guard.wait_for_exit(limit) {
             Some(s) => s,
-            None => panic!(
-                "tender did not exit within {limit:?} of SIGTERM:\n{}",
-                tail(&self.log, 30)
-            ),
+            None => panic!("tender did not exit within {limit:?} of SIGTERM:\n{}", tail(&self.log, 30)),
         }
     }
 
@@ -213,19 +185,13 @@ impl Tender {
 impl Drop for Tender {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!(
-                "--- last lines of {}:\n{}",
-                self.log.display(),
-                tail(&self.log, 40)
-            );
+            eprintln!("--- last lines of {}:\n{}", self.log.display(), tail(&self.log, 40));
         }
     }
 }
 
 fn read_text(p: &Path) -> String {
-    std::fs::read(p)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default()
+    std::fs::read(p).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
 }
 
 /// The last `n` lines of a text file.
@@ -237,9 +203,5 @@ pub fn tail(p: &Path, n: usize) -> String {
 
 /// The lines of a file that parse as JSON objects.
 pub fn json_lines(p: &Path) -> Vec<Value> {
-    read_text(p)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(Value::is_object)
-        .collect()
+    read_text(p).lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(Value::is_object).collect()
 }

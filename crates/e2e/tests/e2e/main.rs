@@ -4,12 +4,9 @@
 //! `cargo test -p tender-e2e -- --test-threads=1 [NAME]`. libtest runs tests in name order,
 //! so the modules are numbered: the quick ones run first. See docs/testing.md.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "tests: a failed step fails the test"
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests: a failed step fails the test")]
 
+mod t0_workspace;
 mod t1_lifecycle;
 mod t2_blobs;
 mod t3_skopeo;
@@ -39,16 +36,8 @@ impl Bed {
         let dir = TestDir::new(name);
         let registry = Registry::start(&dir.path().join("upstream"));
         let images = Images::push(&registry, &dir.path().join("images"), sizes);
-        write_config(
-            &dir.path().join("tender.yaml"),
-            &[("ghcr.io", &registry.url())],
-            "",
-        );
-        Bed {
-            registry,
-            images,
-            dir,
-        }
+        write_config(&dir.path().join("tender.yaml"), &[("ghcr.io", &registry.url())], "");
+        Bed { registry, images, dir }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -58,11 +47,7 @@ impl Bed {
     /// `tender serve` with `tender.yaml` (ghcr.io = the registry) and data in `data/`,
     /// logging to `log`.
     pub fn start_tender(&self, log: &str) -> Tender {
-        Tender::start(
-            &self.path("tender.yaml"),
-            &self.path("data"),
-            &self.path(log),
-        )
+        Tender::start(&self.path("tender.yaml"), &self.path("data"), &self.path(log))
     }
 }
 

@@ -11,8 +11,7 @@ use tender_e2e::TestDir;
 
 use crate::Bed;
 
-const INDEX_ACCEPT: &str =
-    "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json";
+const INDEX_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json";
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -36,19 +35,9 @@ fn should_refuse_a_second_server_on_the_same_data_dir() {
         "127.0.0.1:0".as_ref(),
     ]);
     let stderr = text(&second.stderr);
-    assert_eq!(
-        second.status.code(),
-        Some(1),
-        "second serve on the same --data: {stderr}"
-    );
-    assert!(
-        stderr.contains("in use by another tender"),
-        "the refusal says why: {stderr}"
-    );
-    assert!(
-        stderr.contains(&first.pid().to_string()),
-        "the refusal names the holder's pid: {stderr}"
-    );
+    assert_eq!(second.status.code(), Some(1), "second serve on the same --data: {stderr}");
+    assert!(stderr.contains("in use by another tender"), "the refusal says why: {stderr}");
+    assert!(stderr.contains(&first.pid().to_string()), "the refusal names the holder's pid: {stderr}");
 
     let health = http::get(first.addr, "/healthz").expect("the first tender still answers");
     assert_eq!(health.status(), 200);
@@ -59,7 +48,11 @@ fn should_exit_2_naming_an_unknown_config_key() {
     let dir = TestDir::new("config");
     let cases = [
         ("top level", "listen: 127.0.0.1:0\nmirrorEverything: true\n", "mirrorEverything"),
-        ("upstream", "upstreams:\n  - name: ghcr.io\n    url: http://127.0.0.1:1\n    insecureSkipTLS: true\n", "insecureSkipTLS"),
+        (
+            "upstream",
+            "upstreams:\n  - name: ghcr.io\n    url: http://127.0.0.1:1\n    insecureSkipTLS: true\n",
+            "insecureSkipTLS",
+        ),
         ("fetch", "fetch:\n  retries: 3\n", "retries"),
         ("cache", "cache:\n  maxsize: 1Gi\n", "maxsize"),
     ];
@@ -77,19 +70,9 @@ fn should_exit_2_naming_an_unknown_config_key() {
             "127.0.0.1:0".as_ref(),
         ]);
         let stderr = text(&out.stderr);
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{what}: an unknown key is a config error: {stderr}"
-        );
-        assert!(
-            stderr.contains(key),
-            "{what}: the message names {key:?}: {stderr}"
-        );
-        assert!(
-            !data.exists(),
-            "{what}: a refused config leaves no data directory behind"
-        );
+        assert_eq!(out.status.code(), Some(2), "{what}: an unknown key is a config error: {stderr}");
+        assert!(stderr.contains(key), "{what}: the message names {key:?}: {stderr}");
+        assert!(!data.exists(), "{what}: a refused config leaves no data directory behind");
     }
 }
 
@@ -98,11 +81,7 @@ fn should_exit_0_soon_after_sigterm_with_an_idle_client_connected() {
     let dir = TestDir::new("sigterm");
     let config = dir.path().join("tender.yaml");
     write_config(&config, &[("ghcr.io", UNREACHABLE)], "");
-    let t = Tender::start(
-        &config,
-        &dir.path().join("data"),
-        &dir.path().join("tender.log"),
-    );
+    let t = Tender::start(&config, &dir.path().join("data"), &dir.path().join("tender.log"));
 
     // A keep-alive connection left open, as containerd and kubelet leave theirs.
     let mut idle = Conn::open(t.addr).unwrap();
@@ -110,15 +89,9 @@ fn should_exit_0_soon_after_sigterm_with_an_idle_client_connected() {
 
     let log = t.log.clone();
     let status = t.terminate(Duration::from_secs(5));
-    assert_eq!(
-        status.code(),
-        Some(0),
-        "SIGTERM is a clean shutdown: {status}"
-    );
+    assert_eq!(status.code(), Some(0), "SIGTERM is a clean shutdown: {status}");
     assert!(
-        tender::json_lines(&log)
-            .iter()
-            .any(|v| v["message"] == "tender stopped"),
+        tender::json_lines(&log).iter().any(|v| v["message"] == "tender stopped"),
         "tender logs its stop:\n{}",
         tender::tail(&log, 10)
     );
@@ -135,67 +108,30 @@ fn should_route_a_new_upstream_after_sighup_without_restarting() {
     // One keep-alive connection for the whole test: the reload must not drop it.
     let mut conn = Conn::open(t.addr).unwrap();
     let before = bed.registry.stats();
-    let r = conn
-        .request("GET", path, &[("Accept", INDEX_ACCEPT)])
-        .unwrap();
-    assert_eq!(
-        r.status(),
-        404,
-        "quay.io is not configured yet: {}",
-        r.text()
-    );
-    assert!(
-        r.text().contains("NAME_UNKNOWN"),
-        "an unknown ns is NAME_UNKNOWN: {}",
-        r.text()
-    );
-    assert_eq!(
-        bed.registry.stats().requests,
-        before.requests,
-        "an unknown ns sends nothing upstream"
-    );
+    let r = conn.request("GET", path, &[("Accept", INDEX_ACCEPT)]).unwrap();
+    assert_eq!(r.status(), 404, "quay.io is not configured yet: {}", r.text());
+    assert!(r.text().contains("NAME_UNKNOWN"), "an unknown ns is NAME_UNKNOWN: {}", r.text());
+    assert_eq!(bed.registry.stats().requests, before.requests, "an unknown ns sends nothing upstream");
 
     let pid = t.pid();
-    write_config(
-        &t.config,
-        &[
-            ("ghcr.io", &bed.registry.url()),
-            ("quay.io", &bed.registry.url()),
-        ],
-        "",
-    );
+    write_config(&t.config, &[("ghcr.io", &bed.registry.url()), ("quay.io", &bed.registry.url())], "");
     t.signal("HUP");
     poll_until("tender to log the reload", Duration::from_secs(10), || {
         t.logged("configuration reloaded").then_some(())
     });
 
-    let r = poll_until(
-        "?ns=quay.io to route after SIGHUP",
-        Duration::from_secs(10),
-        || {
-            let r = conn
-                .request("GET", path, &[("Accept", INDEX_ACCEPT)])
-                .expect("the keep-alive connection opened before the reload still works");
-            (r.status() == 200).then_some(r)
-        },
-    );
+    let r = poll_until("?ns=quay.io to route after SIGHUP", Duration::from_secs(10), || {
+        let r = conn
+            .request("GET", path, &[("Accept", INDEX_ACCEPT)])
+            .expect("the keep-alive connection opened before the reload still works");
+        (r.status() == 200).then_some(r)
+    });
     assert_eq!(r.header("docker-content-digest"), Some(index.as_str()));
     assert_eq!(tender_e2e::digest::sha256(&r.body), index);
 
     assert_eq!(t.pid(), pid);
-    assert!(
-        t.try_wait().is_none(),
-        "tender kept running through the reload"
-    );
-    let quay: Vec<_> = t
-        .access()
-        .into_iter()
-        .filter(|a| a.ns == "quay.io")
-        .collect();
+    assert!(t.try_wait().is_none(), "tender kept running through the reload");
+    let quay: Vec<_> = t.access().into_iter().filter(|a| a.ns == "quay.io").collect();
     assert_eq!(quay.first().map(|a| a.status), Some(404), "{quay:?}");
-    assert!(
-        quay.iter()
-            .any(|a| a.status == 200 && a.upstream == "quay.io"),
-        "{quay:?}"
-    );
+    assert!(quay.iter().any(|a| a.status == 200 && a.upstream == "quay.io"), "{quay:?}");
 }

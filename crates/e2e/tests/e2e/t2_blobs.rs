@@ -25,11 +25,7 @@ fn should_answer_every_cold_blob_with_its_bytes_however_fast_its_fill_commits() 
     let upstream = SlowBlobServer::start_many("e2e/small", blobs.clone(), u64::MAX);
     let config = dir.path().join("tender.yaml");
     write_config(&config, &[("ghcr.io", &upstream.url())], "");
-    let t = Tender::start(
-        &config,
-        &dir.path().join("data"),
-        &dir.path().join("tender.log"),
-    );
+    let t = Tender::start(&config, &dir.path().join("data"), &dir.path().join("tender.log"));
 
     for round in ["cold", "warm"] {
         // Every client of every blob at once: fills commit while their readers are still
@@ -49,10 +45,7 @@ fn should_answer_every_cold_blob_with_its_bytes_however_fast_its_fill_commits() 
                 })
             })
             .collect();
-        let failures: Vec<String> = clients
-            .into_iter()
-            .filter_map(|c| c.join().expect("client thread"))
-            .collect();
+        let failures: Vec<String> = clients.into_iter().filter_map(|c| c.join().expect("client thread")).collect();
         assert!(
             failures.is_empty(),
             "{round}: {} of {} GETs failed:\n{}",
@@ -67,8 +60,5 @@ fn should_answer_every_cold_blob_with_its_bytes_however_fast_its_fill_commits() 
         *gets.entry(h.path).or_default() += 1;
     }
     assert_eq!(gets.len(), BLOBS, "{gets:#?}");
-    assert!(
-        gets.values().all(|n| *n == 1),
-        "each blob fetched upstream once: {gets:#?}"
-    );
+    assert!(gets.values().all(|n| *n == 1), "each blob fetched upstream once: {gets:#?}");
 }

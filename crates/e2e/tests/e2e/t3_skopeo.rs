@@ -22,47 +22,26 @@ fn pull_all(bed: &Bed, t: &Tender, round: &str, docker_list: &str) -> BTreeSet<S
 
     // A Docker manifest list: skopeo's dir: transport is the one that keeps it byte for byte.
     let docker_dir = bed.path(&format!("{round}-docker"));
-    skopeo_pull(
-        t,
-        "ghcr.io/e2e/docker-kubelet:v1",
-        &format!("dir:{}", docker_dir.display()),
-    );
+    skopeo_pull(t, "ghcr.io/e2e/docker-kubelet:v1", &format!("dir:{}", docker_dir.display()));
     seen.extend(verify_dir_layout(&docker_dir, docker_list));
     let list: serde_json::Value =
         serde_json::from_slice(&std::fs::read(docker_dir.join("manifest.json")).unwrap()).unwrap();
-    assert_eq!(
-        list["mediaType"], DOCKER_LIST,
-        "the Docker list came through as a Docker list"
-    );
-    assert!(list["manifests"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|m| m["mediaType"] == DOCKER_MANIFEST));
+    assert_eq!(list["mediaType"], DOCKER_LIST, "the Docker list came through as a Docker list");
+    assert!(list["manifests"].as_array().unwrap().iter().all(|m| m["mediaType"] == DOCKER_MANIFEST));
 
     // The multi-arch OCI index, both platforms.
     let kubelet_dir = bed.path(&format!("{round}-kubelet"));
     skopeo_pull(t, "ghcr.io/siderolabs/kubelet:v1.33.1", &oci(&kubelet_dir));
     let (top, blobs) = verify_oci_layout(&kubelet_dir);
     assert_eq!(top, [kubelet_index], "the pulled index is the upstream's");
-    for m in [
-        bed.images.var("KUBELET_AMD64"),
-        bed.images.var("KUBELET_ARM64"),
-    ] {
-        assert!(
-            blobs.contains(m),
-            "both platforms' manifests were pulled ({m})"
-        );
+    for m in [bed.images.var("KUBELET_AMD64"), bed.images.var("KUBELET_ARM64")] {
+        assert!(blobs.contains(m), "both platforms' manifests were pulled ({m})");
     }
     seen.extend(blobs);
 
     // The single-arch OCI manifest.
     let installer_dir = bed.path(&format!("{round}-installer"));
-    skopeo_pull(
-        t,
-        "ghcr.io/siderolabs/installer:v1.10.5",
-        &oci(&installer_dir),
-    );
+    skopeo_pull(t, "ghcr.io/siderolabs/installer:v1.10.5", &oci(&installer_dir));
     let (top, blobs) = verify_oci_layout(&installer_dir);
     assert_eq!(top, [installer], "the pulled manifest is the upstream's");
     seen.extend(blobs);
@@ -84,27 +63,17 @@ fn should_pull_oci_and_docker_images_intact_and_fetch_each_blob_once() {
         &format!("oci:{}:kubelet", bed.images.layout().display()),
         &format!("docker://{}/e2e/docker-kubelet:v1", bed.registry.hostport()),
     ]));
-    let docker_list = bed
-        .registry
-        .manifest_digest("e2e/docker-kubelet", "v1", DOCKER_LIST);
+    let docker_list = bed.registry.manifest_digest("e2e/docker-kubelet", "v1", DOCKER_LIST);
 
     let cold = pull_all(&bed, &t, "cold", &docker_list);
     let after_cold = bed.registry.stats();
     for (digest, gets) in &after_cold.blob_gets_by_digest {
-        assert_eq!(
-            *gets, 1,
-            "tender fetched {digest} from the upstream {gets} times; once is the point"
-        );
+        assert_eq!(*gets, 1, "tender fetched {digest} from the upstream {gets} times; once is the point");
     }
     // What skopeo got that tender did not fetch as a blob are the manifests it served.
     let access = t.access();
-    for d in cold
-        .iter()
-        .filter(|d| !after_cold.blob_gets_by_digest.contains_key(*d))
-    {
-        let served = access
-            .iter()
-            .any(|a| a.path.contains("/manifests/") && &a.digest == d && a.status == 200);
+    for d in cold.iter().filter(|d| !after_cold.blob_gets_by_digest.contains_key(*d)) {
+        let served = access.iter().any(|a| a.path.contains("/manifests/") && &a.digest == d && a.status == 200);
         assert!(served, "{d} reached skopeo but is neither a blob fetched upstream nor a manifest tender served");
     }
 
@@ -117,31 +86,14 @@ fn should_pull_oci_and_docker_images_intact_and_fetch_each_blob_once() {
     );
     // tender's side: per blob, the first GET was the miss that filled it, every later one a hit.
     let mut by_digest: BTreeMap<String, Vec<Access>> = BTreeMap::new();
-    for a in t
-        .access()
-        .into_iter()
-        .filter(|a| a.is_blob() && a.method == "GET")
-    {
+    for a in t.access().into_iter().filter(|a| a.is_blob() && a.method == "GET") {
         by_digest.entry(a.digest.clone()).or_default().push(a);
     }
-    assert_eq!(
-        by_digest.len(),
-        after_cold.blob_gets_by_digest.len(),
-        "{by_digest:#?}"
-    );
+    assert_eq!(by_digest.len(), after_cold.blob_gets_by_digest.len(), "{by_digest:#?}");
     for (digest, gets) in &by_digest {
         let caches: Vec<&str> = gets.iter().map(|a| a.cache.as_str()).collect();
-        assert!(
-            gets.len() >= 2 && caches[0] == "miss",
-            "{digest}: {caches:?}"
-        );
-        assert!(
-            caches[1..].iter().all(|c| *c == "hit"),
-            "{digest}: later GETs are hits: {caches:?}"
-        );
-        assert!(
-            gets.iter().all(|a| a.status == 200 && a.complete),
-            "{digest}: {gets:#?}"
-        );
+        assert!(gets.len() >= 2 && caches[0] == "miss", "{digest}: {caches:?}");
+        assert!(caches[1..].iter().all(|c| *c == "hit"), "{digest}: later GETs are hits: {caches:?}");
+        assert!(gets.iter().all(|a| a.status == 200 && a.complete), "{digest}: {gets:#?}");
     }
 }

@@ -18,11 +18,7 @@ fn should_find_quarantine_and_refetch_a_corrupt_object() {
     let bed = Bed::new("fsck", Sizes::SMALL);
     let t = bed.start_tender("tender.log");
     let installer = bed.images.var("INSTALLER_MANIFEST").to_string();
-    skopeo_pull(
-        &t,
-        "ghcr.io/siderolabs/installer:v1.10.5",
-        &oci(&bed.path("pull-1")),
-    );
+    skopeo_pull(&t, "ghcr.io/siderolabs/installer:v1.10.5", &oci(&bed.path("pull-1")));
     verify_oci_layout(&bed.path("pull-1"));
 
     // Stop tender, then flip one byte in the middle of the installer's layer.
@@ -31,8 +27,8 @@ fn should_find_quarantine_and_refetch_a_corrupt_object() {
     let layer = bed.images.config_and_layers(&installer)[1].clone();
     let hex = hex_of(&layer).to_string();
     let object = data.join("objects/sha256").join(&hex[..2]).join(&hex);
-    let mut bytes = std::fs::read(&object)
-        .unwrap_or_else(|e| panic!("{layer} is not stored at {}: {e}", object.display()));
+    let mut bytes =
+        std::fs::read(&object).unwrap_or_else(|e| panic!("{layer} is not stored at {}: {e}", object.display()));
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
     std::fs::write(&object, &bytes).unwrap();
@@ -46,61 +42,36 @@ fn should_find_quarantine_and_refetch_a_corrupt_object() {
         text(&check.stdout),
         text(&check.stderr)
     );
-    assert!(
-        text(&check.stdout).contains(&format!("corrupt {layer}")),
-        "fsck names it: {}",
-        text(&check.stdout)
-    );
+    assert!(text(&check.stdout).contains(&format!("corrupt {layer}")), "fsck names it: {}", text(&check.stdout));
     assert!(object.exists(), "fsck without --repair changes nothing");
 
     let json = tender::run(["fsck".as_ref(), "--data".as_ref(), d, "--json".as_ref()]);
     assert_eq!(json.status.code(), Some(1));
-    let report: serde_json::Value =
-        serde_json::from_slice(&json.stdout).expect("fsck --json prints JSON");
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("fsck --json prints JSON");
     assert_eq!(report["corrupt"], serde_json::json!([layer]), "{report}");
 
     let repair = tender::run(["fsck".as_ref(), "--data".as_ref(), d, "--repair".as_ref()]);
-    assert_eq!(
-        repair.status.code(),
-        Some(0),
-        "fsck --repair: {}{}",
-        text(&repair.stdout),
-        text(&repair.stderr)
-    );
+    assert_eq!(repair.status.code(), Some(0), "fsck --repair: {}{}", text(&repair.stdout), text(&repair.stderr));
     assert!(!object.exists(), "the corrupt object left objects/");
     let quarantined: Vec<String> = std::fs::read_dir(data.join("quarantine"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert!(
-        quarantined.iter().any(|q| q.starts_with(&hex)),
-        "it was moved to quarantine/: {quarantined:?}"
-    );
+    assert!(quarantined.iter().any(|q| q.starts_with(&hex)), "it was moved to quarantine/: {quarantined:?}");
     let clean = tender::run(["fsck".as_ref(), "--data".as_ref(), d]);
     assert_eq!(clean.status.code(), Some(0), "{}", text(&clean.stdout));
 
     // Restart on the same directory; the next pull fetches that one layer again, and only it.
     let before = bed.registry.stats();
     let t = bed.start_tender("tender-2.log");
-    skopeo_pull(
-        &t,
-        "ghcr.io/siderolabs/installer:v1.10.5",
-        &oci(&bed.path("pull-2")),
-    );
+    skopeo_pull(&t, "ghcr.io/siderolabs/installer:v1.10.5", &oci(&bed.path("pull-2")));
     let (top, blobs) = verify_oci_layout(&bed.path("pull-2"));
     assert_eq!(top, [installer]);
     assert!(blobs.contains(&layer));
     let after = bed.registry.stats();
-    assert_eq!(
-        after.blob_gets,
-        before.blob_gets + 1,
-        "only the quarantined layer is fetched again: {after:?}"
-    );
+    assert_eq!(after.blob_gets, before.blob_gets + 1, "only the quarantined layer is fetched again: {after:?}");
     assert_eq!(after.blob_gets_by_digest.get(&layer), Some(&2), "{after:?}");
-    assert_eq!(
-        bed.images.blob_path(&layer).metadata().unwrap().len(),
-        object.metadata().unwrap().len()
-    );
+    assert_eq!(bed.images.blob_path(&layer).metadata().unwrap().len(), object.metadata().unwrap().len());
     assert_eq!(
         std::fs::read(&object).unwrap(),
         std::fs::read(bed.images.blob_path(&layer)).unwrap(),

@@ -85,40 +85,20 @@ fn should_resume_a_fill_from_its_spool_after_kill_9() {
             })
         })
     };
-    poll_until(
-        "tender's spool to pass 6 MiB",
-        Duration::from_secs(30),
-        || {
-            spool_files(&data)
-                .iter()
-                .any(|(_, len)| *len >= KILL_AT)
-                .then_some(())
-        },
-    );
+    poll_until("tender's spool to pass 6 MiB", Duration::from_secs(30), || {
+        spool_files(&data).iter().any(|(_, len)| *len >= KILL_AT).then_some(())
+    });
 
     t.kill9();
     let spooled = spool_files(&data);
-    assert_eq!(
-        spooled.len(),
-        1,
-        "one spool file for the one fill: {spooled:?}"
-    );
+    assert_eq!(spooled.len(), 1, "one spool file for the one fill: {spooled:?}");
     let spooled_len = spooled[0].1;
     assert!(spooled_len < BLOB_BYTES as u64, "killed mid-fill");
-    assert!(
-        objects_named(&data, &hex).is_empty(),
-        "nothing of the partial blob is visible under objects/"
-    );
+    assert!(objects_named(&data, &hex).is_empty(), "nothing of the partial blob is visible under objects/");
     let cut = client.join().expect("client thread");
     let got = received.load(Ordering::SeqCst);
-    assert!(
-        cut.is_err(),
-        "the first client's body was cut short, not completed ({got} bytes)"
-    );
-    assert!(
-        got < BLOB_BYTES as u64,
-        "no client gets a whole body that was never verified"
-    );
+    assert!(cut.is_err(), "the first client's body was cut short, not completed ({got} bytes)");
+    assert!(got < BLOB_BYTES as u64, "no client gets a whole body that was never verified");
 
     // Restart on the same directory: the same GET now completes, and the fill resumed.
     let t = Tender::start(&config, &data, &dir.path().join("tender-2.log"));
@@ -133,44 +113,22 @@ fn should_resume_a_fill_from_its_spool_after_kill_9() {
         .expect("the GET after the restart completes");
     assert_eq!(head.status, 200);
     assert_eq!(len, BLOB_BYTES as u64);
-    assert_eq!(
-        format!("sha256:{}", hex::encode(h.finalize())),
-        digest,
-        "the body is the blob"
-    );
+    assert_eq!(format!("sha256:{}", hex::encode(h.finalize())), digest, "the body is the blob");
 
     let hits = upstream.hits();
-    let ranged: Vec<_> = hits
-        .iter()
-        .filter(|h| h.method == "GET" && h.range.is_some())
-        .collect();
+    let ranged: Vec<_> = hits.iter().filter(|h| h.method == "GET" && h.range.is_some()).collect();
     assert_eq!(
-        ranged
-            .iter()
-            .map(|h| (h.range_start(), h.status))
-            .collect::<Vec<_>>(),
+        ranged.iter().map(|h| (h.range_start(), h.status)).collect::<Vec<_>>(),
         [(Some(spooled_len), 206)],
         "the restarted fill asked for exactly the bytes its spool lacked: {hits:#?}"
     );
     let sent: u64 = hits.iter().map(|h| h.sent).sum();
-    assert!(
-        sent < 2 * BLOB_BYTES as u64,
-        "the upstream did not send the blob twice ({sent} bytes): {hits:#?}"
-    );
+    assert!(sent < 2 * BLOB_BYTES as u64, "the upstream did not send the blob twice ({sent} bytes): {hits:#?}");
 
     // Shut down cleanly: the object is committed, nothing is left in the spool, fsck is happy.
     assert_eq!(t.terminate(Duration::from_secs(10)).code(), Some(0));
     assert_eq!(objects_named(&data, &hex).len(), 1);
-    assert!(
-        spool_files(&data).is_empty(),
-        "the spool file became the object: {:?}",
-        spool_files(&data)
-    );
+    assert!(spool_files(&data).is_empty(), "the spool file became the object: {:?}", spool_files(&data));
     let fsck = tender::run(["fsck".as_ref(), "--data".as_ref(), data.as_os_str()]);
-    assert_eq!(
-        fsck.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&fsck.stdout)
-    );
+    assert_eq!(fsck.status.code(), Some(0), "{}", String::from_utf8_lossy(&fsck.stdout));
 }

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# scripts/test.sh - run the whole test suite, the same way locally and in CI.
+#   1. unit and in-process tests:      cargo test --workspace --exclude tender-e2e   (budget < 5 min)
+#   2. end-to-end, real binary + peers: cargo build --bin tender
+#                                       cargo test -p tender-e2e -- --test-threads=1  (budget < 25 min)
+# Installs the peer packages first when any is missing (Debian 12, as root). Both stages always
+# run; the exit status is non-zero if either failed. See docs/testing.md.
+# env: SKIP_E2E=1 runs stage 1 only; E2E_FILTER=name runs only the e2e tests matching it.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
+
+PACKAGES="docker-registry skopeo containerd nginx-light curl jq openssl xfsprogs nbdkit zstd xz-utils"
+
+install_peers() {
+  missing=""
+  for p in $PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing="$missing $p"
+  done
+  [ -z "$missing" ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "test.sh: missing packages:$missing (run as root, or: sudo apt-get install$missing)" >&2
+    return 1
+  fi
+  echo "test.sh: installing$missing"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q && apt-get install -y -q --no-install-recommends $missing
+}
+
+# stage NAME BUDGET_SECONDS CMD... : run, print the elapsed time against the budget
+stage() {
+  name=$1 budget=$2; shift 2
+  echo "==> $name: $*"
+  t0=$(date +%s)
+  "$@"; rc=$?
+  echo "==> $name: exit $rc in $(( $(date +%s) - t0 ))s (budget ${budget}s)"
+  return $rc
+}
+
+failed=""
+if [ -z "${SKIP_E2E:-}" ]; then
+  install_peers || exit 1
+  HARNESS=${TENDER_HARNESS:-$ROOT/../shared/harness}
+  if [ ! -f "$HARNESS/upstream.sh" ]; then
+    echo "test.sh: the shared harness is missing at $HARNESS (shared/ must sit beside the repo, or set TENDER_HARNESS)" >&2
+    exit 1
+  fi
+fi
+
+# Stage 1: compile first, so that the time limit (a hang guard at twice the budget) is test time.
+cargo test --workspace --exclude tender-e2e --no-run || failed="$failed unit-build"
+if [ -z "$failed" ]; then
+  stage "unit + in-process" 300 timeout -k 30 600 cargo test --workspace --exclude tender-e2e || failed="$failed unit"
+fi
+
+if [ -z "${SKIP_E2E:-}" ]; then
+  if cargo build --bin tender && cargo test -p tender-e2e --no-run; then
+    stage "end-to-end" 1500 timeout -k 30 1500 \
+      cargo test -p tender-e2e -- --test-threads=1 ${E2E_FILTER:+"$E2E_FILTER"} || failed="$failed e2e"
+  else
+    failed="$failed e2e-build"
+  fi
+fi
+
+if [ -n "$failed" ]; then
+  echo "test.sh: FAILED:$failed" >&2
+  exit 1
+fi
+echo "test.sh: all tests passed"
