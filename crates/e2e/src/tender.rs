@@ -153,11 +153,6 @@ impl Tender {
         self.log_json().iter().filter_map(Access::from_json).collect()
     }
 
-    /// Whether a log line with this message was written.
-    pub fn logged(&self, message: &str) -> bool {
-        self.log_json().iter().any(|v| v.get("message").and_then(Value::as_str) == Some(message))
-    }
-
     pub fn signal(&self, sig: &str) {
         self.guard.signal(sig);
     }

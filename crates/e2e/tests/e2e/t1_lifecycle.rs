@@ -87,14 +87,8 @@ fn should_exit_0_soon_after_sigterm_with_an_idle_client_connected() {
     let mut idle = Conn::open(t.addr).unwrap();
     assert_eq!(idle.request("GET", "/healthz", &[]).unwrap().status(), 200);
 
-    let log = t.log.clone();
     let status = t.terminate(Duration::from_secs(5));
     assert_eq!(status.code(), Some(0), "SIGTERM is a clean shutdown: {status}");
-    assert!(
-        tender::json_lines(&log).iter().any(|v| v["message"] == "tender stopped"),
-        "tender logs its stop:\n{}",
-        tender::tail(&log, 10)
-    );
     drop(idle);
 }
 
@@ -116,10 +110,6 @@ fn should_route_a_new_upstream_after_sighup_without_restarting() {
     let pid = t.pid();
     write_config(&t.config, &[("ghcr.io", &bed.registry.url()), ("quay.io", &bed.registry.url())], "");
     t.signal("HUP");
-    poll_until("tender to log the reload", Duration::from_secs(10), || {
-        t.logged("configuration reloaded").then_some(())
-    });
-
     let r = poll_until("?ns=quay.io to route after SIGHUP", Duration::from_secs(10), || {
         let r = conn
             .request("GET", path, &[("Accept", INDEX_ACCEPT)])

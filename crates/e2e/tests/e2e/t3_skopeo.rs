@@ -13,12 +13,20 @@ use crate::{oci, skopeo_pull, Bed};
 
 const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+const OCI_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json";
+
+/// The top-level digests the upstream announces for the three images.
+struct Upstream {
+    docker_list: String,
+    kubelet_index: String,
+    installer: String,
+}
 
 /// Pull all three images into `round`-named directories; return every blob digest seen.
-fn pull_all(bed: &Bed, t: &Tender, round: &str, docker_list: &str) -> BTreeSet<String> {
+fn pull_all(bed: &Bed, t: &Tender, round: &str, want: &Upstream) -> BTreeSet<String> {
     let mut seen = BTreeSet::new();
-    let kubelet_index = bed.images.var("KUBELET_INDEX");
-    let installer = bed.images.var("INSTALLER_MANIFEST");
+    let (docker_list, kubelet_index, installer) =
+        (&want.docker_list, want.kubelet_index.as_str(), want.installer.as_str());
 
     // A Docker manifest list: skopeo's dir: transport is the one that keeps it byte for byte.
     let docker_dir = bed.path(&format!("{round}-docker"));
@@ -63,9 +71,15 @@ fn should_pull_oci_and_docker_images_intact_and_fetch_each_blob_once() {
         &format!("oci:{}:kubelet", bed.images.layout().display()),
         &format!("docker://{}/e2e/docker-kubelet:v1", bed.registry.hostport()),
     ]));
-    let docker_list = bed.registry.manifest_digest("e2e/docker-kubelet", "v1", DOCKER_LIST);
+    let want = Upstream {
+        docker_list: bed.registry.manifest_digest("e2e/docker-kubelet", "v1", DOCKER_LIST),
+        kubelet_index: bed.registry.manifest_digest("siderolabs/kubelet", "v1.33.1", OCI_ACCEPT),
+        installer: bed.registry.manifest_digest("siderolabs/installer", "v1.10.5", OCI_ACCEPT),
+    };
+    assert_eq!(want.kubelet_index, bed.images.var("KUBELET_INDEX"));
+    assert_eq!(want.installer, bed.images.var("INSTALLER_MANIFEST"));
 
-    let cold = pull_all(&bed, &t, "cold", &docker_list);
+    let cold = pull_all(&bed, &t, "cold", &want);
     let after_cold = bed.registry.stats();
     for (digest, gets) in &after_cold.blob_gets_by_digest {
         assert_eq!(*gets, 1, "tender fetched {digest} from the upstream {gets} times; once is the point");
@@ -77,7 +91,7 @@ fn should_pull_oci_and_docker_images_intact_and_fetch_each_blob_once() {
         assert!(served, "{d} reached skopeo but is neither a blob fetched upstream nor a manifest tender served");
     }
 
-    let warm = pull_all(&bed, &t, "warm", &docker_list);
+    let warm = pull_all(&bed, &t, "warm", &want);
     assert_eq!(warm, cold, "the warm pull got the same content");
     let after_warm = bed.registry.stats();
     assert_eq!(
