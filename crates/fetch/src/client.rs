@@ -60,26 +60,17 @@ pub fn is_internal_ip(ip: IpAddr) -> bool {
                 return is_internal_ip(IpAddr::V4(v4));
             }
             let s = v6.segments();
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || (s[0] & 0xfe00) == 0xfc00
-                || (s[0] & 0xffc0) == 0xfe80
+            v6.is_loopback() || v6.is_unspecified() || (s[0] & 0xfe00) == 0xfc00 || (s[0] & 0xffc0) == 0xfe80
         }
     }
 }
 
 fn is_internal_host(host: &str) -> bool {
-    let h = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_ascii_lowercase();
+    let h = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
     if let Ok(ip) = h.parse::<IpAddr>() {
         return is_internal_ip(ip);
     }
-    h == "localhost"
-        || h.ends_with(".localhost")
-        || h == "metadata.google.internal"
-        || h.ends_with(".internal")
+    h == "localhost" || h.ends_with(".localhost") || h == "metadata.google.internal" || h.ends_with(".internal")
 }
 
 fn host_matches(pattern: &str, host: &str) -> bool {
@@ -102,10 +93,7 @@ impl AddressPolicy {
         let Some(host) = next.host_str() else {
             return Some("no host".to_string());
         };
-        let is_endpoint = self
-            .endpoint_hosts
-            .iter()
-            .any(|h| h.eq_ignore_ascii_case(host));
+        let is_endpoint = self.endpoint_hosts.iter().any(|h| h.eq_ignore_ascii_case(host));
         if let Some(allowed) = &self.redirect_hosts {
             if !is_endpoint && !allowed.iter().any(|p| host_matches(p, host)) {
                 return Some(format!("host {host} is not in redirectHosts"));
@@ -121,10 +109,7 @@ impl AddressPolicy {
         match self.refuse(prev, next) {
             None => Ok(()),
             Some(reason) => {
-                self.metrics
-                    .redirects_refused
-                    .get_or_create(&self.label())
-                    .inc();
+                self.metrics.redirects_refused.get_or_create(&self.label()).inc();
                 tracing::warn!(upstream = %self.upstream, target = %redact(next), %reason, "redirect refused");
                 Err(reason)
             }
@@ -155,23 +140,11 @@ impl reqwest::dns::Resolve for GuardedResolver {
         let policy = self.policy.clone();
         Box::pin(async move {
             let host = name.as_str().to_string();
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let exempt = policy.allow_private
-                || policy
-                    .endpoint_hosts
-                    .iter()
-                    .any(|h| h.eq_ignore_ascii_case(&host));
-            let kept: Vec<SocketAddr> = addrs
-                .into_iter()
-                .filter(|a| exempt || !is_internal_ip(a.ip()))
-                .collect();
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let exempt = policy.allow_private || policy.endpoint_hosts.iter().any(|h| h.eq_ignore_ascii_case(&host));
+            let kept: Vec<SocketAddr> = addrs.into_iter().filter(|a| exempt || !is_internal_ip(a.ip())).collect();
             if kept.is_empty() {
-                policy
-                    .metrics
-                    .redirects_refused
-                    .get_or_create(&policy.label())
-                    .inc();
+                policy.metrics.redirects_refused.get_or_create(&policy.label()).inc();
                 tracing::warn!(upstream = %policy.upstream, %host, "refused: host resolves only to internal addresses");
                 let err: Box<dyn std::error::Error + Send + Sync> =
                     format!("{host} resolves only to internal addresses").into();
@@ -192,11 +165,7 @@ enum Auth {
 /// What a `WWW-Authenticate` header asks for.
 #[derive(Debug, PartialEq, Eq)]
 enum Challenge {
-    Bearer {
-        realm: String,
-        service: Option<String>,
-        scope: Option<String>,
-    },
+    Bearer { realm: String, service: Option<String>, scope: Option<String> },
     Basic,
 }
 
@@ -237,10 +206,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         return Some(Duration::from_secs(secs));
     }
     let when = httpdate::parse_http_date(v).ok()?;
-    Some(
-        when.duration_since(std::time::SystemTime::now())
-            .unwrap_or(Duration::ZERO),
-    )
+    Some(when.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO))
 }
 
 impl Upstream {
@@ -250,11 +216,8 @@ impl Upstream {
         metrics: FetchMetrics,
     ) -> Result<Upstream, FetchError> {
         let bad = |m: String| FetchError::new(FetchErrorKind::Local, &settings.name, m);
-        let endpoint_hosts: Vec<String> = settings
-            .endpoints
-            .iter()
-            .filter_map(|u| u.host_str().map(str::to_string))
-            .collect();
+        let endpoint_hosts: Vec<String> =
+            settings.endpoints.iter().filter_map(|u| u.host_str().map(str::to_string)).collect();
         let policy = Arc::new(AddressPolicy {
             upstream: settings.name.clone(),
             allow_private: endpoint_hosts.iter().any(|h| is_internal_host(h)),
@@ -279,16 +242,13 @@ impl Upstream {
             .use_rustls_tls()
             .connect_timeout(fetch.connect_timeout)
             .redirect(redirect_policy)
-            .dns_resolver(Arc::new(GuardedResolver {
-                policy: policy.clone(),
-            }))
+            .dns_resolver(Arc::new(GuardedResolver { policy: policy.clone() }))
             .user_agent(concat!("tender/", env!("CARGO_PKG_VERSION")))
             .no_proxy()
             .pool_idle_timeout(Duration::from_secs(60))
             .tcp_nodelay(true);
         if let Some(ca) = &settings.ca_file {
-            let pem =
-                std::fs::read(ca).map_err(|e| bad(format!("caFile {}: {e}", ca.display())))?;
+            let pem = std::fs::read(ca).map_err(|e| bad(format!("caFile {}: {e}", ca.display())))?;
             let certs = reqwest::Certificate::from_pem_bundle(&pem)
                 .map_err(|e| bad(format!("caFile {}: not a PEM bundle: {e}", ca.display())))?;
             for c in certs {
@@ -299,21 +259,11 @@ impl Upstream {
             builder = builder.danger_accept_invalid_certs(true);
         }
         if let Some(proxy) = &settings.proxy {
-            let p = reqwest::Proxy::all(proxy.as_str())
-                .map_err(|e| bad(format!("proxy {proxy}: {e}")))?;
+            let p = reqwest::Proxy::all(proxy.as_str()).map_err(|e| bad(format!("proxy {proxy}: {e}")))?;
             builder = builder.proxy(p);
         }
-        let client = builder
-            .build()
-            .map_err(|e| bad(format!("cannot build HTTP client: {e}")))?;
-        Ok(Upstream {
-            settings,
-            fetch,
-            client,
-            policy,
-            tokens: Mutex::new(HashMap::new()),
-            metrics,
-        })
+        let client = builder.build().map_err(|e| bad(format!("cannot build HTTP client: {e}")))?;
+        Ok(Upstream { settings, fetch, client, policy, tokens: Mutex::new(HashMap::new()), metrics })
     }
 
     pub fn name(&self) -> &str {
@@ -326,9 +276,7 @@ impl Upstream {
 
     fn join(base: &Url, path_and_query: &str) -> Result<Url, String> {
         let base_path = base.path().trim_end_matches('/');
-        let (path, query) = path_and_query
-            .split_once('?')
-            .unwrap_or((path_and_query, ""));
+        let (path, query) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
         let mut u = base.clone();
         u.set_path(&format!("{base_path}{path}"));
         u.set_query(if query.is_empty() { None } else { Some(query) });
@@ -354,22 +302,14 @@ impl Upstream {
                     tracing::debug!(upstream = %self.name(), endpoint = %endpoint, error = %e, "endpoint failed");
                     // A definite "not found" from one endpoint does not hide another's answer,
                     // but a later endpoint's transient failure should not mask a definite one.
-                    let keep_last = last
-                        .as_ref()
-                        .is_some_and(|l| !l.is_retryable() && e.is_retryable());
+                    let keep_last = last.as_ref().is_some_and(|l| !l.is_retryable() && e.is_retryable());
                     if !keep_last {
                         last = Some(e);
                     }
                 }
             }
         }
-        Err(last.unwrap_or_else(|| {
-            FetchError::new(
-                FetchErrorKind::Local,
-                self.name(),
-                "no endpoints configured",
-            )
-        }))
+        Err(last.unwrap_or_else(|| FetchError::new(FetchErrorKind::Local, self.name(), "no endpoints configured")))
     }
 
     async fn request_endpoint(
@@ -380,28 +320,16 @@ impl Upstream {
         scope: Option<&str>,
     ) -> Result<reqwest::Response, FetchError> {
         let host = url.host_str().unwrap_or_default().to_string();
-        let cached = scope
-            .and_then(|s| self.cached_token(&host, s))
-            .map(Auth::Bearer);
+        let cached = scope.and_then(|s| self.cached_token(&host, s)).map(Auth::Bearer);
         let first = self.send(method, &url, headers, cached.as_ref()).await?;
         if first.status() != StatusCode::UNAUTHORIZED {
             return self.check_status(first);
         }
-        let challenge = first
-            .headers()
-            .get(WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_challenge);
+        let challenge = first.headers().get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).and_then(parse_challenge);
         let auth = match challenge {
-            Some(Challenge::Bearer {
-                realm,
-                service,
-                scope: asked,
-            }) => {
+            Some(Challenge::Bearer { realm, service, scope: asked }) => {
                 let scope = scope.map(str::to_string).or(asked);
-                let token = self
-                    .fetch_token(&url, &realm, service.as_deref(), scope.as_deref())
-                    .await?;
+                let token = self.fetch_token(&url, &realm, service.as_deref(), scope.as_deref()).await?;
                 if let Some(s) = &scope {
                     self.store_token(&host, s, &token);
                 }
@@ -409,17 +337,9 @@ impl Upstream {
             }
             Some(Challenge::Basic) => match &self.settings.credentials {
                 Some(c) => Auth::Basic(c.username.clone(), c.password.clone()),
-                None => {
-                    return Err(
-                        self.unauthorized("asks for Basic credentials and none are configured")
-                    )
-                }
+                None => return Err(self.unauthorized("asks for Basic credentials and none are configured")),
             },
-            None => {
-                return Err(
-                    self.unauthorized("answered 401 without a usable WWW-Authenticate challenge")
-                )
-            }
+            None => return Err(self.unauthorized("answered 401 without a usable WWW-Authenticate challenge")),
         };
         let second = self.send(method, &url, headers, Some(&auth)).await?;
         if second.status() == StatusCode::UNAUTHORIZED {
@@ -439,55 +359,36 @@ impl Upstream {
         headers: &HeaderMap,
         auth: Option<&Auth>,
     ) -> Result<reqwest::Response, FetchError> {
-        let mut req = self
-            .client
-            .request(method.clone(), url.clone())
-            .headers(headers.clone());
+        let mut req = self.client.request(method.clone(), url.clone()).headers(headers.clone());
         match auth {
             Some(Auth::Bearer(t)) => req = req.bearer_auth(t),
             Some(Auth::Basic(u, p)) => req = req.basic_auth(u, Some(p)),
             None => {}
         }
-        self.metrics
-            .upstream_requests
-            .get_or_create(&self.policy.label())
-            .inc();
+        self.metrics.upstream_requests.get_or_create(&self.policy.label()).inc();
         match tokio::time::timeout(self.fetch.first_byte_timeout, req.send()).await {
             Ok(Ok(r)) => {
                 let up = i64::from(!r.status().is_server_error());
-                self.metrics
-                    .upstream_up
-                    .get_or_create(&self.policy.label())
-                    .set(up);
+                self.metrics.upstream_up.get_or_create(&self.policy.label()).set(up);
                 Ok(r)
             }
             Ok(Err(e)) => Err(self.count(FetchError::from_reqwest(self.name(), &e))),
             Err(_) => Err(self.count(FetchError::new(
                 FetchErrorKind::Timeout,
                 self.name(),
-                format!(
-                    "no response headers within {:?} from {}",
-                    self.fetch.first_byte_timeout,
-                    redact(url)
-                ),
+                format!("no response headers within {:?} from {}", self.fetch.first_byte_timeout, redact(url)),
             ))),
         }
     }
 
     fn count(&self, e: FetchError) -> FetchError {
         if e.is_upstream_down() {
-            self.metrics
-                .upstream_up
-                .get_or_create(&self.policy.label())
-                .set(0);
+            self.metrics.upstream_up.get_or_create(&self.policy.label()).set(0);
         }
         let kind = format!("{:?}", e.kind).to_ascii_lowercase();
         self.metrics
             .upstream_errors
-            .get_or_create(&vec![
-                ("upstream".to_string(), self.name().to_string()),
-                ("kind".to_string(), kind),
-            ])
+            .get_or_create(&vec![("upstream".to_string(), self.name().to_string()), ("kind".to_string(), kind)])
             .inc();
         e
     }
@@ -511,14 +412,9 @@ impl Upstream {
             StatusCode::RANGE_NOT_SATISFIABLE => (FetchErrorKind::Status, "range not satisfiable"),
             _ => (FetchErrorKind::Status, "unexpected status"),
         };
-        let mut e = FetchError::new(kind, self.name(), format!("{what} ({code}) for {url}"))
-            .with_status(code);
+        let mut e = FetchError::new(kind, self.name(), format!("{what} ({code}) for {url}")).with_status(code);
         e.retry_after = retry_after(r.headers());
-        Err(if kind == FetchErrorKind::NotFound {
-            e
-        } else {
-            self.count(e)
-        })
+        Err(if kind == FetchErrorKind::NotFound { e } else { self.count(e) })
     }
 
     fn cached_token(&self, host: &str, scope: &str) -> Option<String> {
@@ -529,14 +425,8 @@ impl Upstream {
 
     fn store_token(&self, host: &str, scope: &str, token: &(String, Duration)) {
         if let Ok(mut tokens) = self.tokens.lock() {
-            let life = token
-                .1
-                .saturating_sub(Duration::from_secs(10))
-                .max(Duration::from_secs(5));
-            tokens.insert(
-                (host.to_string(), scope.to_string()),
-                (token.0.clone(), Instant::now() + life),
-            );
+            let life = token.1.saturating_sub(Duration::from_secs(10)).max(Duration::from_secs(5));
+            tokens.insert((host.to_string(), scope.to_string()), (token.0.clone(), Instant::now() + life));
         }
     }
 
@@ -548,19 +438,11 @@ impl Upstream {
         scope: Option<&str>,
     ) -> Result<(String, Duration), FetchError> {
         let mut realm_url = Url::parse(realm).map_err(|e| {
-            FetchError::new(
-                FetchErrorKind::Refused,
-                self.name(),
-                format!("token realm {realm:?}: {e}"),
-            )
+            FetchError::new(FetchErrorKind::Refused, self.name(), format!("token realm {realm:?}: {e}"))
         })?;
-        self.policy.check(Some(origin), &realm_url).map_err(|r| {
-            FetchError::new(
-                FetchErrorKind::Refused,
-                self.name(),
-                format!("token realm refused: {r}"),
-            )
-        })?;
+        self.policy
+            .check(Some(origin), &realm_url)
+            .map_err(|r| FetchError::new(FetchErrorKind::Refused, self.name(), format!("token realm refused: {r}")))?;
         {
             let mut q = realm_url.query_pairs_mut();
             if let Some(s) = service {
@@ -570,14 +452,8 @@ impl Upstream {
                 q.append_pair("scope", s);
             }
         }
-        let auth = self
-            .settings
-            .credentials
-            .as_ref()
-            .map(|c| Auth::Basic(c.username.clone(), c.password.clone()));
-        let resp = self
-            .send(&Method::GET, &realm_url, &HeaderMap::new(), auth.as_ref())
-            .await?;
+        let auth = self.settings.credentials.as_ref().map(|c| Auth::Basic(c.username.clone(), c.password.clone()));
+        let resp = self.send(&Method::GET, &realm_url, &HeaderMap::new(), auth.as_ref()).await?;
         let resp = self.check_status(resp).map_err(|mut e| {
             if e.status == Some(401) || e.status == Some(403) {
                 e.kind = FetchErrorKind::Unauthorized;
@@ -590,28 +466,15 @@ impl Upstream {
             access_token: Option<String>,
             expires_in: Option<u64>,
         }
-        let body: TokenBody = resp.json().await.map_err(|e| {
-            FetchError::new(
-                FetchErrorKind::Unauthorized,
-                self.name(),
-                format!("token response: {e}"),
-            )
-        })?;
-        let token = body
-            .token
-            .or(body.access_token)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                FetchError::new(
-                    FetchErrorKind::Unauthorized,
-                    self.name(),
-                    "token response has no token",
-                )
+        let body: TokenBody = resp
+            .json()
+            .await
+            .map_err(|e| FetchError::new(FetchErrorKind::Unauthorized, self.name(), format!("token response: {e}")))?;
+        let token =
+            body.token.or(body.access_token).filter(|t| !t.is_empty()).ok_or_else(|| {
+                FetchError::new(FetchErrorKind::Unauthorized, self.name(), "token response has no token")
             })?;
-        Ok((
-            token,
-            Duration::from_secs(body.expires_in.unwrap_or(DEFAULT_TOKEN_SECS).max(1)),
-        ))
+        Ok((token, Duration::from_secs(body.expires_in.unwrap_or(DEFAULT_TOKEN_SECS).max(1))))
     }
 }
 
@@ -656,12 +519,7 @@ mod tests {
         ] {
             assert!(is_internal_host(h), "{h}");
         }
-        for h in [
-            "ghcr.io",
-            "8.8.8.8",
-            "[2606:4700::1]",
-            "pkg-containers.githubusercontent.com",
-        ] {
+        for h in ["ghcr.io", "8.8.8.8", "[2606:4700::1]", "pkg-containers.githubusercontent.com"] {
             assert!(!is_internal_host(h), "{h}");
         }
     }
@@ -682,33 +540,17 @@ mod tests {
         let from = Url::parse("https://ghcr.io/v2/x/blobs/sha256:1").ok();
         let check = |to: &str| p.refuse(from.as_ref(), &Url::parse(to).expect("test url"));
         assert!(check("https://pkg-containers.githubusercontent.com/x").is_none());
-        assert!(
-            check("http://pkg-containers.githubusercontent.com/x").is_some(),
-            "downgrade"
-        );
-        assert!(
-            check("https://169.254.169.254/latest/meta-data").is_some(),
-            "metadata"
-        );
+        assert!(check("http://pkg-containers.githubusercontent.com/x").is_some(), "downgrade");
+        assert!(check("https://169.254.169.254/latest/meta-data").is_some(), "metadata");
         assert!(check("https://127.0.0.1/x").is_some(), "loopback");
         assert!(check("https://10.0.0.1/x").is_some(), "private");
         assert!(check("ftp://example.com/x").is_some(), "scheme");
         let allow_list = policy(false, Some(vec!["*.githubusercontent.com".into()]));
         assert!(allow_list
-            .refuse(
-                from.as_ref(),
-                &Url::parse("https://pkg-containers.githubusercontent.com/x").expect("url")
-            )
+            .refuse(from.as_ref(), &Url::parse("https://pkg-containers.githubusercontent.com/x").expect("url"))
             .is_none());
-        assert!(allow_list
-            .refuse(
-                from.as_ref(),
-                &Url::parse("https://evil.example.com/x").expect("url")
-            )
-            .is_some());
+        assert!(allow_list.refuse(from.as_ref(), &Url::parse("https://evil.example.com/x").expect("url")).is_some());
         let internal = policy(true, None);
-        assert!(internal
-            .refuse(None, &Url::parse("http://127.0.0.2:9000/x").expect("url"))
-            .is_none());
+        assert!(internal.refuse(None, &Url::parse("http://127.0.0.2:9000/x").expect("url")).is_none());
     }
 }

@@ -24,6 +24,8 @@ pub enum FetchErrorKind {
     Corrupt,
     /// A redirect or auth realm that the address policy refuses.
     Refused,
+    /// The body's completeness cannot be established (no length, no checksummed container).
+    Unverifiable,
     /// Our own side failed: disk full, I/O.
     Local,
 }
@@ -42,13 +44,7 @@ pub struct FetchError {
 
 impl FetchError {
     pub fn new(kind: FetchErrorKind, upstream: &str, message: impl Into<String>) -> FetchError {
-        FetchError {
-            kind,
-            upstream: upstream.to_string(),
-            message: message.into(),
-            status: None,
-            retry_after: None,
-        }
+        FetchError { kind, upstream: upstream.to_string(), message: message.into(), status: None, retry_after: None }
     }
 
     pub fn with_status(mut self, status: u16) -> FetchError {
@@ -68,6 +64,7 @@ impl FetchError {
             | FetchErrorKind::Unauthorized
             | FetchErrorKind::Corrupt
             | FetchErrorKind::Refused
+            | FetchErrorKind::Unverifiable
             | FetchErrorKind::Local => false,
         }
     }
@@ -77,10 +74,7 @@ impl FetchError {
     pub fn is_upstream_down(&self) -> bool {
         matches!(
             self.kind,
-            FetchErrorKind::Connect
-                | FetchErrorKind::Timeout
-                | FetchErrorKind::Body
-                | FetchErrorKind::TooManyRequests
+            FetchErrorKind::Connect | FetchErrorKind::Timeout | FetchErrorKind::Body | FetchErrorKind::TooManyRequests
         ) || (self.kind == FetchErrorKind::Status && self.status.is_none_or(|s| s >= 500))
     }
 

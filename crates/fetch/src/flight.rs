@@ -25,6 +25,7 @@ use tender_oci::Digest;
 use tender_store::{SpoolWriter, Store};
 use tokio::sync::watch;
 
+pub use crate::container::Container;
 use crate::error::{FetchError, FetchErrorKind};
 use crate::metrics::{upstream_label, FetchMetrics};
 use crate::settings::FetchSettings;
@@ -52,6 +53,23 @@ pub trait Source: Send + Sync + 'static {
 pub enum Expect {
     /// A content-addressed object: its sha256 must match.
     Digest(Digest),
+    /// An asset with no published checksum (Image Factory): complete by its announced
+    /// length or its container's own check, then its sha256 is trusted on first use; a later
+    /// fetch with other bytes is refused.
+    Tofu { key: String, container: Container },
+}
+
+impl Expect {
+    /// The stored object this expectation is already met by, if any.
+    fn stored(&self, store: &Store) -> Option<Digest> {
+        match self {
+            Expect::Digest(d) => store.object_len(d).map(|_| *d),
+            Expect::Tofu { key, .. } => {
+                let t = store.trust_get(key).ok()??;
+                store.object_len(&t.digest).map(|_| t.digest)
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -105,12 +123,7 @@ pub struct Flights {
 
 impl Flights {
     pub fn new(store: Arc<Store>, settings: FetchSettings, metrics: FetchMetrics) -> Arc<Flights> {
-        Arc::new(Flights {
-            store,
-            settings,
-            metrics,
-            active: Mutex::new(HashMap::new()),
-        })
+        Arc::new(Flights { store, settings, metrics, active: Mutex::new(HashMap::new()) })
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -119,35 +132,22 @@ impl Flights {
 
     /// Keys of fills in progress (objects that GC must not touch).
     pub fn active_keys(&self) -> Vec<String> {
-        self.active
-            .lock()
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default()
+        self.active.lock().map(|m| m.keys().cloned().collect()).unwrap_or_default()
     }
 
     /// Join the fill for `key`, or start one, unless the object is already stored.
-    pub fn claim(
-        self: &Arc<Self>,
-        key: &str,
-        expect: Expect,
-        source: Arc<dyn Source>,
-    ) -> Result<Claim, FetchError> {
-        let local = |e: tender_store::StoreError| {
-            FetchError::new(FetchErrorKind::Local, source.upstream(), e.to_string())
-        };
-        let mut active = self.active.lock().map_err(|_| {
-            FetchError::new(
-                FetchErrorKind::Local,
-                source.upstream(),
-                "fill registry poisoned",
-            )
-        })?;
+    pub fn claim(self: &Arc<Self>, key: &str, expect: Expect, source: Arc<dyn Source>) -> Result<Claim, FetchError> {
+        let local =
+            |e: tender_store::StoreError| FetchError::new(FetchErrorKind::Local, source.upstream(), e.to_string());
+        let mut active = self
+            .active
+            .lock()
+            .map_err(|_| FetchError::new(FetchErrorKind::Local, source.upstream(), "fill registry poisoned"))?;
         if let Some(fill) = active.get(key) {
             return Ok(Claim::Filling(fill.clone()));
         }
-        let Expect::Digest(digest) = &expect;
-        if self.store.object_len(digest).is_some() {
-            return Ok(Claim::Stored(*digest));
+        if let Some(digest) = expect.stored(&self.store) {
+            return Ok(Claim::Stored(digest));
         }
         let writer = match self.store.resume_spool(key).map_err(local)? {
             Some(w) => {
@@ -159,10 +159,7 @@ impl Flights {
         let fill = Arc::new(Fill::new(key, &writer));
         active.insert(key.to_string(), fill.clone());
         drop(active);
-        self.metrics
-            .fills_started
-            .get_or_create(&upstream_label(source.upstream()))
-            .inc();
+        self.metrics.fills_started.get_or_create(&upstream_label(source.upstream())).inc();
         self.metrics.fills_active.inc();
         let me = self.clone();
         let first = fill.clone();
@@ -192,11 +189,12 @@ impl Flights {
         let deadline = Instant::now() + self.settings.fill_deadline;
         let mut restarted = false;
         let outcome = loop {
-            let result = self
-                .transfer_with_retries(&fill, &mut writer, source.as_ref(), deadline)
-                .await;
+            let result = self.transfer_with_retries(&fill, &mut writer, source.as_ref(), deadline).await;
             let verdict = match result {
-                Ok(()) => self.verify_and_commit(writer, &expect, &upstream).await,
+                Ok(()) => {
+                    let total = fill.state.borrow().total;
+                    self.verify_and_commit(writer, &expect, &upstream, total).await
+                }
                 Err(e) => Err((e, Some(writer))),
             };
             match verdict {
@@ -205,23 +203,14 @@ impl Flights {
                     // Discard, count, cut readers short, and start once more from zero.
                     restarted = true;
                     tracing::warn!(%upstream, key = %fill.key, error = %e, "fill corrupt: discarding and restarting from zero");
-                    self.metrics
-                        .fills_finished
-                        .get_or_create(&result_label(&upstream, "corrupt"))
-                        .inc();
+                    self.metrics.fills_finished.get_or_create(&result_label(&upstream, "corrupt")).inc();
                     if let Some(w) = w {
                         w.discard();
                     }
                     fill.fail(e.clone());
                     let fresh = match self.store.create_spool(&fill.key) {
                         Ok(w) => w,
-                        Err(se) => {
-                            break Err(FetchError::new(
-                                FetchErrorKind::Local,
-                                &upstream,
-                                se.to_string(),
-                            ))
-                        }
+                        Err(se) => break Err(FetchError::new(FetchErrorKind::Local, &upstream, se.to_string())),
                     };
                     let next = Arc::new(Fill::new(&fill.key, &fresh));
                     if let Ok(mut active) = self.active.lock() {
@@ -244,25 +233,14 @@ impl Flights {
         self.metrics.fills_active.dec();
         match outcome {
             Ok(digest) => {
-                self.metrics
-                    .fills_finished
-                    .get_or_create(&result_label(&upstream, "committed"))
-                    .inc();
+                self.metrics.fills_finished.get_or_create(&result_label(&upstream, "committed")).inc();
                 self.metrics.upstream_up.get_or_create(&label).set(1);
-                fill.state
-                    .send_modify(|s| s.phase = Phase::Committed(digest));
+                fill.state.send_modify(|s| s.phase = Phase::Committed(digest));
                 self.finish(&fill);
             }
             Err(e) => {
-                let result = if e.kind == FetchErrorKind::Corrupt {
-                    "corrupt"
-                } else {
-                    "failed"
-                };
-                self.metrics
-                    .fills_finished
-                    .get_or_create(&result_label(&upstream, result))
-                    .inc();
+                let result = if e.kind == FetchErrorKind::Corrupt { "corrupt" } else { "failed" };
+                self.metrics.fills_finished.get_or_create(&result_label(&upstream, result)).inc();
                 if e.is_upstream_down() {
                     self.metrics.upstream_up.get_or_create(&label).set(0);
                 }
@@ -286,16 +264,11 @@ impl Flights {
             match self.transfer(fill, writer, source).await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_retryable() && attempt < self.settings.attempts => {
-                    let wait = e
-                        .retry_after
-                        .unwrap_or_else(|| self.settings.backoff(attempt));
+                    let wait = e.retry_after.unwrap_or_else(|| self.settings.backoff(attempt));
                     if Instant::now() + wait >= deadline {
                         return Err(e);
                     }
-                    self.metrics
-                        .fill_retries
-                        .get_or_create(&upstream_label(source.upstream()))
-                        .inc();
+                    self.metrics.fill_retries.get_or_create(&upstream_label(source.upstream())).inc();
                     tracing::info!(upstream = %source.upstream(), key = %fill.key, attempt, have = writer.len(),
                         wait_ms = wait.as_millis() as u64, error = %e, "fill retrying");
                     tokio::time::sleep(wait).await;
@@ -306,12 +279,7 @@ impl Flights {
     }
 
     /// One attempt: open at the bytes we have, compare any bytes re-sent, append the rest.
-    async fn transfer(
-        &self,
-        fill: &Fill,
-        writer: &mut SpoolWriter,
-        source: &dyn Source,
-    ) -> Result<(), FetchError> {
+    async fn transfer(&self, fill: &Fill, writer: &mut SpoolWriter, source: &dyn Source) -> Result<(), FetchError> {
         let upstream = source.upstream().to_string();
         let err = |kind, m: String| FetchError::new(kind, &upstream, m);
         let have = writer.len();
@@ -328,10 +296,7 @@ impl Flights {
         let total = opened.total.or(known_total);
         if let Some(t) = total {
             if have > t {
-                return Err(err(
-                    FetchErrorKind::Corrupt,
-                    format!("have {have} bytes of an object of {t}"),
-                ));
+                return Err(err(FetchErrorKind::Corrupt, format!("have {have} bytes of an object of {t}")));
             }
         }
         fill.state.send_modify(|s| {
@@ -340,22 +305,14 @@ impl Flights {
         });
         let mut pos = if opened.partial { have } else { 0 };
         let mut body = opened.body;
-        let bytes_counter = self
-            .metrics
-            .upstream_bytes
-            .get_or_create(&upstream_label(&upstream))
-            .clone();
+        let bytes_counter = self.metrics.upstream_bytes.get_or_create(&upstream_label(&upstream)).clone();
         loop {
             let next = match tokio::time::timeout(self.settings.stall_timeout, body.next()).await {
                 Ok(n) => n,
                 Err(_) => {
                     return Err(err(
                         FetchErrorKind::Timeout,
-                        format!(
-                            "body stalled for {:?} at byte {}",
-                            self.settings.stall_timeout,
-                            writer.len()
-                        ),
+                        format!("body stalled for {:?} at byte {}", self.settings.stall_timeout, writer.len()),
                     ))
                 }
             };
@@ -382,34 +339,23 @@ impl Flights {
             }
             if let Some(t) = total {
                 if writer.len() + data.len() as u64 > t {
-                    return Err(err(
-                        FetchErrorKind::Body,
-                        format!("body is longer than the announced {t} bytes"),
-                    ));
+                    return Err(err(FetchErrorKind::Body, format!("body is longer than the announced {t} bytes")));
                 }
             }
-            writer
-                .append(data)
-                .map_err(|e| err(FetchErrorKind::Local, format!("writing spool: {e}")))?;
+            writer.append(data).map_err(|e| err(FetchErrorKind::Local, format!("writing spool: {e}")))?;
             pos += data.len() as u64;
             let written = writer.len();
             fill.state.send_modify(|s| s.written = written);
         }
         if let Some(t) = total {
             if writer.len() < t {
-                return Err(err(
-                    FetchErrorKind::Body,
-                    format!("body ended at {} of {t} bytes", writer.len()),
-                ));
+                return Err(err(FetchErrorKind::Body, format!("body ended at {} of {t} bytes", writer.len())));
             }
         }
         if pos < writer.len() {
             return Err(err(
                 FetchErrorKind::Body,
-                format!(
-                    "restarted body ended at {pos}, before the {} bytes already received",
-                    writer.len()
-                ),
+                format!("restarted body ended at {pos}, before the {} bytes already received", writer.len()),
             ));
         }
         Ok(())
@@ -420,59 +366,91 @@ impl Flights {
         writer: SpoolWriter,
         expect: &Expect,
         upstream: &str,
+        total: Option<u64>,
     ) -> Result<Digest, (FetchError, Option<SpoolWriter>)> {
-        let Expect::Digest(want) = expect;
+        let err = |kind, m: String| FetchError::new(kind, upstream, m);
         let got = writer.digest_so_far();
-        if got != *want {
-            return Err((
-                FetchError::new(
-                    FetchErrorKind::Corrupt,
-                    upstream,
-                    format!("content is {got}, expected {want}"),
-                ),
-                Some(writer),
-            ));
-        }
+        let (want, trust) = match expect {
+            Expect::Digest(want) => {
+                if got != *want {
+                    return Err((
+                        err(FetchErrorKind::Corrupt, format!("content is {got}, expected {want}")),
+                        Some(writer),
+                    ));
+                }
+                (*want, None)
+            }
+            Expect::Tofu { key, container } => {
+                if total.is_none() && !container.has_checksum() {
+                    return Err((
+                        err(
+                            FetchErrorKind::Unverifiable,
+                            format!("{key}: no Content-Length and no checksummed container: completeness cannot be established, not stored"),
+                        ),
+                        Some(writer),
+                    ));
+                }
+                if container.has_checksum() {
+                    let (path, c) = (writer.path().to_path_buf(), *container);
+                    let checked = tokio::task::spawn_blocking(move || crate::container::check(&path, c))
+                        .await
+                        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+                    if let Err(e) = checked {
+                        return Err((
+                            err(FetchErrorKind::Corrupt, format!("{key}: {container:?} integrity check failed: {e}")),
+                            Some(writer),
+                        ));
+                    }
+                }
+                let trusted = self.store.trust_get(key).ok().flatten();
+                if let Some(t) = trusted.as_ref().filter(|t| t.digest != got) {
+                    return Err((
+                        err(
+                            FetchErrorKind::Corrupt,
+                            format!(
+                                "{key}: the upstream now sends {got}, but {} was trusted at its first fetch; refused \
+                                 (if the asset was rebuilt on purpose, accept it with `tender catalog trust --reset`)",
+                                t.digest
+                            ),
+                        ),
+                        Some(writer),
+                    ));
+                }
+                let record = tender_store::TrustRecord {
+                    key: key.clone(),
+                    digest: got,
+                    size: writer.len(),
+                    first_seen: tender_store::now_secs(),
+                };
+                (got, Some(record))
+            }
+        };
         let store = self.store.clone();
-        let want = *want;
         let committed = tokio::task::spawn_blocking(move || {
             let sealed = writer.seal().map_err(|e| e.to_string())?;
-            store.commit(sealed, &want).map_err(|e| e.to_string())
+            store.commit(sealed, &want).map_err(|e| e.to_string())?;
+            if let Some(r) = trust {
+                store.trust_put(&r).map_err(|e| e.to_string())?;
+            }
+            Ok::<(), String>(())
         })
         .await;
         match committed {
-            Ok(Ok(_)) => Ok(want),
-            Ok(Err(e)) => Err((
-                FetchError::new(FetchErrorKind::Local, upstream, format!("commit: {e}")),
-                None,
-            )),
-            Err(e) => Err((
-                FetchError::new(FetchErrorKind::Local, upstream, format!("commit task: {e}")),
-                None,
-            )),
+            Ok(Ok(())) => Ok(want),
+            Ok(Err(e)) => Err((FetchError::new(FetchErrorKind::Local, upstream, format!("commit: {e}")), None)),
+            Err(e) => Err((FetchError::new(FetchErrorKind::Local, upstream, format!("commit task: {e}")), None)),
         }
     }
 }
 
 fn result_label(upstream: &str, result: &str) -> Vec<(String, String)> {
-    vec![
-        ("upstream".to_string(), upstream.to_string()),
-        ("result".to_string(), result.to_string()),
-    ]
+    vec![("upstream".to_string(), upstream.to_string()), ("result".to_string(), result.to_string())]
 }
 
 impl Fill {
     fn new(key: &str, writer: &SpoolWriter) -> Fill {
-        let (state, _) = watch::channel(FillState {
-            written: writer.len(),
-            total: None,
-            phase: Phase::Connecting,
-        });
-        Fill {
-            key: key.to_string(),
-            spool: writer.path().to_path_buf(),
-            state,
-        }
+        let (state, _) = watch::channel(FillState { written: writer.len(), total: None, phase: Phase::Connecting });
+        Fill { key: key.to_string(), spool: writer.path().to_path_buf(), state }
     }
 
     fn fail(&self, e: FetchError) {
@@ -530,11 +508,7 @@ pub fn stored_reader(
     start: u64,
     end: u64,
 ) -> BoxStream<'static, io::Result<Bytes>> {
-    let (tx, rx) = watch::channel(FillState {
-        written: len,
-        total: Some(len),
-        phase: Phase::Committed(digest),
-    });
+    let (tx, rx) = watch::channel(FillState { written: len, total: Some(len), phase: Phase::Committed(digest) });
     drop(tx);
     read_stream(Arc::new(file), rx, start, Some(end), false)
 }
@@ -555,14 +529,7 @@ fn read_stream(
     end: Option<u64>,
     withhold: bool,
 ) -> BoxStream<'static, io::Result<Bytes>> {
-    let st = ReadState {
-        file,
-        rx,
-        pos: start,
-        end,
-        withhold,
-        done: false,
-    };
+    let st = ReadState { file, rx, pos: start, end, withhold, done: false };
     futures::stream::unfold(st, |mut st| async move {
         if st.done {
             return None;
@@ -572,18 +539,12 @@ fn read_stream(
             let committed = match &s.phase {
                 Phase::Failed(e) => {
                     st.done = true;
-                    return Some((
-                        Err(io::Error::other(format!("upstream transfer failed: {e}"))),
-                        st,
-                    ));
+                    return Some((Err(io::Error::other(format!("upstream transfer failed: {e}"))), st));
                 }
                 Phase::Committed(_) => true,
                 _ => false,
             };
-            let end = st
-                .end
-                .or(s.total)
-                .or(if committed { Some(s.written) } else { None });
+            let end = st.end.or(s.total).or(if committed { Some(s.written) } else { None });
             if end.is_some_and(|e| st.pos >= e) {
                 return None;
             }
@@ -620,10 +581,7 @@ fn read_stream(
             }
             if st.rx.changed().await.is_err() {
                 st.done = true;
-                return Some((
-                    Err(io::Error::other("upstream transfer ended without result")),
-                    st,
-                ));
+                return Some((Err(io::Error::other("upstream transfer ended without result")), st));
             }
         }
     })

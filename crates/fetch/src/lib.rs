@@ -10,6 +10,7 @@
 //! An upstream is always chosen from configuration, never from a request.
 
 pub mod client;
+pub mod container;
 pub mod error;
 pub mod flight;
 pub mod metrics;
@@ -17,6 +18,7 @@ pub mod mirror;
 pub mod settings;
 
 pub use client::Upstream;
+pub use container::Container;
 pub use error::{FetchError, FetchErrorKind};
 pub use flight::{Fill, Flights, ObjectBody};
 pub use metrics::FetchMetrics;

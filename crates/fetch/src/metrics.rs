@@ -32,21 +32,9 @@ pub struct FetchMetrics {
 
 impl FetchMetrics {
     pub fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "tender_upstream_requests",
-            "Requests sent to upstreams",
-            self.upstream_requests.clone(),
-        );
-        registry.register(
-            "tender_upstream_errors",
-            "Upstream failures by kind",
-            self.upstream_errors.clone(),
-        );
-        registry.register(
-            "tender_upstream_bytes",
-            "Body bytes received from upstreams",
-            self.upstream_bytes.clone(),
-        );
+        registry.register("tender_upstream_requests", "Requests sent to upstreams", self.upstream_requests.clone());
+        registry.register("tender_upstream_errors", "Upstream failures by kind", self.upstream_errors.clone());
+        registry.register("tender_upstream_bytes", "Body bytes received from upstreams", self.upstream_bytes.clone());
         registry.register(
             "tender_upstream_redirects_refused",
             "Redirects and addresses refused by the address policy",
@@ -57,21 +45,9 @@ impl FetchMetrics {
             "Upstream transfers started (single-flight)",
             self.fills_started.clone(),
         );
-        registry.register(
-            "tender_fills_finished",
-            "Upstream transfers ended, by result",
-            self.fills_finished.clone(),
-        );
-        registry.register(
-            "tender_fill_retries",
-            "Fill retries after upstream errors",
-            self.fill_retries.clone(),
-        );
-        registry.register(
-            "tender_fills_active",
-            "Upstream transfers in progress",
-            self.fills_active.clone(),
-        );
+        registry.register("tender_fills_finished", "Upstream transfers ended, by result", self.fills_finished.clone());
+        registry.register("tender_fill_retries", "Fill retries after upstream errors", self.fill_retries.clone());
+        registry.register("tender_fills_active", "Upstream transfers in progress", self.fills_active.clone());
         registry.register(
             "tender_upstream_up",
             "1 when the upstream's last outcome was healthy",

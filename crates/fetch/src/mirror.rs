@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use futures::stream::StreamExt;
-use reqwest::header::{
-    HeaderMap, HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, LINK, RANGE,
-};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, LINK, RANGE};
 use reqwest::Method;
 use tender_oci::media::{self, AcceptList};
 use tender_oci::{Digest, Reference, RepoName};
@@ -80,6 +78,7 @@ type ManifestFlight = Shared<BoxFuture<'static, Result<ManifestHit, FetchError>>
 /// The pull-through mirror over all configured upstreams.
 pub struct Mirror {
     upstreams: HashMap<String, Arc<Upstream>>,
+    image_factory: Option<Arc<Upstream>>,
     default_upstream: Option<String>,
     flights: Arc<Flights>,
     settings: FetchSettings,
@@ -93,12 +92,10 @@ impl Mirror {
         flights: Arc<Flights>,
         settings: FetchSettings,
     ) -> Arc<Mirror> {
-        let upstreams = upstreams
-            .into_iter()
-            .map(|u| (u.name().to_ascii_lowercase(), u))
-            .collect();
+        let upstreams = upstreams.into_iter().map(|u| (u.name().to_ascii_lowercase(), u)).collect();
         Arc::new(Mirror {
             upstreams,
+            image_factory: None,
             default_upstream,
             flights,
             settings,
@@ -111,11 +108,7 @@ impl Mirror {
     }
 
     pub fn upstream_names(&self) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .upstreams
-            .values()
-            .map(|u| u.name().to_string())
-            .collect();
+        let mut v: Vec<String> = self.upstreams.values().map(|u| u.name().to_string()).collect();
         v.sort();
         v
     }
@@ -126,17 +119,9 @@ impl Mirror {
 
     /// Choose the upstream for a request: `ns`, else a path prefix naming a configured
     /// upstream, else the default. Returns the upstream and the name to ask it for.
-    pub fn route(
-        &self,
-        ns: Option<&str>,
-        name: &RepoName,
-    ) -> Result<(Arc<Upstream>, RepoName), RouteRefusal> {
+    pub fn route(&self, ns: Option<&str>, name: &RepoName) -> Result<(Arc<Upstream>, RepoName), RouteRefusal> {
         let finish = |up: &Arc<Upstream>, n: RepoName| {
-            let n = if up.settings().library_prefix {
-                n.with_library_prefix()
-            } else {
-                n
-            };
+            let n = if up.settings().library_prefix { n.with_library_prefix() } else { n };
             (up.clone(), n)
         };
         if let Some(ns) = ns {
@@ -150,11 +135,7 @@ impl Mirror {
                 return Ok(finish(up, rest));
             }
         }
-        match self
-            .default_upstream
-            .as_deref()
-            .and_then(|d| self.upstream(d))
-        {
+        match self.default_upstream.as_deref().and_then(|d| self.upstream(d)) {
             Some(up) => Ok(finish(up, name.clone())),
             None => Err(RouteRefusal::NoDefault(name.to_string())),
         }
@@ -176,13 +157,9 @@ impl Mirror {
                 }
             }
             Reference::Tag(t) => {
-                let record = store
-                    .tag_get(up.name(), repo.as_str(), t.as_str())
-                    .map_err(|e| local(up, e))?;
+                let record = store.tag_get(up.name(), repo.as_str(), t.as_str()).map_err(|e| local(up, e))?;
                 if let Some(r) = &record {
-                    if r.age_secs() < self.settings.tag_ttl.as_secs()
-                        && accept.accepts(&r.media_type)
-                    {
+                    if r.age_secs() < self.settings.tag_ttl.as_secs() && accept.accepts(&r.media_type) {
                         if let Some(hit) = self.stored_manifest(&r.digest, CacheResult::Hit)? {
                             return Ok(hit);
                         }
@@ -190,34 +167,18 @@ impl Mirror {
                 }
             }
         }
-        let key = format!(
-            "{}\0{}\0{}\0{}",
-            up.name(),
-            repo,
-            reference,
-            accept.upstream_header()
-        );
+        let key = format!("{}\0{}\0{}\0{}", up.name(), repo, reference, accept.upstream_header());
         let flight = {
-            let mut flights = self.manifest_flights.lock().map_err(|_| {
-                FetchError::new(
-                    FetchErrorKind::Local,
-                    up.name(),
-                    "manifest flights poisoned",
-                )
-            })?;
+            let mut flights = self
+                .manifest_flights
+                .lock()
+                .map_err(|_| FetchError::new(FetchErrorKind::Local, up.name(), "manifest flights poisoned"))?;
             flights
                 .entry(key.clone())
                 .or_insert_with(|| {
-                    let (me, up, repo, reference, accept) = (
-                        self.clone(),
-                        up.clone(),
-                        repo.clone(),
-                        reference.clone(),
-                        accept.clone(),
-                    );
-                    async move { me.fetch_manifest(&up, &repo, &reference, &accept).await }
-                        .boxed()
-                        .shared()
+                    let (me, up, repo, reference, accept) =
+                        (self.clone(), up.clone(), repo.clone(), reference.clone(), accept.clone());
+                    async move { me.fetch_manifest(&up, &repo, &reference, &accept).await }.boxed().shared()
                 })
                 .clone()
         };
@@ -228,27 +189,16 @@ impl Mirror {
         result
     }
 
-    fn stored_manifest(
-        &self,
-        digest: &Digest,
-        cache: CacheResult,
-    ) -> Result<Option<ManifestHit>, FetchError> {
+    fn stored_manifest(&self, digest: &Digest, cache: CacheResult) -> Result<Option<ManifestHit>, FetchError> {
         let store = self.flights.store();
-        let local = |e: tender_store::StoreError| {
-            FetchError::new(FetchErrorKind::Local, "store", e.to_string())
-        };
+        let local = |e: tender_store::StoreError| FetchError::new(FetchErrorKind::Local, "store", e.to_string());
         let Some(meta) = store.meta_get(digest).map_err(local)? else {
             return Ok(None);
         };
         let Some(bytes) = store.read_object(digest).map_err(local)? else {
             return Ok(None);
         };
-        Ok(Some(ManifestHit {
-            digest: *digest,
-            media_type: meta.media_type,
-            bytes: Bytes::from(bytes),
-            cache,
-        }))
+        Ok(Some(ManifestHit { digest: *digest, media_type: meta.media_type, bytes: Bytes::from(bytes), cache }))
     }
 
     async fn fetch_manifest(
@@ -266,18 +216,13 @@ impl Mirror {
             headers.insert(ACCEPT, v);
         }
         let record = match reference {
-            Reference::Tag(t) => store
-                .tag_get(up.name(), repo.as_str(), t.as_str())
-                .map_err(|e| local(up, e))?,
+            Reference::Tag(t) => store.tag_get(up.name(), repo.as_str(), t.as_str()).map_err(|e| local(up, e))?,
             Reference::Digest(_) => None,
         };
         // A tag we hold: ask with HEAD (cheap, not rate-limited by Docker Hub) whether it moved.
         if let (Some(r), Reference::Tag(_)) = (&record, reference) {
             if accept.accepts(&r.media_type) && store.object_len(&r.digest).is_some() {
-                match up
-                    .request(Method::HEAD, &path, headers.clone(), Some(&scope))
-                    .await
-                {
+                match up.request(Method::HEAD, &path, headers.clone(), Some(&scope)).await {
                     Ok(resp) => {
                         let same = resp
                             .headers()
@@ -289,9 +234,7 @@ impl Mirror {
                             let mut fresh = r.clone();
                             fresh.fetched_at = tender_store_now();
                             store.tag_put(&fresh).map_err(|e| local(up, e))?;
-                            if let Some(hit) =
-                                self.stored_manifest(&r.digest, CacheResult::Revalidated)?
-                            {
+                            if let Some(hit) = self.stored_manifest(&r.digest, CacheResult::Revalidated)? {
                                 return Ok(hit);
                             }
                         }
@@ -315,25 +258,16 @@ impl Mirror {
             .get("docker-content-digest")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<Digest>().ok());
-        if resp
-            .content_length()
-            .is_some_and(|l| l > MAX_MANIFEST_BYTES as u64)
-        {
-            return Err(FetchError::new(
-                FetchErrorKind::Corrupt,
-                up.name(),
-                "manifest larger than 8 MiB",
-            ));
+        if resp.content_length().is_some_and(|l| l > MAX_MANIFEST_BYTES as u64) {
+            return Err(FetchError::new(FetchErrorKind::Corrupt, up.name(), "manifest larger than 8 MiB"));
         }
-        let body = read_limited(up, resp, MAX_MANIFEST_BYTES)
-            .await
-            .or_else(|e| {
-                if e.is_upstream_down() {
-                    self.stale_or(e, record.as_ref()).map(|h| h.bytes)
-                } else {
-                    Err(e)
-                }
-            })?;
+        let body = read_limited(up, resp, MAX_MANIFEST_BYTES).await.or_else(|e| {
+            if e.is_upstream_down() {
+                self.stale_or(e, record.as_ref()).map(|h| h.bytes)
+            } else {
+                Err(e)
+            }
+        })?;
         let digest = Digest::of(&body);
         let expected = match reference {
             Reference::Digest(d) => Some(*d),
@@ -350,27 +284,13 @@ impl Mirror {
                 return Err(e);
             }
         }
-        let media_type = content_type
-            .or_else(|| media::declared_media_type(&body))
-            .ok_or_else(|| {
-                FetchError::new(
-                    FetchErrorKind::Corrupt,
-                    up.name(),
-                    "manifest is not JSON and has no media type",
-                )
-            })?;
+        let media_type = content_type.or_else(|| media::declared_media_type(&body)).ok_or_else(|| {
+            FetchError::new(FetchErrorKind::Corrupt, up.name(), "manifest is not JSON and has no media type")
+        })?;
         let key = format!("manifest:{digest}");
+        store.put_bytes(&key, &body, &digest).map_err(|e| local(up, e))?;
         store
-            .put_bytes(&key, &body, &digest)
-            .map_err(|e| local(up, e))?;
-        store
-            .meta_put(
-                &digest,
-                &ManifestMeta {
-                    media_type: media_type.clone(),
-                    size: body.len() as u64,
-                },
-            )
+            .meta_put(&digest, &ManifestMeta { media_type: media_type.clone(), size: body.len() as u64 })
             .map_err(|e| local(up, e))?;
         if let Reference::Tag(t) = reference {
             store
@@ -385,20 +305,11 @@ impl Mirror {
                 })
                 .map_err(|e| local(up, e))?;
         }
-        Ok(ManifestHit {
-            digest,
-            media_type,
-            bytes: body,
-            cache: CacheResult::Miss,
-        })
+        Ok(ManifestHit { digest, media_type, bytes: body, cache: CacheResult::Miss })
     }
 
     /// Serve the last known mapping of a tag when the upstream is down, within the maximum age.
-    fn stale_or(
-        &self,
-        e: FetchError,
-        record: Option<&TagRecord>,
-    ) -> Result<ManifestHit, FetchError> {
+    fn stale_or(&self, e: FetchError, record: Option<&TagRecord>) -> Result<ManifestHit, FetchError> {
         if e.is_upstream_down() {
             if let Some(r) = record {
                 if r.age_secs() <= self.settings.stale_max_age.as_secs() {
@@ -414,19 +325,13 @@ impl Mirror {
     }
 
     /// Join or start the fill of a blob, or find it stored.
-    pub fn blob(
-        &self,
-        up: &Arc<Upstream>,
-        repo: &RepoName,
-        digest: &Digest,
-    ) -> Result<Claim, FetchError> {
-        let source = Arc::new(BlobSource {
+    pub fn blob(&self, up: &Arc<Upstream>, repo: &RepoName, digest: &Digest) -> Result<Claim, FetchError> {
+        let source = Arc::new(PathSource {
             upstream: up.clone(),
-            repo: repo.clone(),
-            digest: *digest,
+            path: format!("/v2/{repo}/blobs/{digest}"),
+            scope: Some(format!("repository:{repo}:pull")),
         });
-        self.flights
-            .claim(&digest.to_string(), Expect::Digest(*digest), source)
+        self.flights.claim(&digest.to_string(), Expect::Digest(*digest), source)
     }
 
     /// Size of a blob we do not hold, from the upstream (HEAD).
@@ -437,19 +342,8 @@ impl Mirror {
         digest: &Digest,
     ) -> Result<Option<u64>, FetchError> {
         let path = format!("/v2/{repo}/blobs/{digest}");
-        let resp = up
-            .request(
-                Method::HEAD,
-                &path,
-                HeaderMap::new(),
-                Some(&format!("repository:{repo}:pull")),
-            )
-            .await?;
-        Ok(resp
-            .headers()
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok()))
+        let resp = up.request(Method::HEAD, &path, HeaderMap::new(), Some(&format!("repository:{repo}:pull"))).await?;
+        Ok(resp.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()))
     }
 
     /// Pass a listing (`tags/list`, `referrers`) through. `client_name` is the name the client
@@ -467,50 +361,28 @@ impl Mirror {
             path.push('?');
             path.push_str(q);
         }
-        let resp = up
-            .request(
-                Method::GET,
-                &path,
-                HeaderMap::new(),
-                Some(&format!("repository:{repo}:pull")),
-            )
-            .await?;
-        let content_type = resp
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("application/json")
-            .to_string();
+        let resp = up.request(Method::GET, &path, HeaderMap::new(), Some(&format!("repository:{repo}:pull"))).await?;
+        let content_type =
+            resp.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
         let link = resp
             .headers()
             .get(LINK)
             .and_then(|v| v.to_str().ok())
             .map(|l| l.replace(&format!("/v2/{repo}/"), &format!("/v2/{client_name}/")));
         let body = read_limited(up, resp, MAX_MANIFEST_BYTES).await?;
-        Ok(Listing {
-            content_type,
-            link,
-            body,
-        })
+        Ok(Listing { content_type, link, body })
     }
 }
 
 fn tender_store_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 fn local(up: &Upstream, e: tender_store::StoreError) -> FetchError {
     FetchError::new(FetchErrorKind::Local, up.name(), e.to_string())
 }
 
-async fn read_limited(
-    up: &Upstream,
-    resp: reqwest::Response,
-    limit: usize,
-) -> Result<Bytes, FetchError> {
+async fn read_limited(up: &Upstream, resp: reqwest::Response, limit: usize) -> Result<Bytes, FetchError> {
     let mut out = Vec::new();
     let mut stream = resp.bytes_stream();
     while let Some(chunk) = stream.next().await {
@@ -527,22 +399,20 @@ async fn read_limited(
     Ok(Bytes::from(out))
 }
 
-/// A registry blob as a fill source.
-struct BlobSource {
+/// An upstream path as a fill source: a registry blob, or an Image Factory asset.
+struct PathSource {
     upstream: Arc<Upstream>,
-    repo: RepoName,
-    digest: Digest,
+    path: String,
+    scope: Option<String>,
 }
 
-impl Source for BlobSource {
+impl Source for PathSource {
     fn upstream(&self) -> &str {
         self.upstream.name()
     }
 
     fn open(&self, offset: u64) -> BoxFuture<'static, Result<Opened, FetchError>> {
-        let up = self.upstream.clone();
-        let path = format!("/v2/{}/blobs/{}", self.repo, self.digest);
-        let scope = format!("repository:{}:pull", self.repo);
+        let (up, path, scope) = (self.upstream.clone(), self.path.clone(), self.scope.clone());
         async move {
             let mut headers = HeaderMap::new();
             if offset > 0 {
@@ -550,9 +420,7 @@ impl Source for BlobSource {
                     headers.insert(RANGE, v);
                 }
             }
-            let resp = up
-                .request(Method::GET, &path, headers, Some(&scope))
-                .await?;
+            let resp = up.request(Method::GET, &path, headers, scope.as_deref()).await?;
             opened_from(&up, resp, offset)
         }
         .boxed()
@@ -560,18 +428,10 @@ impl Source for BlobSource {
 }
 
 /// Interpret a (possibly ranged) GET response as a fill transfer.
-pub(crate) fn opened_from(
-    up: &Arc<Upstream>,
-    resp: reqwest::Response,
-    offset: u64,
-) -> Result<Opened, FetchError> {
+pub(crate) fn opened_from(up: &Arc<Upstream>, resp: reqwest::Response, offset: u64) -> Result<Opened, FetchError> {
     let name = up.name().to_string();
     let (partial, total) = if resp.status() == reqwest::StatusCode::PARTIAL_CONTENT {
-        let cr = resp
-            .headers()
-            .get(CONTENT_RANGE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
+        let cr = resp.headers().get(CONTENT_RANGE).and_then(|v| v.to_str().ok()).unwrap_or("");
         match parse_content_range(cr) {
             Some((start, total)) if start == offset => (true, total),
             _ => {
@@ -586,15 +446,8 @@ pub(crate) fn opened_from(
         (false, resp.content_length())
     };
     let err_name = name.clone();
-    let body = resp
-        .bytes_stream()
-        .map(move |r| r.map_err(|e| FetchError::from_reqwest(&err_name, &e)))
-        .boxed();
-    Ok(Opened {
-        partial,
-        total,
-        body,
-    })
+    let body = resp.bytes_stream().map(move |r| r.map_err(|e| FetchError::from_reqwest(&err_name, &e))).boxed();
+    Ok(Opened { partial, total, body })
 }
 
 /// `bytes <start>-<end>/<total|*>` -> (start, total).
@@ -602,11 +455,7 @@ fn parse_content_range(v: &str) -> Option<(u64, Option<u64>)> {
     let rest = v.trim().strip_prefix("bytes ")?;
     let (range, total) = rest.split_once('/')?;
     let (start, _end) = range.split_once('-')?;
-    let total = if total.trim() == "*" {
-        None
-    } else {
-        Some(total.trim().parse().ok()?)
-    };
+    let total = if total.trim() == "*" { None } else { Some(total.trim().parse().ok()?) };
     Some((start.trim().parse().ok()?, total))
 }
 
@@ -616,12 +465,54 @@ mod tests {
 
     #[test]
     fn should_parse_content_range() {
-        assert_eq!(
-            parse_content_range("bytes 100-199/1000"),
-            Some((100, Some(1000)))
-        );
+        assert_eq!(parse_content_range("bytes 100-199/1000"), Some((100, Some(1000))));
         assert_eq!(parse_content_range("bytes 5-9/*"), Some((5, None)));
         assert_eq!(parse_content_range("bytes */1000"), None);
         assert_eq!(parse_content_range("items 1-2/3"), None);
+    }
+}
+
+/// The Image Factory side: OS image assets through the same fills.
+impl Mirror {
+    /// A mirror that also serves `/image/...` assets from `image_factory`.
+    pub fn with_image_factory(
+        upstreams: Vec<Arc<Upstream>>,
+        default_upstream: Option<String>,
+        image_factory: Arc<Upstream>,
+        flights: Arc<Flights>,
+        settings: FetchSettings,
+    ) -> Arc<Mirror> {
+        let upstreams = upstreams.into_iter().map(|u| (u.name().to_ascii_lowercase(), u)).collect();
+        Arc::new(Mirror {
+            upstreams,
+            image_factory: Some(image_factory),
+            default_upstream,
+            flights,
+            settings,
+            manifest_flights: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn image_factory(&self) -> Option<&Arc<Upstream>> {
+        self.image_factory.as_ref()
+    }
+
+    fn factory(&self) -> Result<Arc<Upstream>, FetchError> {
+        self.image_factory
+            .clone()
+            .ok_or_else(|| FetchError::new(FetchErrorKind::NotFound, "image-factory", "no Image Factory configured"))
+    }
+
+    /// Join or start the fill of an Image Factory asset (`path` is `/image/...`, already
+    /// validated; `key` its fill and trust key), or find it stored and trusted.
+    pub fn asset(&self, path: &str, key: &str, container: crate::container::Container) -> Result<Claim, FetchError> {
+        let source = Arc::new(PathSource { upstream: self.factory()?, path: path.to_string(), scope: None });
+        self.flights.claim(key, Expect::Tofu { key: key.to_string(), container }, source)
+    }
+
+    /// Size of an asset we do not hold, from the factory (HEAD; the factory may build it first).
+    pub async fn asset_size(&self, path: &str) -> Result<Option<u64>, FetchError> {
+        let resp = self.factory()?.request(Method::HEAD, path, HeaderMap::new(), None).await?;
+        Ok(resp.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()))
     }
 }

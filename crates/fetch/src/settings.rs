@@ -14,10 +14,7 @@ pub struct Credentials {
 
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("username", &self.username)
-            .field("password", &"<redacted>")
-            .finish()
+        f.debug_struct("Credentials").field("username", &self.username).field("password", &"<redacted>").finish()
     }
 }
 
@@ -80,9 +77,7 @@ impl Default for FetchSettings {
 impl FetchSettings {
     /// Capped exponential backoff with full jitter for retry number `attempt` (1-based).
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self
-            .backoff_base
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+        let exp = self.backoff_base.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
         let cap = exp.min(self.backoff_max);
         let jitter: f64 = rand::random::<f64>();
         cap.mul_f64(0.5 + jitter / 2.0)

@@ -99,12 +99,7 @@ impl GoldenImage {
 
     /// `/image/<schematic>/<version>/<file>`, the path under an Image Factory (or tender).
     pub fn factory_path(&self) -> String {
-        format!(
-            "/image/{}/{}/{}",
-            self.schematic,
-            self.version,
-            self.file_name()
-        )
+        format!("/image/{}/{}/{}", self.schematic, self.version, self.file_name())
     }
 }
 
@@ -112,18 +107,12 @@ impl GoldenImage {
 pub fn parse_config(text: &str) -> Result<ConfigFile, Error> {
     serde_norway::from_str::<Option<ConfigFile>>(text)
         .map(Option::unwrap_or_default)
-        .map_err(|e| Error::Malformed {
-            what: "config file".into(),
-            message: e.to_string(),
-        })
+        .map_err(|e| Error::Malformed { what: "config file".into(), message: e.to_string() })
 }
 
 fn word(field: &str, value: &str) -> Result<(), Refusal> {
-    let ok = !value.is_empty()
-        && value.len() <= 32
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let ok =
+        !value.is_empty() && value.len() <= 32 && value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
     if ok {
         return Ok(());
     }
@@ -143,21 +132,16 @@ pub fn validate(catalog: &CatalogConfig) -> Result<Vec<GoldenImage>, Refusal> {
         let at = format!("catalog.images[{i}].");
         check_schematic(Rule::G8, &format!("{at}schematic"), &e.schematic)?;
         check_version(Rule::G8, &format!("{at}version"), &e.version)?;
-        let platform = e
-            .platform
-            .clone()
-            .unwrap_or_else(|| DEFAULT_PLATFORM.into());
+        let platform = e.platform.clone().unwrap_or_else(|| DEFAULT_PLATFORM.into());
         let arch = e.arch.clone().unwrap_or_else(|| DEFAULT_ARCH.into());
         let format = e.format.clone().unwrap_or_else(|| DEFAULT_FORMAT.into());
         word(&format!("{at}platform"), &platform)?;
         word(&format!("{at}arch"), &arch)?;
         let format_ok = !format.is_empty()
             && format.len() <= 32
-            && format.split('.').all(|p| {
-                !p.is_empty()
-                    && p.bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-            });
+            && format
+                .split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
         if !format_ok {
             return Err(Refusal::input(
                 format!("{at}format"),
@@ -190,12 +174,7 @@ pub fn validate(catalog: &CatalogConfig) -> Result<Vec<GoldenImage>, Refusal> {
         if let Some(dir) = &e.dir {
             crate::rules::check_no_control(&format!("{at}dir"), dir)?;
         }
-        let key = (
-            e.schematic.clone(),
-            e.version.clone(),
-            platform.clone(),
-            arch.clone(),
-        );
+        let key = (e.schematic.clone(), e.version.clone(), platform.clone(), arch.clone());
         if !seen.insert(key) {
             return Err(Refusal::new(
                 Some(Rule::G7),
@@ -240,36 +219,21 @@ mod tests {
 
     #[test]
     fn should_tolerate_unknown_top_level_keys_but_not_in_catalog() {
-        let ok = parse_config("listen: :5000\nimageFactory: https://f\ncatalog:\n  images: []\n")
-            .unwrap();
+        let ok = parse_config("listen: :5000\nimageFactory: https://f\ncatalog:\n  images: []\n").unwrap();
         assert_eq!(ok.image_factory.as_deref(), Some("https://f"));
         assert!(parse_config("catalog:\n  imgaes: []\n").is_err());
-        assert!(parse_config(
-            "catalog:\n  images:\n  - schematic: a\n    version: v1.0.0\n    colour: red\n"
-        )
-        .is_err());
+        assert!(parse_config("catalog:\n  images:\n  - schematic: a\n    version: v1.0.0\n    colour: red\n").is_err());
         assert!(parse_config("").unwrap().catalog.is_none());
     }
 
     #[test]
     fn should_suffix_platform_and_arch_only_when_not_default() {
         let mut e = entry("abc", "v1.13.6");
-        let g = validate(&CatalogConfig {
-            dir: None,
-            images: vec![e.clone()],
-        })
-        .unwrap();
+        let g = validate(&CatalogConfig { dir: None, images: vec![e.clone()] }).unwrap();
         assert_eq!(g[0].name(), "talos-worker-abc-v1.13.6");
-        assert_eq!(
-            g[0].factory_path(),
-            "/image/abc/v1.13.6/openstack-amd64.raw.xz"
-        );
+        assert_eq!(g[0].factory_path(), "/image/abc/v1.13.6/openstack-amd64.raw.xz");
         e.arch = Some("arm64".into());
-        let g = validate(&CatalogConfig {
-            dir: None,
-            images: vec![e],
-        })
-        .unwrap();
+        let g = validate(&CatalogConfig { dir: None, images: vec![e] }).unwrap();
         assert_eq!(g[0].name(), "talos-worker-abc-v1.13.6-openstack-arm64");
     }
 

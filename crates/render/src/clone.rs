@@ -40,12 +40,8 @@ pub fn check(pool: &Pool, golden: &str, state: &ClusterState) -> Result<CloneChe
         .iter()
         .filter(|d| {
             d.namespace == pool.namespace
-                && d.annotations
-                    .get(POOL_ANNOTATION)
-                    .is_some_and(|v| *v == annotation)
-                && d.annotations
-                    .get(GOLDEN_ANNOTATION)
-                    .is_some_and(|v| v == golden)
+                && d.annotations.get(POOL_ANNOTATION).is_some_and(|v| *v == annotation)
+                && d.annotations.get(GOLDEN_ANNOTATION).is_some_and(|v| v == golden)
                 && d.phase == "Succeeded"
         })
         .map(|d| d.name.as_str())
@@ -95,15 +91,9 @@ pub fn check(pool: &Pool, golden: &str, state: &ClusterState) -> Result<CloneChe
             "set storageClass explicitly to the golden's class",
         ));
     } else if let Some(c) = own.first() {
-        (
-            c.to_string(),
-            "resolved from the class of this pool's own bound disks (D-4)",
-        )
+        (c.to_string(), "resolved from the class of this pool's own bound disks (D-4)")
     } else if let Some(d) = default_class {
-        (
-            d.to_string(),
-            "resolved from the cluster default StorageClass (D-1)",
-        )
+        (d.to_string(), "resolved from the cluster default StorageClass (D-1)")
     } else {
         return Err(Refusal::new(
             Some(Rule::D1),
@@ -117,13 +107,9 @@ pub fn check(pool: &Pool, golden: &str, state: &ClusterState) -> Result<CloneChe
     if let Some(dv) = golden_dv.filter(|d| d.phase != "Failed") {
         // The golden's class: declared, else its PVC's (D-3), else the cluster default (D-1).
         let declared = dv.storage_class.clone().filter(|c| !c.is_empty());
-        let from_pvc = state
-            .pvc(CATALOG_NAMESPACE, golden)
-            .and_then(|p| p.storage_class.clone())
-            .filter(|c| !c.is_empty());
-        let golden_class = declared
-            .or(from_pvc)
-            .or_else(|| default_class.map(str::to_string));
+        let from_pvc =
+            state.pvc(CATALOG_NAMESPACE, golden).and_then(|p| p.storage_class.clone()).filter(|c| !c.is_empty());
+        let golden_class = declared.or(from_pvc).or_else(|| default_class.map(str::to_string));
         if let Some(gc) = golden_class {
             if gc != pool_class {
                 return Err(Refusal::new(
@@ -152,14 +138,13 @@ pub fn check(pool: &Pool, golden: &str, state: &ClusterState) -> Result<CloneChe
                     Some(Rule::R4),
                     "diskSize",
                     pool.disk_size.as_str(),
-                    format!("is smaller than golden {golden} ({storage}); a clone target cannot be smaller than its source"),
+                    format!(
+                        "is smaller than golden {golden} ({storage}); a clone target cannot be smaller than its source"
+                    ),
                     format!("raise diskSize to at least {storage}"),
                 ));
             }
         }
     }
-    Ok(CloneCheck {
-        storage_class: pool_class,
-        already_cloned,
-    })
+    Ok(CloneCheck { storage_class: pool_class, already_cloned })
 }

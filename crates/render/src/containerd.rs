@@ -61,10 +61,7 @@ struct HostsFile {
 }
 
 fn settings(plan: &MirrorPlan, cfg: &EndpointConfig) -> HostSettings {
-    let mut s = HostSettings {
-        capabilities: Some(vec!["pull", "resolve"]),
-        ..HostSettings::default()
-    };
+    let mut s = HostSettings { capabilities: Some(vec!["pull", "resolve"]), ..HostSettings::default() };
     if let Some(tls) = &cfg.tls {
         if tls.ca.is_some() {
             s.ca = Some("ca.crt");
@@ -81,10 +78,7 @@ fn settings(plan: &MirrorPlan, cfg: &EndpointConfig) -> HostSettings {
     }
     if let Some(auth) = &cfg.auth {
         if let (Some(u), Some(p)) = (&auth.username, &auth.password) {
-            s.header.insert(
-                "Authorization",
-                format!("Basic {}", base64(format!("{u}:{p}").as_bytes())),
-            );
+            s.header.insert("Authorization", format!("Basic {}", base64(format!("{u}:{p}").as_bytes())));
         }
     }
     s
@@ -98,11 +92,7 @@ pub fn hosts_files(plan: &MirrorPlan) -> Result<Vec<OutputFile>, Error> {
         let dir = registry.containerd_dir();
         let mirror_settings = settings(plan, &plan.config);
         let file = if plan.skip_fallback {
-            HostsFile {
-                server: Some(plan.mirror.url.to_string()),
-                root: mirror_settings,
-                host: BTreeMap::new(),
-            }
+            HostsFile { server: Some(plan.mirror.url.to_string()), root: mirror_settings, host: BTreeMap::new() }
         } else {
             HostsFile {
                 server: registry.upstream(),
@@ -110,23 +100,13 @@ pub fn hosts_files(plan: &MirrorPlan) -> Result<Vec<OutputFile>, Error> {
                 host: BTreeMap::from([(plan.mirror.url.to_string(), mirror_settings)]),
             }
         };
-        let text = toml::to_string(&file).map_err(|e| Error::Serialise {
-            what: "hosts.toml".into(),
-            message: e.to_string(),
-        })?;
+        let text = toml::to_string(&file)
+            .map_err(|e| Error::Serialise { what: "hosts.toml".into(), message: e.to_string() })?;
         let secret = plan.config.auth.is_some();
-        files.push(OutputFile {
-            path: format!("{dir}/hosts.toml"),
-            contents: text.into_bytes(),
-            secret,
-        });
+        files.push(OutputFile { path: format!("{dir}/hosts.toml"), contents: text.into_bytes(), secret });
         if let Some(tls) = &plan.config.tls {
             if let Some(ca) = &tls.ca {
-                files.push(OutputFile {
-                    path: format!("{dir}/ca.crt"),
-                    contents: pem_bytes(ca),
-                    secret: false,
-                });
+                files.push(OutputFile { path: format!("{dir}/ca.crt"), contents: pem_bytes(ca), secret: false });
             }
             if let Some(c) = &tls.client {
                 files.push(OutputFile {
@@ -134,11 +114,7 @@ pub fn hosts_files(plan: &MirrorPlan) -> Result<Vec<OutputFile>, Error> {
                     contents: pem_bytes(&c.crt),
                     secret: false,
                 });
-                files.push(OutputFile {
-                    path: format!("{dir}/client.key"),
-                    contents: pem_bytes(&c.key),
-                    secret: true,
-                });
+                files.push(OutputFile { path: format!("{dir}/client.key"), contents: pem_bytes(&c.key), secret: true });
             }
         }
     }

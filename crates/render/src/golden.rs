@@ -16,10 +16,8 @@ pub const DEFAULT_GOLDEN_STORAGE: &str = "6Gi";
 
 /// Formats CDI imports over HTTP (CDI converts xz and gzip, and reads raw, qcow2, vmdk, vdi,
 /// vhd, vhdx and iso images). CDI has no zstd support, so `.zst` is refused.
-const CDI_FORMATS: &[&str] = &[
-    "raw", "raw.xz", "raw.gz", "qcow2", "qcow2.xz", "qcow2.gz", "vmdk", "vdi", "vhd", "vhd.xz",
-    "vhdx", "iso",
-];
+const CDI_FORMATS: &[&str] =
+    &["raw", "raw.xz", "raw.gz", "qcow2", "qcow2.xz", "qcow2.gz", "vmdk", "vdi", "vhd", "vhd.xz", "vhdx", "iso"];
 
 /// Refuse a format CDI cannot import.
 fn check_cdi_format(i: usize, g: &GoldenImage) -> Result<(), Refusal> {
@@ -49,29 +47,16 @@ struct GoldenSpec {
 fn spec_of(g: &GoldenImage, source: &str) -> Result<GoldenSpec, Refusal> {
     let storage = match &g.storage {
         Some(q) => q.clone(),
-        None => Quantity::parse(DEFAULT_GOLDEN_STORAGE).map_err(|p| {
-            Refusal::input("storage", DEFAULT_GOLDEN_STORAGE, p, "report this as a bug")
-        })?,
+        None => Quantity::parse(DEFAULT_GOLDEN_STORAGE)
+            .map_err(|p| Refusal::input("storage", DEFAULT_GOLDEN_STORAGE, p, "report this as a bug"))?,
     };
-    let storage_class = g
-        .storage_class
-        .clone()
-        .unwrap_or_else(|| defaults::STORAGE_CLASS.into());
-    Ok(GoldenSpec {
-        url: format!("{source}{}", g.factory_path()),
-        storage,
-        storage_class,
-    })
+    let storage_class = g.storage_class.clone().unwrap_or_else(|| defaults::STORAGE_CLASS.into());
+    Ok(GoldenSpec { url: format!("{source}{}", g.factory_path()), storage, storage_class })
 }
 
 /// G-9: an entry whose golden already exists cannot change its URL, size or class (a
 /// DataVolume spec cannot be patched in place).
-fn check_unchanged(
-    i: usize,
-    g: &GoldenImage,
-    spec: &GoldenSpec,
-    state: &ClusterState,
-) -> Result<(), Refusal> {
+fn check_unchanged(i: usize, g: &GoldenImage, spec: &GoldenSpec, state: &ClusterState) -> Result<(), Refusal> {
     let name = g.name();
     let Some(live) = state.data_volume(CATALOG_NAMESPACE, &name) else {
         return Ok(());
@@ -83,19 +68,14 @@ fn check_unchanged(
         }
     }
     if let Some(s) = &live.storage {
-        let same = Quantity::parse(s)
-            .map(|q| q == spec.storage)
-            .unwrap_or(false);
+        let same = Quantity::parse(s).map(|q| q == spec.storage).unwrap_or(false);
         if !same {
             drift.push(format!("storage {s:?} -> {:?}", spec.storage.as_str()));
         }
     }
     let live_class = live.storage_class.clone().unwrap_or_default();
     if live_class != spec.storage_class {
-        drift.push(format!(
-            "storageClass {live_class:?} -> {:?}",
-            spec.storage_class
-        ));
+        drift.push(format!("storageClass {live_class:?} -> {:?}", spec.storage_class));
     }
     if drift.is_empty() {
         return Ok(());
@@ -154,10 +134,7 @@ pub fn render_catalog(
     };
     let source = check_factory_url(field, &raw)?;
     let Some(catalog) = &config.catalog else {
-        return Err(Error::Malformed {
-            what: "config file".into(),
-            message: "has no catalog section".into(),
-        });
+        return Err(Error::Malformed { what: "config file".into(), message: "has no catalog section".into() });
     };
     let images = validate(catalog)?;
     let mut docs = Vec::new();

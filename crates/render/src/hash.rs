@@ -87,10 +87,7 @@ pub fn yaml_documents(docs: &[Value]) -> Result<String, Error> {
 
 /// Serialise one document (keys sorted), without a leading `---`.
 pub fn yaml_one(doc: &Value) -> Result<String, Error> {
-    serde_norway::to_string(&sorted(doc)).map_err(|e| Error::Serialise {
-        what: "YAML".into(),
-        message: e.to_string(),
-    })
+    serde_norway::to_string(&sorted(doc)).map_err(|e| Error::Serialise { what: "YAML".into(), message: e.to_string() })
 }
 
 #[cfg(test)]
@@ -101,17 +98,13 @@ mod tests {
     #[test]
     fn should_sort_keys_and_drop_whitespace_in_canonical_json() {
         let v = json!({"b": [1, {"z": "x", "a": null}], "a": "q\"\n"});
-        assert_eq!(
-            canonical_json(&v),
-            r#"{"a":"q\"\n","b":[1,{"a":null,"z":"x"}]}"#
-        );
+        assert_eq!(canonical_json(&v), r#"{"a":"q\"\n","b":[1,{"a":null,"z":"x"}]}"#);
     }
 
     #[test]
     fn should_hash_data_not_text() {
         let a = json!({"x": 1, "y": [true]});
-        let b: Value =
-            serde_json::from_str("{ \"y\" : [ true ] ,\n \"x\" : 1 }").unwrap_or_default();
+        let b: Value = serde_json::from_str("{ \"y\" : [ true ] ,\n \"x\" : 1 }").unwrap_or_default();
         assert_eq!(hash6(&a), hash6(&b));
         assert_eq!(hash6(&a).len(), 6);
     }

@@ -25,10 +25,9 @@ pub struct Disk {
 /// `disk-system`, the one DataVolume template of the VM.
 pub fn disk_template(pool: &Pool, disk: &Disk) -> Value {
     let (annotations, source) = match &disk.source {
-        DiskSource::Factory { url } => (
-            json!({"cdi.kubevirt.io/storage.usePopulator": "false"}),
-            json!({"http": {"url": url}}),
-        ),
+        DiskSource::Factory { url } => {
+            (json!({"cdi.kubevirt.io/storage.usePopulator": "false"}), json!({"http": {"url": url}}))
+        }
         DiskSource::Builtin { golden } => (
             json!({GOLDEN_ANNOTATION: golden, POOL_ANNOTATION: pool.annotation()}),
             json!({"pvc": {"namespace": CATALOG_NAMESPACE, "name": golden}}),
@@ -49,28 +48,13 @@ pub fn kmt_template(pool: &Pool, disk: &Disk) -> Value {
     let name = pool.name();
     let mut role_labels = Map::new();
     for r in &pool.roles {
-        role_labels.insert(
-            format!("node-role.kubernetes.io/{r}"),
-            Value::String(String::new()),
-        );
+        role_labels.insert(format!("node-role.kubernetes.io/{r}"), Value::String(String::new()));
     }
     let mut pod_labels = role_labels.clone();
-    pod_labels.insert(
-        "cluster.x-k8s.io/deployment-name".into(),
-        Value::String(name),
-    );
-    pod_labels.insert(
-        "apps.cozystack.io/application.group".into(),
-        json!("apps.cozystack.io"),
-    );
-    pod_labels.insert(
-        "apps.cozystack.io/application.kind".into(),
-        json!("Kubernetes"),
-    );
-    let app = pool
-        .cluster
-        .strip_prefix("kubernetes-")
-        .unwrap_or(&pool.cluster);
+    pod_labels.insert("cluster.x-k8s.io/deployment-name".into(), Value::String(name));
+    pod_labels.insert("apps.cozystack.io/application.group".into(), json!("apps.cozystack.io"));
+    pod_labels.insert("apps.cozystack.io/application.kind".into(), json!("Kubernetes"));
+    let app = pool.cluster.strip_prefix("kubernetes-").unwrap_or(&pool.cluster);
     pod_labels.insert("apps.cozystack.io/application.name".into(), json!(app));
 
     let mut devices = json!({
@@ -153,10 +137,7 @@ pub fn kubevirt_machine_template(pool: &Pool, template: &Value) -> Value {
 fn selector_labels(pool: &Pool) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("cluster.x-k8s.io/cluster-name".into(), json!(pool.cluster));
-    m.insert(
-        "cluster.x-k8s.io/deployment-name".into(),
-        json!(pool.name()),
-    );
+    m.insert("cluster.x-k8s.io/deployment-name".into(), json!(pool.name()));
     m
 }
 
@@ -232,21 +213,13 @@ pub fn machine_health_check(pool: &Pool) -> Value {
 
 /// The pool's Talos patches (install image, kubelet image, registries), each one document.
 pub fn talos_patches(pool: &Pool) -> Vec<Value> {
-    pool_patches(
-        &pool.installer_image(),
-        &pool.kubelet_image(),
-        &pool.routing,
-        pool.talos,
-    )
+    pool_patches(&pool.installer_image(), &pool.kubelet_image(), &pool.routing, pool.talos)
 }
 
 /// TalosConfigTemplate `<cluster>-<pool>`: `generateType: worker`, so the bootstrap provider
 /// generates the config with the cluster's secrets, and tender's settings as strategic patches.
 pub fn talos_config_template(pool: &Pool) -> Result<Value, Error> {
-    let patches = talos_patches(pool)
-        .iter()
-        .map(yaml_one)
-        .collect::<Result<Vec<String>, Error>>()?;
+    let patches = talos_patches(pool).iter().map(yaml_one).collect::<Result<Vec<String>, Error>>()?;
     Ok(json!({
         "apiVersion": CABPT_API_VERSION,
         "kind": "TalosConfigTemplate",
@@ -287,26 +260,17 @@ pub fn resolve_disk(
     warnings: &mut Vec<String>,
 ) -> Result<Disk, Error> {
     match &pool.disk {
-        DiskSource::Factory { .. } => Ok(Disk {
-            source: pool.disk.clone(),
-            storage_class: pool.storage_class.clone(),
-        }),
+        DiskSource::Factory { .. } => Ok(Disk { source: pool.disk.clone(), storage_class: pool.storage_class.clone() }),
         DiskSource::Builtin { golden } => match state {
             Some(state) => {
                 let checked = crate::clone::check(pool, golden, state)?;
-                Ok(Disk {
-                    source: pool.disk.clone(),
-                    storage_class: checked.storage_class,
-                })
+                Ok(Disk { source: pool.disk.clone(), storage_class: checked.storage_class })
             }
             None if skip_cluster_checks => {
                 warnings.push(format!(
                     "osImage.builtin rendered without the cluster checks: golden {golden} is assumed to exist, to share this pool's StorageClass and to be no larger than diskSize (R-1 to R-4 not checked)"
                 ));
-                Ok(Disk {
-                    source: pool.disk.clone(),
-                    storage_class: pool.storage_class.clone(),
-                })
+                Ok(Disk { source: pool.disk.clone(), storage_class: pool.storage_class.clone() })
             }
             None => Err(Error::MissingClusterState),
         },
@@ -323,11 +287,7 @@ pub fn render_pool(
     let mut warnings = Vec::new();
     if format == PoolFormat::Patch {
         let text = crate::hash::yaml_documents(&talos_patches(pool))?;
-        return Ok(PoolRender {
-            text,
-            kmt_name: None,
-            warnings,
-        });
+        return Ok(PoolRender { text, kmt_name: None, warnings });
     }
     let disk = resolve_disk(pool, state, skip_cluster_checks, &mut warnings)?;
     let template = kmt_template(pool, &disk);
@@ -338,9 +298,5 @@ pub fn render_pool(
         machine_health_check(pool),
         talos_config_template(pool)?,
     ];
-    Ok(PoolRender {
-        text: crate::hash::yaml_documents(&docs)?,
-        kmt_name: Some(name),
-        warnings,
-    })
+    Ok(PoolRender { text: crate::hash::yaml_documents(&docs)?, kmt_name: Some(name), warnings })
 }

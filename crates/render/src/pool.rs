@@ -8,13 +8,12 @@ use serde::{Deserialize, Deserializer};
 
 use crate::quantity::{IntOrString, Quantity};
 use crate::registries::{
-    check_pem, check_secret_text, parse_http_url, Auth, Authority, ClientIdentity, Endpoint,
-    EndpointConfig, Mirror, Registry, Routing, Tls,
+    check_pem, check_secret_text, parse_http_url, Auth, Authority, ClientIdentity, Endpoint, EndpointConfig, Mirror,
+    Registry, Routing, Tls,
 };
 use crate::rules::{
-    check_factory_url, check_no_control, check_schematic, check_support_matrix, check_version,
-    is_dns_label, is_dns_subdomain, is_label_name, is_positive_duration, kubernetes_patch, Refusal,
-    Rule,
+    check_factory_url, check_no_control, check_schematic, check_support_matrix, check_version, is_dns_label,
+    is_dns_subdomain, is_label_name, is_positive_duration, kubernetes_patch, Refusal, Rule,
 };
 use crate::talos::TalosVersion;
 use crate::Error;
@@ -23,8 +22,7 @@ use crate::Error;
 pub mod defaults {
     pub const KUBERNETES_VERSION: &str = "v1.35";
     pub const TALOS_VERSION: &str = "v1.13.6";
-    pub const SCHEMATIC_ID: &str =
-        "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+    pub const SCHEMATIC_ID: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
     pub const IMAGE_FACTORY_URL: &str = "https://factory.talos.dev";
     pub const INSTALLER_REPOSITORY: &str = "factory.talos.dev/installer";
     pub const STORAGE_CLASS: &str = "replicated";
@@ -40,9 +38,7 @@ pub mod defaults {
 }
 
 /// A key that is present, even as `null` or `{}`, counts (Helm's `hasKey`).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(
-    d: D,
-) -> Result<Option<T>, D::Error> {
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(d: D) -> Result<Option<T>, D::Error> {
     Ok(Some(Option::<T>::deserialize(d)?.unwrap_or_default()))
 }
 
@@ -256,10 +252,7 @@ impl Pool {
 
     /// `<installerRepository>/<schematic>:<version>` of the effective release (P-5).
     pub fn installer_image(&self) -> String {
-        format!(
-            "{}/{}:{}",
-            self.installer_repository, self.schematic, self.talos_version
-        )
+        format!("{}/{}:{}", self.installer_repository, self.schematic, self.talos_version)
     }
 
     pub fn kubelet_image(&self) -> String {
@@ -274,22 +267,14 @@ pub fn golden_name(schematic: &str, version: &str) -> String {
 
 /// Parse a pool file (strict: unknown keys are refused).
 pub fn parse(text: &str) -> Result<PoolFile, Error> {
-    serde_norway::from_str(text).map_err(|e| Error::Malformed {
-        what: "pool file".into(),
-        message: e.to_string(),
-    })
+    serde_norway::from_str(text).map_err(|e| Error::Malformed { what: "pool file".into(), message: e.to_string() })
 }
 
 fn name_check(field: &str, value: &str, ok: bool, what: &str) -> Result<(), Refusal> {
     if ok {
         return Ok(());
     }
-    Err(Refusal::input(
-        field,
-        value,
-        format!("is not {what}"),
-        format!("use {what}"),
-    ))
+    Err(Refusal::input(field, value, format!("is not {what}"), format!("use {what}")))
 }
 
 impl PoolFile {
@@ -306,24 +291,9 @@ impl PoolFile {
                 ));
             }
         }
-        name_check(
-            "cluster",
-            &self.cluster,
-            is_dns_label(&self.cluster),
-            "a DNS-1123 label (e.g. kubernetes-test)",
-        )?;
-        name_check(
-            "namespace",
-            &self.namespace,
-            is_dns_label(&self.namespace),
-            "a DNS-1123 label (e.g. tenant-test)",
-        )?;
-        name_check(
-            "pool",
-            &self.pool,
-            is_dns_label(&self.pool),
-            "a DNS-1123 label (e.g. md0)",
-        )?;
+        name_check("cluster", &self.cluster, is_dns_label(&self.cluster), "a DNS-1123 label (e.g. kubernetes-test)")?;
+        name_check("namespace", &self.namespace, is_dns_label(&self.namespace), "a DNS-1123 label (e.g. tenant-test)")?;
+        name_check("pool", &self.pool, is_dns_label(&self.pool), "a DNS-1123 label (e.g. md0)")?;
         let full = format!("{}-{}", self.cluster, self.pool);
         if full.len() > 63 {
             return Err(Refusal::input(
@@ -334,34 +304,18 @@ impl PoolFile {
             ));
         }
 
-        let kubernetes_minor = self
-            .kubernetes_version
-            .clone()
-            .unwrap_or_else(|| defaults::KUBERNETES_VERSION.into());
-        let kubernetes_patch =
-            kubernetes_patch("kubernetesVersion", &kubernetes_minor)?.to_string();
+        let kubernetes_minor = self.kubernetes_version.clone().unwrap_or_else(|| defaults::KUBERNETES_VERSION.into());
+        let kubernetes_patch = kubernetes_patch("kubernetesVersion", &kubernetes_minor)?.to_string();
 
         let t = &self.talos;
-        let talos_version = t
-            .version
-            .clone()
-            .unwrap_or_else(|| defaults::TALOS_VERSION.into());
-        let talos_schematic = t
-            .schematic_id
-            .clone()
-            .unwrap_or_else(|| defaults::SCHEMATIC_ID.into());
-        let talos_factory = t
-            .image_factory_url
-            .clone()
-            .unwrap_or_else(|| defaults::IMAGE_FACTORY_URL.into());
+        let talos_version = t.version.clone().unwrap_or_else(|| defaults::TALOS_VERSION.into());
+        let talos_schematic = t.schematic_id.clone().unwrap_or_else(|| defaults::SCHEMATIC_ID.into());
+        let talos_factory = t.image_factory_url.clone().unwrap_or_else(|| defaults::IMAGE_FACTORY_URL.into());
         check_support_matrix("talos.version", &talos_version, &kubernetes_minor)?;
 
         // P-1, P-3, P-4: resolve the effective (schematic, version, factory URL) and the source.
         let os = self.os_image.as_ref();
-        let (builtin, factory) = (
-            os.and_then(|o| o.builtin.as_ref()),
-            os.and_then(|o| o.factory.as_ref()),
-        );
+        let (builtin, factory) = (os.and_then(|o| o.builtin.as_ref()), os.and_then(|o| o.factory.as_ref()));
         let (schematic, schematic_field, version, version_field, factory_url, factory_field, clone) =
             match (builtin, factory) {
                 (Some(_), Some(_)) => {
@@ -388,7 +342,11 @@ impl PoolFile {
                     f.version.clone().unwrap_or(talos_version.clone()),
                     if f.version.is_some() { "osImage.factory.version" } else { "talos.version" },
                     f.image_factory_url.clone().unwrap_or(talos_factory),
-                    if f.image_factory_url.is_some() { "osImage.factory.imageFactoryURL" } else { "talos.imageFactoryURL" },
+                    if f.image_factory_url.is_some() {
+                        "osImage.factory.imageFactoryURL"
+                    } else {
+                        "talos.imageFactoryURL"
+                    },
                     false,
                 ),
                 (None, None) => (
@@ -409,26 +367,16 @@ impl PoolFile {
         }
         let talos = TalosVersion::parse(version_field, &version)?;
         let disk = if clone {
-            DiskSource::Builtin {
-                golden: golden_name(&schematic, &version),
-            }
+            DiskSource::Builtin { golden: golden_name(&schematic, &version) }
         } else {
-            DiskSource::Factory {
-                url: format!("{factory_url}/image/{schematic}/{version}/openstack-amd64.raw.xz"),
-            }
+            DiskSource::Factory { url: format!("{factory_url}/image/{schematic}/{version}/openstack-amd64.raw.xz") }
         };
 
-        let installer_repository = installer_repository(
-            t.installer_repository
-                .as_deref()
-                .unwrap_or(defaults::INSTALLER_REPOSITORY),
-        )?;
+        let installer_repository =
+            installer_repository(t.installer_repository.as_deref().unwrap_or(defaults::INSTALLER_REPOSITORY))?;
         let routing = routing(&t.registry_mirrors, &t.registry_config)?;
 
-        let storage_class = self
-            .storage_class
-            .clone()
-            .unwrap_or_else(|| defaults::STORAGE_CLASS.into());
+        let storage_class = self.storage_class.clone().unwrap_or_else(|| defaults::STORAGE_CLASS.into());
         if !storage_class.is_empty() {
             name_check(
                 "storageClass",
@@ -437,11 +385,7 @@ impl PoolFile {
                 "a StorageClass name (DNS-1123 subdomain), or \"\" for the cluster default",
             )?;
         }
-        let disk_size_text = self
-            .disk_size
-            .clone()
-            .map(|q| q.0)
-            .unwrap_or_else(|| defaults::DISK_SIZE.into());
+        let disk_size_text = self.disk_size.clone().map(|q| q.0).unwrap_or_else(|| defaults::DISK_SIZE.into());
         let disk_size = quantity("diskSize", &disk_size_text)?;
         if disk_size.is_zero() {
             return Err(Refusal::input(
@@ -452,12 +396,7 @@ impl PoolFile {
             ));
         }
 
-        let cpu = self
-            .resources
-            .cpu
-            .as_ref()
-            .map(|q| cores(&q.0))
-            .transpose()?;
+        let cpu = self.resources.cpu.as_ref().map(|q| cores(&q.0)).transpose()?;
         let memory = self
             .resources
             .memory
@@ -477,12 +416,7 @@ impl PoolFile {
             (None, Some(it)) if it.is_empty() => None,
             (None, it) => {
                 let it = it.clone().unwrap_or_else(|| defaults::INSTANCE_TYPE.into());
-                name_check(
-                    "instanceType",
-                    &it,
-                    is_dns_subdomain(&it),
-                    "an instancetype name (DNS-1123 subdomain)",
-                )?;
+                name_check("instanceType", &it, is_dns_subdomain(&it), "an instancetype name (DNS-1123 subdomain)")?;
                 Some(it)
             }
         };
@@ -497,48 +431,27 @@ impl PoolFile {
             ));
         }
         for r in &self.roles {
-            name_check(
-                "roles[]",
-                r,
-                is_label_name(r),
-                "a label name ([A-Za-z0-9._-], at most 63)",
-            )?;
+            name_check("roles[]", r, is_label_name(r), "a label name ([A-Za-z0-9._-], at most 63)")?;
         }
         let mut gpus = Vec::new();
         for g in &self.gpus {
             let ok = !g.name.is_empty()
                 && g.name.len() <= 253
-                && g.name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'-'));
-            name_check(
-                "gpus[].name",
-                &g.name,
-                ok,
-                "a device name such as nvidia.com/AD102GL_L40S",
-            )?;
+                && g.name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'-'));
+            name_check("gpus[].name", &g.name, ok, "a device name such as nvidia.com/AD102GL_L40S")?;
             gpus.push(g.name.clone());
         }
 
-        let max_unhealthy = max_unhealthy(
-            self.max_unhealthy
-                .as_ref()
-                .map_or(defaults::MAX_UNHEALTHY, |m| m.0.as_str()),
-        )?;
-        let duration =
-            |field: &str, value: &Option<String>, default: &str| -> Result<String, Refusal> {
-                let v = value.clone().unwrap_or_else(|| default.into());
-                if is_positive_duration(&v) {
-                    Ok(v)
-                } else {
-                    Err(Refusal::input(
-                        field,
-                        &v,
-                        "is not a whole number of s, m or h",
-                        "write it like 30m or 1h30m",
-                    ))
-                }
-            };
+        let max_unhealthy =
+            max_unhealthy(self.max_unhealthy.as_ref().map_or(defaults::MAX_UNHEALTHY, |m| m.0.as_str()))?;
+        let duration = |field: &str, value: &Option<String>, default: &str| -> Result<String, Refusal> {
+            let v = value.clone().unwrap_or_else(|| default.into());
+            if is_positive_duration(&v) {
+                Ok(v)
+            } else {
+                Err(Refusal::input(field, &v, "is not a whole number of s, m or h", "write it like 30m or 1h30m"))
+            }
+        };
 
         Ok(Pool {
             cluster: self.cluster.clone(),
@@ -589,20 +502,13 @@ impl PoolFile {
 
 fn quantity(field: &str, text: &str) -> Result<Quantity, Refusal> {
     Quantity::parse(text).map_err(|problem| {
-        Refusal::input(
-            field,
-            text,
-            format!("is not a Kubernetes quantity: it {problem}"),
-            "write it like 20Gi",
-        )
+        Refusal::input(field, text, format!("is not a Kubernetes quantity: it {problem}"), "write it like 20Gi")
     })
 }
 
 fn cores(text: &str) -> Result<u32, Refusal> {
     match text.parse::<u32>() {
-        Ok(n) if n > 0 && !text.starts_with('0') && text.bytes().all(|b| b.is_ascii_digit()) => {
-            Ok(n)
-        }
+        Ok(n) if n > 0 && !text.starts_with('0') && text.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
         _ => Err(Refusal::input(
             "resources.cpu",
             text,
@@ -640,11 +546,8 @@ fn installer_repository(value: &str) -> Result<String, Refusal> {
             Authority::parse(host).is_ok()
                 && path.split('/').all(|c| {
                     !c.is_empty()
-                        && c.bytes().all(|b| {
-                            b.is_ascii_lowercase()
-                                || b.is_ascii_digit()
-                                || matches!(b, b'.' | b'_' | b'-')
-                        })
+                        && c.bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
                         && c.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
                         && c.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
                 })
@@ -671,12 +574,7 @@ fn routing(
         let field = format!("talos.registryMirrors.{host:?}");
         let registry = Registry::parse(&field, host)?;
         if m.endpoints.is_empty() {
-            return Err(Refusal::input(
-                &field,
-                host,
-                "has no endpoints",
-                "list the mirror URLs under endpoints",
-            ));
+            return Err(Refusal::input(&field, host, "has no endpoints", "list the mirror URLs under endpoints"));
         }
         let mut endpoints: Vec<Endpoint> = Vec::new();
         for e in &m.endpoints {
@@ -697,16 +595,9 @@ fn routing(
                     "list each endpoint once",
                 ));
             }
-            endpoints.push(Endpoint {
-                url,
-                override_path: m.override_path,
-            });
+            endpoints.push(Endpoint { url, override_path: m.override_path });
         }
-        out.mirrors.push(Mirror {
-            registry,
-            endpoints,
-            skip_fallback: m.skip_fallback,
-        });
+        out.mirrors.push(Mirror { registry, endpoints, skip_fallback: m.skip_fallback });
     }
     for (host, c) in configs {
         let field = format!("talos.registryConfig.{host:?}");
@@ -725,23 +616,15 @@ fn routing(
                     check_pem(&format!("{field}.tls.ca"), ca, "CA certificate")?;
                 }
                 if let Some(ci) = &t.client_identity {
-                    check_pem(
-                        &format!("{field}.tls.clientIdentity.crt"),
-                        &ci.crt,
-                        "certificate",
-                    )?;
-                    check_pem(
-                        &format!("{field}.tls.clientIdentity.key"),
-                        &ci.key,
-                        "private key",
-                    )?;
+                    check_pem(&format!("{field}.tls.clientIdentity.crt"), &ci.crt, "certificate")?;
+                    check_pem(&format!("{field}.tls.clientIdentity.key"), &ci.key, "private key")?;
                 }
                 Some(Tls {
                     ca: t.ca.clone(),
-                    client: t.client_identity.as_ref().map(|ci| ClientIdentity {
-                        crt: ci.crt.clone(),
-                        key: ci.key.clone(),
-                    }),
+                    client: t
+                        .client_identity
+                        .as_ref()
+                        .map(|ci| ClientIdentity { crt: ci.crt.clone(), key: ci.key.clone() }),
                     insecure_skip_verify: t.insecure_skip_verify,
                 })
             }

@@ -24,10 +24,7 @@ impl Quantity {
         if s.starts_with('-') {
             return Err("is negative".into());
         }
-        let num_len = s
-            .bytes()
-            .take_while(|b| b.is_ascii_digit() || *b == b'.')
-            .count();
+        let num_len = s.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
         let (number, suffix) = s.split_at(num_len);
         let (int_part, frac_part) = match number.split_once('.') {
             Some((i, f)) => (i, f),
@@ -73,28 +70,15 @@ impl Quantity {
                     .strip_prefix('e')
                     .or_else(|| other.strip_prefix('E'))
                     .ok_or_else(|| format!("has an unknown suffix {other:?}"))?;
-                let unsigned = exp
-                    .strip_prefix('+')
-                    .or_else(|| exp.strip_prefix('-'))
-                    .unwrap_or(exp);
-                if unsigned.is_empty()
-                    || !unsigned.bytes().all(|b| b.is_ascii_digit())
-                    || unsigned.len() > 3
-                {
+                let unsigned = exp.strip_prefix('+').or_else(|| exp.strip_prefix('-')).unwrap_or(exp);
+                if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) || unsigned.len() > 3 {
                     return Err(format!("has a malformed exponent {other:?}"));
                 }
-                let e: i32 = exp
-                    .parse()
-                    .map_err(|_| format!("has a malformed exponent {other:?}"))?;
+                let e: i32 = exp.parse().map_err(|_| format!("has a malformed exponent {other:?}"))?;
                 (0, e)
             }
         };
-        Ok(Quantity {
-            text: text.to_string(),
-            digits,
-            pow2,
-            pow10: suffix_pow10 - frac_len,
-        })
+        Ok(Quantity { text: text.to_string(), digits, pow2, pow10: suffix_pow10 - frac_len })
     }
 
     /// The text as written.
@@ -182,9 +166,7 @@ mod tests {
 
     #[test]
     fn should_refuse_malformed_quantities() {
-        for bad in [
-            "", "-1Gi", "Gi", "1.2.3", "1Gb", "1e", "1e+", "1 Gi", "$(id)", "1Gi\n",
-        ] {
+        for bad in ["", "-1Gi", "Gi", "1.2.3", "1Gb", "1e", "1e+", "1 Gi", "$(id)", "1Gi\n"] {
             assert!(Quantity::parse(bad).is_err(), "{bad:?}");
         }
     }

@@ -22,16 +22,14 @@ impl Registry {
         if value == "*" {
             return Ok(Registry::All);
         }
-        Authority::parse(value)
-            .map(Registry::Host)
-            .map_err(|problem| {
-                Refusal::input(
-                    field,
-                    value,
-                    format!("is not a registry host: {problem}"),
-                    "give a registry host such as ghcr.io or registry.example:5000, or '*' for all",
-                )
-            })
+        Authority::parse(value).map(Registry::Host).map_err(|problem| {
+            Refusal::input(
+                field,
+                value,
+                format!("is not a registry host: {problem}"),
+                "give a registry host such as ghcr.io or registry.example:5000, or '*' for all",
+            )
+        })
     }
 
     /// The name Talos uses (`*` for all).
@@ -98,21 +96,14 @@ impl Authority {
             let b = l.as_bytes();
             !b.is_empty()
                 && b.len() <= 63
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
                 && b.first().is_some_and(u8::is_ascii_alphanumeric)
                 && b.last().is_some_and(u8::is_ascii_alphanumeric)
         });
         if !labels_ok {
-            return Err(
-                "the host must be lowercase letters, digits, '-' and '.' (a DNS name or IPv4 address)"
-                    .into(),
-            );
+            return Err("the host must be lowercase letters, digits, '-' and '.' (a DNS name or IPv4 address)".into());
         }
-        Ok(Authority {
-            host: host.to_string(),
-            port,
-        })
+        Ok(Authority { host: host.to_string(), port })
     }
 }
 
@@ -156,20 +147,13 @@ pub fn parse_http_url(value: &str) -> Result<HttpUrl, String> {
     };
     let authority = Authority::parse(authority)?;
     let path = path.strip_suffix('/').unwrap_or(path);
-    if !path
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'/' | b'%' | b'-'))
-    {
+    if !path.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'/' | b'%' | b'-')) {
         return Err("the path may only hold letters, digits and . _ ~ / % -".into());
     }
     if path.contains("//") || path.split('/').any(|seg| seg == "..") {
         return Err("the path has an empty or '..' segment".into());
     }
-    Ok(HttpUrl {
-        https,
-        authority,
-        path: path.to_string(),
-    })
+    Ok(HttpUrl { https, authority, path: path.to_string() })
 }
 
 /// One mirror endpoint of a registry.
@@ -234,9 +218,7 @@ impl Routing {
 
 /// Check a PEM block: it must look like PEM and carry no control characters but line breaks.
 pub fn check_pem(field: &str, value: &str, kind: &str) -> Result<(), Refusal> {
-    let bad_control = value
-        .chars()
-        .any(|c| c.is_control() && c != '\n' && c != '\r');
+    let bad_control = value.chars().any(|c| c.is_control() && c != '\n' && c != '\r');
     if bad_control || !value.contains("-----BEGIN ") || !value.contains("-----END ") {
         return Err(Refusal::input(
             field,
@@ -309,12 +291,7 @@ impl RegistriesRequest {
         for value in &self.registries {
             let r = Registry::parse("--registry", value)?;
             if registries.contains(&r) {
-                return Err(Refusal::input(
-                    "--registry",
-                    value,
-                    "is given twice",
-                    "name each registry once",
-                ));
+                return Err(Refusal::input("--registry", value, "is given twice", "name each registry once"));
             }
             if r == Registry::Host(url.authority.clone()) {
                 return Err(Refusal::input(
@@ -331,10 +308,7 @@ impl RegistriesRequest {
             (Some(crt), Some(key)) => {
                 check_pem("--client-cert", crt, "certificate")?;
                 check_pem("--client-key", key, "private key")?;
-                Some(ClientIdentity {
-                    crt: crt.clone(),
-                    key: key.clone(),
-                })
+                Some(ClientIdentity { crt: crt.clone(), key: key.clone() })
             }
             (None, None) => None,
             (Some(_), None) | (None, Some(_)) => {
@@ -358,11 +332,8 @@ impl RegistriesRequest {
                 "use an https:// mirror URL, or drop the TLS options",
             ));
         }
-        let tls = wants_tls.then(|| Tls {
-            ca: self.ca.clone(),
-            client,
-            insecure_skip_verify: self.insecure_skip_verify,
-        });
+        let tls =
+            wants_tls.then(|| Tls { ca: self.ca.clone(), client, insecure_skip_verify: self.insecure_skip_verify });
         let auth = match (&self.username, &self.password) {
             (Some(u), Some(p)) => {
                 check_secret_text("--username", u)?;
@@ -375,11 +346,7 @@ impl RegistriesRequest {
                     ));
                 }
                 check_secret_text("--password-file", p)?;
-                Some(Auth {
-                    username: Some(u.clone()),
-                    password: Some(p.clone()),
-                    ..Auth::default()
-                })
+                Some(Auth { username: Some(u.clone()), password: Some(p.clone()), ..Auth::default() })
             }
             (None, None) => None,
             _ => {
@@ -429,14 +396,7 @@ mod tests {
 
     #[test]
     fn should_parse_registry_hosts_and_refuse_the_rest() {
-        for ok in [
-            "ghcr.io",
-            "docker.io",
-            "registry.example:5000",
-            "10.0.0.1:443",
-            "localhost",
-            "*",
-        ] {
+        for ok in ["ghcr.io", "docker.io", "registry.example:5000", "10.0.0.1:443", "localhost", "*"] {
             assert!(Registry::parse("r", ok).is_ok(), "{ok}");
         }
         for bad in [
@@ -464,10 +424,7 @@ mod tests {
     fn should_parse_plain_http_urls_only() {
         let u = parse_http_url("https://tender.example:5000/").unwrap();
         assert_eq!(u.to_string(), "https://tender.example:5000");
-        assert_eq!(
-            parse_http_url("http://m/v2/ghcr/").unwrap().path,
-            "/v2/ghcr"
-        );
+        assert_eq!(parse_http_url("http://m/v2/ghcr/").unwrap().path, "/v2/ghcr");
         for bad in [
             "",
             "ftp://m",

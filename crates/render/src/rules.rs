@@ -81,13 +81,7 @@ impl Refusal {
         problem: impl Into<String>,
         fix: impl Into<String>,
     ) -> Self {
-        Refusal {
-            rule,
-            field: field.into(),
-            value: value.into(),
-            problem: problem.into(),
-            fix: fix.into(),
-        }
+        Refusal { rule, field: field.into(), value: value.into(), problem: problem.into(), fix: fix.into() }
     }
 
     /// A refusal that no rule of the spec names (a malformed host, a duplicate flag, ...).
@@ -119,72 +113,42 @@ impl fmt::Display for Refusal {
         // Debug formatting escapes control characters, so a hostile value cannot rewrite the
         // operator's terminal; long values (PEM blocks) are cut.
         let shown: String = self.value.chars().take(120).collect();
-        let cut = if shown.len() < self.value.len() {
-            "…"
-        } else {
-            ""
-        };
-        write!(
-            f,
-            "{} {:?}{cut} {}; fix: {}",
-            self.field, shown, self.problem, self.fix
-        )
+        let cut = if shown.len() < self.value.len() { "…" } else { "" };
+        write!(f, "{} {:?}{cut} {}; fix: {}", self.field, shown, self.problem, self.fix)
     }
 }
 
 /// The Cozystack Kubernetes version map (§2.1, `files/versions.yaml`): minor -> patch, newest
 /// first. A test keeps it equal to `shared/reference/cozystack/kubernetes-versions.yaml`.
-pub const KUBERNETES_VERSIONS: &[(&str, &str)] = &[
-    ("v1.35", "v1.35.6"),
-    ("v1.34", "v1.34.9"),
-    ("v1.33", "v1.33.13"),
-    ("v1.32", "v1.32.13"),
-    ("v1.31", "v1.31.14"),
-];
+pub const KUBERNETES_VERSIONS: &[(&str, &str)] =
+    &[("v1.35", "v1.35.6"), ("v1.34", "v1.34.9"), ("v1.33", "v1.33.13"), ("v1.32", "v1.32.13"), ("v1.31", "v1.31.14")];
 
 /// The Talos -> Kubernetes support matrix (§2.2; Siderolabs' published support matrix per
 /// Talos minor). Cozystack lists only v1.13; the two earlier minors are listed too so a pool
 /// pinned to an older Talos through `osImage.*` is checked as well. A Talos minor missing here
 /// passes (N-3).
 pub const TALOS_SUPPORT_MATRIX: &[(&str, &[&str])] = &[
-    (
-        "v1.13",
-        &["v1.31", "v1.32", "v1.33", "v1.34", "v1.35", "v1.36"],
-    ),
-    (
-        "v1.12",
-        &["v1.30", "v1.31", "v1.32", "v1.33", "v1.34", "v1.35"],
-    ),
-    (
-        "v1.11",
-        &["v1.29", "v1.30", "v1.31", "v1.32", "v1.33", "v1.34"],
-    ),
+    ("v1.13", &["v1.31", "v1.32", "v1.33", "v1.34", "v1.35", "v1.36"]),
+    ("v1.12", &["v1.30", "v1.31", "v1.32", "v1.33", "v1.34", "v1.35"]),
+    ("v1.11", &["v1.29", "v1.30", "v1.31", "v1.32", "v1.33", "v1.34"]),
 ];
 
 /// Map a Kubernetes minor (`v1.35`) to its full patch (`v1.35.6`).
 pub fn kubernetes_patch(field: &str, minor: &str) -> Result<&'static str, Refusal> {
-    KUBERNETES_VERSIONS
-        .iter()
-        .find(|(m, _)| *m == minor)
-        .map(|(_, p)| *p)
-        .ok_or_else(|| {
-            let allowed: Vec<&str> = KUBERNETES_VERSIONS.iter().map(|(m, _)| *m).collect();
-            Refusal::input(
-                field,
-                minor,
-                "is not a supported Kubernetes version",
-                format!("use one of [{}]", allowed.join(", ")),
-            )
-        })
+    KUBERNETES_VERSIONS.iter().find(|(m, _)| *m == minor).map(|(_, p)| *p).ok_or_else(|| {
+        let allowed: Vec<&str> = KUBERNETES_VERSIONS.iter().map(|(m, _)| *m).collect();
+        Refusal::input(
+            field,
+            minor,
+            "is not a supported Kubernetes version",
+            format!("use one of [{}]", allowed.join(", ")),
+        )
+    })
 }
 
 /// refuse a Talos release the matrix lists with a Kubernetes minor outside its window.
 /// The Talos minor is the leading `vX.Y` of the release; an unlisted minor passes (N-3).
-pub fn check_support_matrix(
-    talos_field: &str,
-    talos_version: &str,
-    kubernetes_minor: &str,
-) -> Result<(), Refusal> {
+pub fn check_support_matrix(talos_field: &str, talos_version: &str, kubernetes_minor: &str) -> Result<(), Refusal> {
     let Some(minor) = leading_minor(talos_version) else {
         return Ok(());
     };
@@ -198,10 +162,7 @@ pub fn check_support_matrix(
         Some(Rule::R5),
         talos_field,
         talos_version,
-        format!(
-            "does not support Kubernetes {kubernetes_minor}; Talos {minor} supports [{}]",
-            supported.join(", ")
-        ),
+        format!("does not support Kubernetes {kubernetes_minor}; Talos {minor} supports [{}]", supported.join(", ")),
         "bump kubernetesVersion, or pick a Talos release whose window includes it",
     ))
 }
@@ -224,11 +185,7 @@ pub fn leading_minor(version: &str) -> Option<&str> {
 /// R-6 (and G-8): a schematic ID is plain lowercase alphanumeric, because it is interpolated
 /// into a DataVolume name and an image URL.
 pub fn check_schematic(rule: Rule, field: &str, value: &str) -> Result<(), Refusal> {
-    if !value.is_empty()
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-    {
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
         return Ok(());
     }
     Err(Refusal::new(
@@ -260,10 +217,7 @@ pub fn is_release_version(value: &str) -> bool {
         return false;
     };
     let parts: Vec<&str> = rest.split('.').collect();
-    parts.len() == 3
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// the Image Factory URL is a plain http(s) URL (one trailing `/` stripped). Empty used to
@@ -310,8 +264,7 @@ pub fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b.first().is_some_and(u8::is_ascii_alphanumeric)
         && b.last().is_some_and(u8::is_ascii_alphanumeric)
 }
@@ -327,8 +280,7 @@ pub fn is_label_name(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
         && b.first().is_some_and(u8::is_ascii_alphanumeric)
         && b.last().is_some_and(u8::is_ascii_alphanumeric)
 }
@@ -381,9 +333,7 @@ mod tests {
         for ok in ["30m", "1h30m", "20m0s", "1h0m0s", "5m", "99999s"] {
             assert!(is_positive_duration(ok), "{ok}");
         }
-        for bad in [
-            "", "0m", "30", "-5m", "1.5h", "1d", "1h1m1s1s", "m", "100000s", "05m",
-        ] {
+        for bad in ["", "0m", "30", "-5m", "1.5h", "1d", "1h1m1s1s", "m", "100000s", "05m"] {
             assert!(!is_positive_duration(bad), "{bad}");
         }
     }

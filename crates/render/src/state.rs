@@ -67,31 +67,19 @@ impl Timestamp {
         let nums = |text: &str, sep: char, lens: &[usize]| -> Result<Vec<u32>, String> {
             let parts: Vec<&str> = text.split(sep).collect();
             if parts.len() != lens.len()
-                || parts
-                    .iter()
-                    .zip(lens)
-                    .any(|(p, l)| p.len() != *l || !p.bytes().all(|b| b.is_ascii_digit()))
+                || parts.iter().zip(lens).any(|(p, l)| p.len() != *l || !p.bytes().all(|b| b.is_ascii_digit()))
             {
                 return Err(bad());
             }
-            parts
-                .iter()
-                .map(|p| p.parse::<u32>().map_err(|_| bad()))
-                .collect()
+            parts.iter().map(|p| p.parse::<u32>().map_err(|_| bad())).collect()
         };
         let d = nums(date, '-', &[4, 2, 2])?;
         let t = nums(time, ':', &[2, 2, 2])?;
         if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
             return Err(bad());
         }
-        let nanos = if frac.is_empty() {
-            0
-        } else {
-            format!("{frac:0<9}").parse::<u32>().map_err(|_| bad())?
-        };
-        Ok(Timestamp {
-            parts: (d[0], d[1], d[2], t[0], t[1], t[2], nanos),
-        })
+        let nanos = if frac.is_empty() { 0 } else { format!("{frac:0<9}").parse::<u32>().map_err(|_| bad())? };
+        Ok(Timestamp { parts: (d[0], d[1], d[2], t[0], t[1], t[2], nanos) })
     }
 }
 
@@ -153,26 +141,17 @@ impl ClusterState {
         let m = obj.metadata;
         match obj.kind.as_str() {
             "StorageClass" => {
-                let is_default = [
-                    "storageclass.kubernetes.io/is-default-class",
-                    "storageclass.beta.kubernetes.io/is-default-class",
-                ]
-                .iter()
-                .any(|k| m.annotations.get(*k).is_some_and(|v| v == "true"));
+                let is_default =
+                    ["storageclass.kubernetes.io/is-default-class", "storageclass.beta.kubernetes.io/is-default-class"]
+                        .iter()
+                        .any(|k| m.annotations.get(*k).is_some_and(|v| v == "true"));
                 let created = m
                     .creation_timestamp
                     .as_deref()
                     .map(Timestamp::parse)
                     .transpose()
-                    .map_err(|message| Error::Malformed {
-                        what: format!("StorageClass {}", m.name),
-                        message,
-                    })?;
-                self.storage_classes.push(StorageClass {
-                    name: m.name,
-                    is_default,
-                    created,
-                });
+                    .map_err(|message| Error::Malformed { what: format!("StorageClass {}", m.name), message })?;
+                self.storage_classes.push(StorageClass { name: m.name, is_default, created });
             }
             "DataVolume" => {
                 let spec = &obj.spec;
@@ -212,15 +191,11 @@ impl ClusterState {
     }
 
     pub fn data_volume(&self, namespace: &str, name: &str) -> Option<&DataVolume> {
-        self.data_volumes
-            .iter()
-            .find(|d| d.namespace == namespace && d.name == name)
+        self.data_volumes.iter().find(|d| d.namespace == namespace && d.name == name)
     }
 
     pub fn pvc(&self, namespace: &str, name: &str) -> Option<&Pvc> {
-        self.pvcs
-            .iter()
-            .find(|p| p.namespace == namespace && p.name == name)
+        self.pvcs.iter().find(|p| p.namespace == namespace && p.name == name)
     }
 }
 
@@ -260,12 +235,7 @@ mod tests {
         let b = Timestamp::parse("2024-01-01T00:00:00.5Z").unwrap();
         let c = Timestamp::parse("2025-01-01T00:00:00Z").unwrap();
         assert!(a < b && b < c);
-        for bad in [
-            "2024-01-01",
-            "2024-01-01T00:00:00+01:00",
-            "2024-1-01T00:00:00Z",
-            "",
-        ] {
+        for bad in ["2024-01-01", "2024-01-01T00:00:00+01:00", "2024-1-01T00:00:00Z", ""] {
             assert!(Timestamp::parse(bad).is_err(), "{bad}");
         }
     }

@@ -37,9 +37,7 @@ impl TalosVersion {
         let rest = value.strip_prefix('v').ok_or_else(bad)?;
         let parts: Vec<&str> = rest.split('.').collect();
         if !(2..=3).contains(&parts.len())
-            || parts
-                .iter()
-                .any(|p| p.is_empty() || p.len() > 6 || !p.bytes().all(|b| b.is_ascii_digit()))
+            || parts.iter().any(|p| p.is_empty() || p.len() > 6 || !p.bytes().all(|b| b.is_ascii_digit()))
         {
             return Err(bad());
         }
@@ -70,20 +68,12 @@ impl fmt::Display for TalosVersion {
 /// unless `skipFallback` (Talos 1.12.x skipped the implicit fallback, siderolabs/talos#12972,
 /// so it is listed explicitly). `*` has no single upstream and keeps Talos' implicit fallback.
 fn endpoint_urls(m: &Mirror, legacy_override_path: bool) -> Vec<(String, bool)> {
-    let mut urls: Vec<(String, bool)> = m
-        .endpoints
-        .iter()
-        .map(|e| (e.url.to_string(), e.override_path))
-        .collect();
+    let mut urls: Vec<(String, bool)> = m.endpoints.iter().map(|e| (e.url.to_string(), e.override_path)).collect();
     if !m.skip_fallback {
         if let Some(up) = m.registry.upstream() {
             // In v1alpha1 overridePath applies to every endpoint of the registry, so the
             // upstream then has to carry its API root itself.
-            let up = if legacy_override_path {
-                format!("{up}/v2")
-            } else {
-                up
-            };
+            let up = if legacy_override_path { format!("{up}/v2") } else { up };
             urls.push((up, false));
         }
     }
@@ -146,10 +136,7 @@ fn legacy_registries(routing: &Routing) -> Value {
     let mut mirrors = Map::new();
     for m in &routing.mirrors {
         let override_path = m.endpoints.iter().any(|e| e.override_path);
-        let urls: Vec<Value> = endpoint_urls(m, override_path)
-            .into_iter()
-            .map(|(u, _)| Value::String(u))
-            .collect();
+        let urls: Vec<Value> = endpoint_urls(m, override_path).into_iter().map(|(u, _)| Value::String(u)).collect();
         let mut entry = json!({ "endpoints": urls });
         if override_path {
             entry["overridePath"] = Value::Bool(true);
@@ -242,11 +229,7 @@ pub fn pool_patches(
         out.extend(registries);
         out
     } else {
-        if let Some(reg) = registries
-            .first()
-            .and_then(|d| d.get("machine"))
-            .and_then(|m| m.get("registries"))
-        {
+        if let Some(reg) = registries.first().and_then(|d| d.get("machine")).and_then(|m| m.get("registries")) {
             base["machine"]["registries"] = reg.clone();
         }
         vec![base]
@@ -258,11 +241,7 @@ pub fn base64(input: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
     for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
+        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
             if i <= chunk.len() {
@@ -276,10 +255,7 @@ pub fn base64(input: &[u8]) -> String {
 }
 
 /// `tender render registries --format talos`: the documents for `version`.
-pub fn render_registries(
-    plan: &crate::registries::MirrorPlan,
-    version: TalosVersion,
-) -> Result<String, crate::Error> {
+pub fn render_registries(plan: &crate::registries::MirrorPlan, version: TalosVersion) -> Result<String, crate::Error> {
     crate::hash::yaml_documents(&registry_documents(&plan.routing(), version))
 }
 
@@ -321,20 +297,8 @@ mod tests {
 
     #[test]
     fn should_switch_to_documents_at_talos_1_12() {
-        for (v, docs) in [
-            ("v1.11.6", false),
-            ("v1.12", true),
-            ("v1.13.6", true),
-            ("v1.9.0", false),
-            ("v2.0.0", true),
-        ] {
-            assert_eq!(
-                TalosVersion::parse("v", v)
-                    .unwrap()
-                    .uses_registry_documents(),
-                docs,
-                "{v}"
-            );
+        for (v, docs) in [("v1.11.6", false), ("v1.12", true), ("v1.13.6", true), ("v1.9.0", false), ("v2.0.0", true)] {
+            assert_eq!(TalosVersion::parse("v", v).unwrap().uses_registry_documents(), docs, "{v}");
         }
         for bad in ["1.13.6", "v1", "v1.13.6.1", "v1.x.0", "v1.13.6\n", ""] {
             assert!(TalosVersion::parse("v", bad).is_err(), "{bad:?}");

@@ -84,57 +84,13 @@ fn set(v: &mut Value, path: &[&str], value: Value) {
 /// Fields whose value is free text and must come out literally (never refused unless it
 /// carries a control character): (path, wrap the hostile value, is PEM).
 const LITERAL_FIELDS: &[&[&str]] = &[
-    &[
-        "talos",
-        "registryConfig",
-        "tender.example:5000",
-        "tls",
-        "ca",
-    ],
-    &[
-        "talos",
-        "registryConfig",
-        "tender.example:5000",
-        "tls",
-        "clientIdentity",
-        "crt",
-    ],
-    &[
-        "talos",
-        "registryConfig",
-        "tender.example:5000",
-        "tls",
-        "clientIdentity",
-        "key",
-    ],
-    &[
-        "talos",
-        "registryConfig",
-        "tender.example:5000",
-        "auth",
-        "username",
-    ],
-    &[
-        "talos",
-        "registryConfig",
-        "tender.example:5000",
-        "auth",
-        "password",
-    ],
-    &[
-        "talos",
-        "registryConfig",
-        "tender.example:5000",
-        "auth",
-        "auth",
-    ],
-    &[
-        "talos",
-        "registryConfig",
-        "tender.example:5000",
-        "auth",
-        "identityToken",
-    ],
+    &["talos", "registryConfig", "tender.example:5000", "tls", "ca"],
+    &["talos", "registryConfig", "tender.example:5000", "tls", "clientIdentity", "crt"],
+    &["talos", "registryConfig", "tender.example:5000", "tls", "clientIdentity", "key"],
+    &["talos", "registryConfig", "tender.example:5000", "auth", "username"],
+    &["talos", "registryConfig", "tender.example:5000", "auth", "password"],
+    &["talos", "registryConfig", "tender.example:5000", "auth", "auth"],
+    &["talos", "registryConfig", "tender.example:5000", "auth", "identityToken"],
 ];
 
 /// Fields whose value is a name, version, URL or quantity: a hostile value is refused.
@@ -169,42 +125,20 @@ fn render_value(v: &Value) -> Result<String, tender_render::Error> {
 }
 
 fn assert_shape(text: &str) {
-    let kinds: Vec<String> = docs(text)
-        .iter()
-        .map(|d| d["kind"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(
-        kinds,
-        [
-            "KubevirtMachineTemplate",
-            "MachineDeployment",
-            "MachineHealthCheck",
-            "TalosConfigTemplate"
-        ]
-    );
+    let kinds: Vec<String> = docs(text).iter().map(|d| d["kind"].as_str().unwrap().to_string()).collect();
+    assert_eq!(kinds, ["KubevirtMachineTemplate", "MachineDeployment", "MachineHealthCheck", "TalosConfigTemplate"]);
 }
 
 fn assert_refusal_is_clean(err: &tender_render::Error, h: &str) {
-    assert!(
-        matches!(
-            err,
-            tender_render::Error::Refused(_) | tender_render::Error::Malformed { .. }
-        ),
-        "{h:?}: {err:?}"
-    );
-    assert!(
-        !err.to_string().contains('\n'),
-        "a refusal must escape control characters: {err}"
-    );
+    assert!(matches!(err, tender_render::Error::Refused(_) | tender_render::Error::Malformed { .. }), "{h:?}: {err:?}");
+    assert!(!err.to_string().contains('\n'), "a refusal must escape control characters: {err}");
 }
 
 #[test]
 fn should_render_free_text_fields_literally_or_refuse_control_characters() {
     for path in LITERAL_FIELDS {
         for h in HOSTILE {
-            let is_pem = path
-                .last()
-                .is_some_and(|p| matches!(*p, "ca" | "crt" | "key"));
+            let is_pem = path.last().is_some_and(|p| matches!(*p, "ca" | "crt" | "key"));
             let value = if is_pem { pem(h) } else { h.to_string() };
             let mut v = base();
             set(&mut v, path, json!(value));
@@ -213,17 +147,10 @@ fn should_render_free_text_fields_literally_or_refuse_control_characters() {
                     assert_shape(&text);
                     let mut all = Vec::new();
                     docs(&text).iter().for_each(|d| leaves(d, &mut all));
-                    assert!(
-                        all.contains(&value),
-                        "{path:?}: {value:?} not found literally"
-                    );
+                    assert!(all.contains(&value), "{path:?}: {value:?} not found literally");
                 }
                 Err(e) => {
-                    let refusable = if is_pem {
-                        has_control(&value.replace('\n', ""))
-                    } else {
-                        has_control(&value)
-                    };
+                    let refusable = if is_pem { has_control(&value.replace('\n', "")) } else { has_control(&value) };
                     assert!(refusable, "{path:?}: {h:?} was refused: {e}");
                     assert_refusal_is_clean(&e, h);
                 }
@@ -297,26 +224,15 @@ fn should_keep_hostile_credentials_and_certificates_literal_in_registries_output
         let talos = render_registries(&plan, TalosVersion::parse("v", "v1.13.6").unwrap()).unwrap();
         let all: Vec<Value> = docs(&talos);
         assert_eq!(all.len(), 3, "{h:?}");
-        let auth = all
-            .iter()
-            .find(|d| d["kind"] == "RegistryAuthConfig")
-            .unwrap();
+        let auth = all.iter().find(|d| d["kind"] == "RegistryAuthConfig").unwrap();
         assert_eq!(auth["password"], *h);
-        let tls = all
-            .iter()
-            .find(|d| d["kind"] == "RegistryTLSConfig")
-            .unwrap();
+        let tls = all.iter().find(|d| d["kind"] == "RegistryTLSConfig").unwrap();
         assert_eq!(tls["ca"], pem(h));
         for f in hosts_files(&plan).unwrap() {
             if f.path.ends_with("hosts.toml") {
-                let parsed: toml::Table =
-                    toml::from_str(std::str::from_utf8(&f.contents).unwrap()).unwrap();
-                let header =
-                    &parsed["host"]["https://tender.example:5000"]["header"]["Authorization"];
-                let want = format!(
-                    "Basic {}",
-                    base64(format!("{}:{h}", req.username.as_deref().unwrap()).as_bytes())
-                );
+                let parsed: toml::Table = toml::from_str(std::str::from_utf8(&f.contents).unwrap()).unwrap();
+                let header = &parsed["host"]["https://tender.example:5000"]["header"]["Authorization"];
+                let want = format!("Basic {}", base64(format!("{}:{h}", req.username.as_deref().unwrap()).as_bytes()));
                 assert_eq!(header.as_str(), Some(want.as_str()));
                 assert_eq!(parsed.len(), 2, "only server and host: {parsed:?}");
             } else {
@@ -340,26 +256,14 @@ fn should_refuse_hostile_registries_flags() {
             req.username = Some("u".into());
             req.password = Some(h.to_string());
             let err = req.validate().unwrap_err().to_string();
-            assert!(
-                !err.contains(h),
-                "a refused password must not be echoed: {err}"
-            );
+            assert!(!err.contains(h), "a refused password must not be echoed: {err}");
         }
     }
 }
 
 #[test]
 fn should_refuse_hostile_catalog_values() {
-    let fields = [
-        "schematic",
-        "version",
-        "platform",
-        "arch",
-        "format",
-        "storageClass",
-        "storage",
-        "dir",
-    ];
+    let fields = ["schematic", "version", "platform", "arch", "format", "storageClass", "storage", "dir"];
     for h in HOSTILE {
         for field in fields {
             let mut entry = json!({"schematic": "abc", "version": "v1.13.6"});
@@ -373,9 +277,7 @@ fn should_refuse_hostile_catalog_values() {
                 assert!(!out.contains(h), "{out}");
                 continue;
             }
-            let err = result
-                .err()
-                .unwrap_or_else(|| panic!("{field} = {h:?} rendered"));
+            let err = result.err().unwrap_or_else(|| panic!("{field} = {h:?} rendered"));
             assert!(!err.to_string().contains('\n'), "{err}");
         }
         let config = parse_config("catalog:\n  images: []\n").unwrap();

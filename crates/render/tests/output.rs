@@ -21,12 +21,8 @@ use tender_render::talos::{render_registries, TalosVersion};
 fn strict(schema: &mut Value) {
     match schema {
         Value::Object(map) => {
-            let preserve =
-                map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
-            if map.contains_key("properties")
-                && !preserve
-                && !map.contains_key("additionalProperties")
-            {
+            let preserve = map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+            if map.contains_key("properties") && !preserve && !map.contains_key("additionalProperties") {
                 map.insert("additionalProperties".into(), Value::Bool(false));
             }
             for v in map.values_mut() {
@@ -41,26 +37,20 @@ fn strict(schema: &mut Value) {
 fn crd_validator(file: &str, version: &str) -> jsonschema::Validator {
     let crd: Value = serde_norway::from_str(&reference(file)).unwrap();
     let versions = crd["spec"]["versions"].as_array().unwrap();
-    let v = versions
-        .iter()
-        .find(|v| v["name"] == version)
-        .unwrap_or_else(|| panic!("{file} has no {version}"));
+    let v = versions.iter().find(|v| v["name"] == version).unwrap_or_else(|| panic!("{file} has no {version}"));
     let mut schema = v["schema"]["openAPIV3Schema"].clone();
     strict(&mut schema);
     jsonschema::draft4::new(&schema).unwrap()
 }
 
 fn talos_validator(minor: &str) -> jsonschema::Validator {
-    let schema: Value =
-        serde_json::from_str(&reference(&format!("talos/config.schema.v{minor}.json"))).unwrap();
+    let schema: Value = serde_json::from_str(&reference(&format!("talos/config.schema.v{minor}.json"))).unwrap();
     jsonschema::draft202012::new(&schema).unwrap()
 }
 
 fn assert_valid(validator: &jsonschema::Validator, instance: &Value, what: &str) {
-    let errors: Vec<String> = validator
-        .iter_errors(instance)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
+    let errors: Vec<String> =
+        validator.iter_errors(instance).map(|e| format!("{} at {}", e, e.instance_path())).collect();
     assert!(
         errors.is_empty(),
         "{what} does not validate:\n{}\n{}",
@@ -96,15 +86,8 @@ fn pool_variants() -> Vec<(String, String, Option<tender_render::state::ClusterS
             None,
         ),
     ];
-    for (k8s, v) in [
-        ("v1.34", "v1.11.6"),
-        ("v1.35", "v1.12.4"),
-        ("v1.35", "v1.13.6"),
-    ] {
-        let yaml = pool_yaml(&format!(
-            "kubernetesVersion: {k8s}\n{}",
-            registries.replace("{V}", v)
-        ));
+    for (k8s, v) in [("v1.34", "v1.11.6"), ("v1.35", "v1.12.4"), ("v1.35", "v1.13.6")] {
+        let yaml = pool_yaml(&format!("kubernetesVersion: {k8s}\n{}", registries.replace("{V}", v)));
         out.push((format!("registries-{v}"), yaml, None));
     }
     out
@@ -141,21 +124,14 @@ fn should_validate_every_pool_object_against_its_crd() {
 
 #[test]
 fn should_validate_every_talos_patch_against_the_schema_of_its_version() {
-    let validators: BTreeMap<&str, jsonschema::Validator> = ["1.11", "1.12", "1.13"]
-        .into_iter()
-        .map(|m| (m, talos_validator(m)))
-        .collect();
+    let validators: BTreeMap<&str, jsonschema::Validator> =
+        ["1.11", "1.12", "1.13"].into_iter().map(|m| (m, talos_validator(m))).collect();
     for (name, yaml, state) in pool_variants() {
         let out = render(&yaml, state.as_ref());
         let tct = doc_of_kind(&out.text, "TalosConfigTemplate");
-        let version = tct["spec"]["template"]["spec"]["talosVersion"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let version = tct["spec"]["template"]["spec"]["talosVersion"].as_str().unwrap().to_string();
         let validator = &validators[schema_minor(&version)];
-        let patches = tct["spec"]["template"]["spec"]["strategicPatches"]
-            .as_array()
-            .unwrap();
+        let patches = tct["spec"]["template"]["spec"]["strategicPatches"].as_array().unwrap();
         for p in patches {
             for d in docs(p.as_str().unwrap()) {
                 assert_valid(validator, &d, &format!("{name} ({version}) patch"));
@@ -163,10 +139,7 @@ fn should_validate_every_talos_patch_against_the_schema_of_its_version() {
         }
         // --format patch prints the same documents.
         let printed = docs(&patches_text(&yaml));
-        let embedded: Vec<Value> = patches
-            .iter()
-            .flat_map(|p| docs(p.as_str().unwrap()))
-            .collect();
+        let embedded: Vec<Value> = patches.iter().flat_map(|p| docs(p.as_str().unwrap())).collect();
         assert_eq!(printed, embedded, "{name}");
     }
 }
@@ -191,18 +164,10 @@ fn request() -> RegistriesRequest {
 
 #[test]
 fn should_validate_registries_documents_against_the_talos_schema_of_each_version() {
-    for (version, minor) in [
-        ("v1.11.6", "1.11"),
-        ("v1.12.4", "1.12"),
-        ("v1.13.6", "1.13"),
-        ("v1.9", "1.11"),
-    ] {
+    for (version, minor) in [("v1.11.6", "1.11"), ("v1.12.4", "1.12"), ("v1.13.6", "1.13"), ("v1.9", "1.11")] {
         let validator = talos_validator(minor);
         for skip_fallback in [false, true] {
-            for mirror in [
-                "https://tender.example:5000",
-                "http://tender.kube-system.svc:5000/v2/proxy",
-            ] {
+            for mirror in ["https://tender.example:5000", "http://tender.kube-system.svc:5000/v2/proxy"] {
                 let mut req = request();
                 req.skip_fallback = skip_fallback;
                 req.mirror = mirror.into();
@@ -212,14 +177,9 @@ fn should_validate_registries_documents_against_the_talos_schema_of_each_version
                     req.client_key = None;
                 }
                 let plan = req.validate().unwrap();
-                let text =
-                    render_registries(&plan, TalosVersion::parse("v", version).unwrap()).unwrap();
+                let text = render_registries(&plan, TalosVersion::parse("v", version).unwrap()).unwrap();
                 for d in docs(&text) {
-                    assert_valid(
-                        &validator,
-                        &d,
-                        &format!("{version} {mirror} skip={skip_fallback}"),
-                    );
+                    assert_valid(&validator, &d, &format!("{version} {mirror} skip={skip_fallback}"));
                 }
             }
         }
@@ -250,33 +210,20 @@ fn should_render_the_default_pool_as_pinned() {
 
 #[test]
 fn should_render_the_builtin_pool_as_pinned() {
-    insta::assert_snapshot!(
-        "builtin_pool",
-        render(&pool_yaml(BUILTIN), Some(&healthy().build())).text
-    );
+    insta::assert_snapshot!("builtin_pool", render(&pool_yaml(BUILTIN), Some(&healthy().build())).text);
 }
 
 #[test]
 fn should_render_registries_as_pinned() {
     let plan = request().validate().unwrap();
-    for (name, version) in [
-        ("registries_talos_v1_13", "v1.13.6"),
-        ("registries_talos_v1_11", "v1.11.6"),
-    ] {
+    for (name, version) in [("registries_talos_v1_13", "v1.13.6"), ("registries_talos_v1_11", "v1.11.6")] {
         let text = render_registries(&plan, TalosVersion::parse("v", version).unwrap()).unwrap();
         insta::assert_snapshot!(name, text);
     }
     let files = hosts_files(&plan).unwrap();
     let listing: String = files
         .iter()
-        .map(|f| {
-            format!(
-                "# {} (secret: {})\n{}",
-                f.path,
-                f.secret,
-                String::from_utf8_lossy(&f.contents)
-            )
-        })
+        .map(|f| format!("# {} (secret: {})\n{}", f.path, f.secret, String::from_utf8_lossy(&f.contents)))
         .collect::<Vec<_>>()
         .join("\n");
     insta::assert_snapshot!("registries_containerd", listing);
@@ -284,10 +231,8 @@ fn should_render_registries_as_pinned() {
 
 #[test]
 fn should_render_the_catalog_as_pinned() {
-    let config = parse_config(&format!(
-        "catalog:\n  images:\n  - {{schematic: {SCHEMATIC}, version: v1.13.6}}\n"
-    ))
-    .unwrap();
+    let config =
+        parse_config(&format!("catalog:\n  images:\n  - {{schematic: {SCHEMATIC}, version: v1.13.6}}\n")).unwrap();
     insta::assert_snapshot!(
         "catalog",
         render_catalog(&config, Some("http://tender.kube-system.svc:5000"), None).unwrap()
@@ -305,10 +250,7 @@ fn should_render_the_same_bytes_for_the_same_input() {
     let a = render(&pool_yaml("diskSize: 30Gi\nstorageClass: local\n"), None).text;
     let b = render(
         "storageClass: local\npool: md0\n{diskSize: 30Gi}\n"
-            .replace(
-                "{diskSize: 30Gi}\n",
-                "diskSize: 30Gi\ncluster: kubernetes-test\nnamespace: tenant-test\n",
-            )
+            .replace("{diskSize: 30Gi}\n", "diskSize: 30Gi\ncluster: kubernetes-test\nnamespace: tenant-test\n")
             .as_str(),
         None,
     )
@@ -321,11 +263,7 @@ fn should_render_a_pool_without_os_image_the_same_with_or_without_a_catalog() {
     let yaml = pool_yaml("storageClass: \"\"\n");
     let bare = render(&yaml, None).text;
     let busy = healthy()
-        .cloned_disk(
-            "disk-system-kubernetes-test-md0-x1",
-            "kubernetes-test/md0",
-            "local",
-        )
+        .cloned_disk("disk-system-kubernetes-test-md0-x1", "kubernetes-test/md0", "local")
         .storage_class("newer", true, "2030-01-01T00:00:00Z");
     assert_eq!(render(&yaml, Some(&busy.build())).text, bare);
     assert_eq!(render(&yaml, Some(&State::new().build())).text, bare);
@@ -346,10 +284,7 @@ fn should_name_the_kmt_by_the_hash_of_its_canonical_template() {
     let digest = hex::encode(sha2::Sha256::digest(text.as_bytes()));
     assert!(name.ends_with(&digest[..6]));
     let md = doc_of_kind(&out.text, "MachineDeployment");
-    assert_eq!(
-        md["spec"]["template"]["spec"]["infrastructureRef"]["name"],
-        name
-    );
+    assert_eq!(md["spec"]["template"]["spec"]["infrastructureRef"]["name"], name);
 }
 
 // ---- drift guards against the Cozystack reference data -----------------------------------------
@@ -358,18 +293,15 @@ fn should_name_the_kmt_by_the_hash_of_its_canonical_template() {
 fn should_keep_the_kubernetes_version_map_equal_to_cozystack() {
     let reference: BTreeMap<String, String> =
         serde_norway::from_str(&reference("cozystack/kubernetes-versions.yaml")).unwrap();
-    let ours: BTreeMap<String, String> = tender_render::rules::KUBERNETES_VERSIONS
-        .iter()
-        .map(|(m, p)| (m.to_string(), p.to_string()))
-        .collect();
+    let ours: BTreeMap<String, String> =
+        tender_render::rules::KUBERNETES_VERSIONS.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
     assert_eq!(ours, reference);
 }
 
 #[test]
 fn should_keep_the_pool_defaults_equal_to_cozystack() {
     use tender_render::pool::defaults as d;
-    let schema: Value =
-        serde_json::from_str(&reference("cozystack/kubernetes-nodes.values.schema.json")).unwrap();
+    let schema: Value = serde_json::from_str(&reference("cozystack/kubernetes-nodes.values.schema.json")).unwrap();
     let p = &schema["properties"];
     let t = &p["talos"]["properties"];
     for (value, want) in [
@@ -380,32 +312,14 @@ fn should_keep_the_pool_defaults_equal_to_cozystack() {
         (&p["minReplicas"]["default"], json!(d::MIN_REPLICAS)),
         (&p["maxReplicas"]["default"], json!(d::MAX_REPLICAS)),
         (&p["maxUnhealthy"]["default"], json!(d::MAX_UNHEALTHY)),
-        (
-            &p["nodeStartupTimeout"]["default"],
-            json!(d::NODE_STARTUP_TIMEOUT),
-        ),
-        (
-            &p["readyUnknownTimeout"]["default"],
-            json!(d::READY_UNKNOWN_TIMEOUT),
-        ),
-        (
-            &p["readyFalseTimeout"]["default"],
-            json!(d::READY_FALSE_TIMEOUT),
-        ),
-        (
-            &p["maxNodeProvisionTime"]["default"],
-            json!(d::MAX_NODE_PROVISION_TIME),
-        ),
+        (&p["nodeStartupTimeout"]["default"], json!(d::NODE_STARTUP_TIMEOUT)),
+        (&p["readyUnknownTimeout"]["default"], json!(d::READY_UNKNOWN_TIMEOUT)),
+        (&p["readyFalseTimeout"]["default"], json!(d::READY_FALSE_TIMEOUT)),
+        (&p["maxNodeProvisionTime"]["default"], json!(d::MAX_NODE_PROVISION_TIME)),
         (&t["version"]["default"], json!(d::TALOS_VERSION)),
         (&t["schematicID"]["default"], json!(d::SCHEMATIC_ID)),
-        (
-            &t["imageFactoryURL"]["default"],
-            json!(d::IMAGE_FACTORY_URL),
-        ),
-        (
-            &t["installerRepository"]["default"],
-            json!(d::INSTALLER_REPOSITORY),
-        ),
+        (&t["imageFactoryURL"]["default"], json!(d::IMAGE_FACTORY_URL)),
+        (&t["installerRepository"]["default"], json!(d::INSTALLER_REPOSITORY)),
     ] {
         assert_eq!(value, &want);
     }
@@ -416,8 +330,7 @@ fn should_keep_the_pool_defaults_equal_to_cozystack() {
 #[test]
 fn should_reject_what_the_schemas_forbid() {
     // Talos 1.12+ dropped machine.registries; 1.11 still has it.
-    let legacy =
-        json!({"machine": {"registries": {"mirrors": {"ghcr.io": {"endpoints": ["https://m"]}}}}});
+    let legacy = json!({"machine": {"registries": {"mirrors": {"ghcr.io": {"endpoints": ["https://m"]}}}}});
     assert!(!talos_validator("1.13").is_valid(&legacy));
     assert!(!talos_validator("1.12").is_valid(&legacy));
     assert!(talos_validator("1.11").is_valid(&legacy));
@@ -426,14 +339,10 @@ fn should_reject_what_the_schemas_forbid() {
     // A field the API server would prune fails the strict CRD check.
     let out = render(&pool_yaml(""), None);
     let mut kmt = doc_of_kind(&out.text, "KubevirtMachineTemplate");
-    kmt["spec"]["template"]["spec"]["virtualMachineBootstrapCheck"]["checkStrategi"] =
-        json!("none");
+    kmt["spec"]["template"]["spec"]["virtualMachineBootstrapCheck"]["checkStrategi"] = json!("none");
     assert!(!crd_validator("capi/crd-kubevirtmachinetemplates.yaml", "v1alpha1").is_valid(&kmt));
     let mut mhc = doc_of_kind(&out.text, "MachineHealthCheck");
-    mhc["spec"]["unhealthyConditions"][0]
-        .as_object_mut()
-        .unwrap()
-        .remove("timeout");
+    mhc["spec"]["unhealthyConditions"][0].as_object_mut().unwrap().remove("timeout");
     assert!(!crd_validator("capi/crd-machinehealthchecks.yaml", "v1beta1").is_valid(&mhc));
 }
 
@@ -442,41 +351,20 @@ fn should_reject_what_the_schemas_forbid() {
 #[test]
 fn should_keep_the_render_crate_free_of_io_clock_env_and_server_crates() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/");
-    let manifest: toml::Table =
-        toml::from_str(&std::fs::read_to_string(format!("{dir}Cargo.toml")).unwrap()).unwrap();
+    let manifest: toml::Table = toml::from_str(&std::fs::read_to_string(format!("{dir}Cargo.toml")).unwrap()).unwrap();
     let deps = manifest["dependencies"].as_table().unwrap();
-    for forbidden in [
-        "tokio",
-        "reqwest",
-        "hyper",
-        "axum",
-        "tender-server",
-        "tender-fetch",
-        "tender-store",
-        "tender-oci",
-    ] {
-        assert!(
-            !deps.contains_key(forbidden),
-            "tender-render must not depend on {forbidden}"
-        );
+    for forbidden in
+        ["tokio", "reqwest", "hyper", "axum", "tender-server", "tender-fetch", "tender-store", "tender-oci"]
+    {
+        assert!(!deps.contains_key(forbidden), "tender-render must not depend on {forbidden}");
     }
     for entry in std::fs::read_dir(format!("{dir}src")).unwrap() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
-        for forbidden in [
-            "std::fs",
-            "std::env",
-            "std::net",
-            "std::process",
-            "SystemTime",
-            "Instant::now",
-            "std::io::stdin",
-        ] {
-            assert!(
-                !text.contains(forbidden),
-                "{} uses {forbidden}: rendering must stay pure",
-                path.display()
-            );
+        for forbidden in
+            ["std::fs", "std::env", "std::net", "std::process", "SystemTime", "Instant::now", "std::io::stdin"]
+        {
+            assert!(!text.contains(forbidden), "{} uses {forbidden}: rendering must stay pure", path.display());
         }
     }
 }

@@ -54,10 +54,7 @@ impl http_body::Body for CountingBody {
     type Data = Bytes;
     type Error = axum::Error;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let r = Pin::new(&mut self.inner).poll_frame(cx);
         match &r {
             Poll::Ready(Some(Ok(frame))) => {
@@ -87,8 +84,7 @@ impl Drop for CountingBody {
             || http_body::Body::is_end_stream(&self.inner)
             || r.content_length.is_some_and(|n| n == self.bytes);
         let secs = r.started.elapsed().as_secs_f64();
-        r.metrics
-            .observe(&r.info, &r.method, r.status, self.bytes, secs, r.prefetch);
+        r.metrics.observe(&r.info, &r.method, r.status, self.bytes, secs, r.prefetch);
         tracing::info!(
             target: "access",
             method = %r.method,
@@ -110,38 +106,20 @@ impl Drop for CountingBody {
 }
 
 /// Middleware: wrap every response body so it is logged and counted when done.
-pub async fn layer(
-    State(metrics): State<Arc<ServerMetrics>>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn layer(State(metrics): State<Arc<ServerMetrics>>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = req.method().to_string();
     let path = req.uri().path().to_string();
-    let ns = req
-        .uri()
-        .query()
-        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("ns=")))
-        .map(str::to_string);
-    let user_agent = req
-        .headers()
-        .get(http::header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    let prefetch = req
-        .headers()
-        .get("x-tender-prefetch")
-        .is_some_and(|v| v.as_bytes() == b"1");
+    let ns = req.uri().query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("ns="))).map(str::to_string);
+    let user_agent =
+        req.headers().get(http::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let prefetch = req.headers().get("x-tender-prefetch").is_some_and(|v| v.as_bytes() == b"1");
     let resp = next.run(req).await;
     let (mut parts, body) = resp.into_parts();
     let info = parts.extensions.remove::<AccessInfo>().unwrap_or_default();
     let error = parts.extensions.remove::<ErrorCodeSeen>().map(|e| e.0);
-    let content_length = parts
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok());
+    let content_length =
+        parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
     let record = Record {
         method,
         path,
@@ -155,11 +133,6 @@ pub async fn layer(
         started,
         metrics,
     };
-    let body = CountingBody {
-        inner: body,
-        bytes: 0,
-        complete: false,
-        record: Some(record),
-    };
+    let body = CountingBody { inner: body, bytes: 0, complete: false, record: Some(record) };
     Response::from_parts(parts, Body::new(body))
 }

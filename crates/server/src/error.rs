@@ -25,12 +25,7 @@ pub enum Subject {
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            code,
-            message: message.into(),
-            retry_after: None,
-            content_range: None,
-        }
+        ApiError { code, message: message.into(), retry_after: None, content_range: None }
     }
 
     /// Map a fetch failure: "not there" is a real 404 so containerd falls back to its next host.
@@ -43,22 +38,17 @@ impl ApiError {
         let mut out = match e.kind {
             FetchErrorKind::NotFound => ApiError::new(unknown, e.to_string()),
             // Registries answer 401/403 for repositories that do not exist as well.
-            FetchErrorKind::Unauthorized => ApiError::new(
-                unknown,
-                format!("{e} (the repository may not exist, or the upstream needs credentials)"),
-            ),
-            FetchErrorKind::TooManyRequests => {
-                ApiError::new(ErrorCode::TooManyRequests, e.to_string())
+            FetchErrorKind::Unauthorized => {
+                ApiError::new(unknown, format!("{e} (the repository may not exist, or the upstream needs credentials)"))
             }
+            FetchErrorKind::TooManyRequests => ApiError::new(ErrorCode::TooManyRequests, e.to_string()),
             FetchErrorKind::Connect
             | FetchErrorKind::Timeout
             | FetchErrorKind::Body
             | FetchErrorKind::Status
             | FetchErrorKind::Refused => ApiError::new(ErrorCode::Unavailable, e.to_string()),
-            FetchErrorKind::Corrupt => ApiError::new(
-                ErrorCode::Unknown,
-                format!("upstream sent wrong content: {e}"),
-            ),
+            FetchErrorKind::Unverifiable => ApiError::new(ErrorCode::Unknown, e.to_string()),
+            FetchErrorKind::Corrupt => ApiError::new(ErrorCode::Unknown, format!("upstream sent wrong content: {e}")),
             FetchErrorKind::Local => ApiError::new(ErrorCode::Unknown, e.to_string()),
         };
         out.retry_after = e.retry_after.map(|d| d.as_secs().max(1));
@@ -70,9 +60,7 @@ impl ApiError {
             return StatusCode::RANGE_NOT_SATISFIABLE;
         }
         match self.code {
-            ErrorCode::BlobUnknown | ErrorCode::ManifestUnknown | ErrorCode::NameUnknown => {
-                StatusCode::NOT_FOUND
-            }
+            ErrorCode::BlobUnknown | ErrorCode::ManifestUnknown | ErrorCode::NameUnknown => StatusCode::NOT_FOUND,
             ErrorCode::DigestInvalid
             | ErrorCode::ManifestInvalid
             | ErrorCode::NameInvalid
@@ -98,10 +86,7 @@ impl IntoResponse for ApiError {
         });
         let mut resp = (status, axum::Json(body)).into_response();
         let h = resp.headers_mut();
-        h.insert(
-            "docker-distribution-api-version",
-            HeaderValue::from_static("registry/2.0"),
-        );
+        h.insert("docker-distribution-api-version", HeaderValue::from_static("registry/2.0"));
         if let Some(secs) = self.retry_after {
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 h.insert("retry-after", v);
@@ -112,8 +97,7 @@ impl IntoResponse for ApiError {
                 h.insert("content-range", v);
             }
         }
-        resp.extensions_mut()
-            .insert(crate::access::ErrorCodeSeen(self.code.as_str()));
+        resp.extensions_mut().insert(crate::access::ErrorCodeSeen(self.code.as_str()));
         resp
     }
 }

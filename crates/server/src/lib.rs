@@ -4,7 +4,9 @@
 
 pub mod access;
 pub mod error;
+mod image;
 pub mod metrics;
+pub mod object;
 pub mod range;
 mod registry;
 
@@ -31,10 +33,7 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(mirror: Arc<Mirror>, metrics: Arc<ServerMetrics>) -> Arc<AppState> {
-        Arc::new(AppState {
-            mirror: RwLock::new(mirror),
-            metrics,
-        })
+        Arc::new(AppState { mirror: RwLock::new(mirror), metrics })
     }
 
     pub fn mirror(&self) -> Arc<Mirror> {
@@ -64,6 +63,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/v2", get(registry::handle).head(registry::handle))
         .route("/v2/", get(registry::handle).head(registry::handle))
         .route("/v2/{*rest}", axum::routing::any(registry::handle))
+        .route("/image/{*rest}", axum::routing::any(image::handle))
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -74,20 +74,11 @@ pub fn router(app: Arc<AppState>) -> Router {
 
 /// Anything else: a real 404 with an OCI error body, never a page that looks like success.
 async fn not_found(uri: axum::http::Uri) -> error::ApiError {
-    error::ApiError::new(
-        tender_oci::ErrorCode::NameUnknown,
-        format!("no such endpoint: {}", uri.path()),
-    )
+    error::ApiError::new(tender_oci::ErrorCode::NameUnknown, format!("no such endpoint: {}", uri.path()))
 }
 
 async fn metrics_handler(State(app): State<Arc<AppState>>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        app.metrics.render(),
-    )
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.render())
 }
 
 /// Ready while the data directory is usable; an upstream being down does not make tender
@@ -97,10 +88,7 @@ async fn readyz(State(app): State<Arc<AppState>>) -> impl IntoResponse {
     if root.join("objects").is_dir() {
         (StatusCode::OK, "ready\n")
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "data directory unavailable\n",
-        )
+        (StatusCode::SERVICE_UNAVAILABLE, "data directory unavailable\n")
     }
 }
 
@@ -111,10 +99,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let router = router(app);
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown)
+        .await
 }

@@ -26,53 +26,22 @@ impl ServerMetrics {
         let requests = Family::<Labels, Counter>::default();
         let bytes_served = Family::<Labels, Counter>::default();
         let cache = Family::<Labels, Counter>::default();
-        let duration = Family::<Labels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.001, 4.0, 10))
-        });
-        registry.register(
-            "tender_http_requests",
-            "HTTP requests by route, method and status",
-            requests.clone(),
-        );
-        registry.register(
-            "tender_http_response_bytes",
-            "Body bytes sent to clients by route",
-            bytes_served.clone(),
-        );
-        registry.register(
-            "tender_cache_requests",
-            "Manifest and blob requests by cache result",
-            cache.clone(),
-        );
+        let duration =
+            Family::<Labels, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 4.0, 10)));
+        registry.register("tender_http_requests", "HTTP requests by route, method and status", requests.clone());
+        registry.register("tender_http_response_bytes", "Body bytes sent to clients by route", bytes_served.clone());
+        registry.register("tender_cache_requests", "Manifest and blob requests by cache result", cache.clone());
         registry.register(
             "tender_http_request_duration_seconds",
             "Time to serve a request, body included",
             duration.clone(),
         );
         fetch.register(&mut registry);
-        ServerMetrics {
-            requests,
-            bytes_served,
-            cache,
-            duration,
-            registry,
-        }
+        ServerMetrics { requests, bytes_served, cache, duration, registry }
     }
 
-    pub(crate) fn observe(
-        &self,
-        info: &AccessInfo,
-        method: &str,
-        status: u16,
-        bytes: u64,
-        secs: f64,
-        prefetch: bool,
-    ) {
-        let route = if info.route.is_empty() {
-            "other"
-        } else {
-            info.route
-        };
+    pub(crate) fn observe(&self, info: &AccessInfo, method: &str, status: u16, bytes: u64, secs: f64, prefetch: bool) {
+        let route = if info.route.is_empty() { "other" } else { info.route };
         self.requests
             .get_or_create(&vec![
                 ("route".to_string(), route.to_string()),
@@ -80,21 +49,14 @@ impl ServerMetrics {
                 ("status".to_string(), status.to_string()),
             ])
             .inc();
-        self.bytes_served
-            .get_or_create(&vec![("route".to_string(), route.to_string())])
-            .inc_by(bytes);
-        self.duration
-            .get_or_create(&vec![("route".to_string(), route.to_string())])
-            .observe(secs);
+        self.bytes_served.get_or_create(&vec![("route".to_string(), route.to_string())]).inc_by(bytes);
+        self.duration.get_or_create(&vec![("route".to_string(), route.to_string())]).observe(secs);
         if let Some(result) = info.cache {
             self.cache
                 .get_or_create(&vec![
                     ("kind".to_string(), route.to_string()),
                     ("result".to_string(), result.to_string()),
-                    (
-                        "upstream".to_string(),
-                        info.upstream.clone().unwrap_or_default(),
-                    ),
+                    ("upstream".to_string(), info.upstream.clone().unwrap_or_default()),
                     ("prefetch".to_string(), prefetch.to_string()),
                 ])
                 .inc();

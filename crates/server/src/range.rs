@@ -39,10 +39,7 @@ pub fn resolve(header: Option<&str>, len: u64) -> RangeAsk {
         if n == 0 || len == 0 {
             return RangeAsk::Unsatisfiable;
         }
-        return RangeAsk::Partial {
-            start: len.saturating_sub(n),
-            end: len,
-        };
+        return RangeAsk::Partial { start: len.saturating_sub(n), end: len };
     }
     if !digits(a) || !(b.is_empty() || digits(b)) {
         return RangeAsk::Full;
@@ -64,10 +61,7 @@ pub fn resolve(header: Option<&str>, len: u64) -> RangeAsk {
     if start >= len {
         return RangeAsk::Unsatisfiable;
     }
-    RangeAsk::Partial {
-        start,
-        end: last + 1,
-    }
+    RangeAsk::Partial { start, end: last + 1 }
 }
 
 #[cfg(test)]
@@ -79,36 +73,12 @@ mod tests {
     fn should_resolve_range_forms() {
         let cases: &[(Option<&str>, u64, RangeAsk)] = &[
             (None, 10, RangeAsk::Full),
-            (
-                Some("bytes=0-0"),
-                10,
-                RangeAsk::Partial { start: 0, end: 1 },
-            ),
-            (
-                Some("bytes=2-5"),
-                10,
-                RangeAsk::Partial { start: 2, end: 6 },
-            ),
-            (
-                Some("bytes=2-"),
-                10,
-                RangeAsk::Partial { start: 2, end: 10 },
-            ),
-            (
-                Some("bytes=-3"),
-                10,
-                RangeAsk::Partial { start: 7, end: 10 },
-            ),
-            (
-                Some("bytes=-30"),
-                10,
-                RangeAsk::Partial { start: 0, end: 10 },
-            ),
-            (
-                Some("bytes=5-100"),
-                10,
-                RangeAsk::Partial { start: 5, end: 10 },
-            ),
+            (Some("bytes=0-0"), 10, RangeAsk::Partial { start: 0, end: 1 }),
+            (Some("bytes=2-5"), 10, RangeAsk::Partial { start: 2, end: 6 }),
+            (Some("bytes=2-"), 10, RangeAsk::Partial { start: 2, end: 10 }),
+            (Some("bytes=-3"), 10, RangeAsk::Partial { start: 7, end: 10 }),
+            (Some("bytes=-30"), 10, RangeAsk::Partial { start: 0, end: 10 }),
+            (Some("bytes=5-100"), 10, RangeAsk::Partial { start: 5, end: 10 }),
             (Some("bytes=10-"), 10, RangeAsk::Unsatisfiable),
             (Some("bytes=10-20"), 10, RangeAsk::Unsatisfiable),
             (Some("bytes=-0"), 10, RangeAsk::Unsatisfiable),
@@ -117,11 +87,7 @@ mod tests {
             (Some("bytes=0-1,3-4"), 10, RangeAsk::Full),
             (Some("items=0-1"), 10, RangeAsk::Full),
             (Some("bytes=x-1"), 10, RangeAsk::Full),
-            (
-                Some("bytes=99999999999999999999999-"),
-                10,
-                RangeAsk::Unsatisfiable,
-            ),
+            (Some("bytes=99999999999999999999999-"), 10, RangeAsk::Unsatisfiable),
         ];
         for (h, len, want) in cases {
             assert_eq!(resolve(*h, *len), *want, "{h:?} of {len}");

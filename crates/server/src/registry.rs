@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use tender_fetch::flight::{stored_reader, Claim, Phase};
+use tender_fetch::flight::Claim;
 use tender_fetch::mirror::CacheResult;
 use tender_fetch::Upstream;
 use tender_oci::media::AcceptList;
@@ -14,7 +14,7 @@ use tender_oci::{Digest, ErrorCode, Reference, RepoName, Route, RouteError, Rout
 
 use crate::access::AccessInfo;
 use crate::error::{ApiError, Subject};
-use crate::range::{self, RangeAsk};
+use crate::object;
 use crate::AppState;
 
 const API_VERSION: &str = "registry/2.0";
@@ -28,12 +28,7 @@ struct Query {
 }
 
 fn parse_query(q: Option<&str>) -> Query {
-    let mut out = Query {
-        ns: None,
-        n: None,
-        last: None,
-        artifact_type: None,
-    };
+    let mut out = Query { ns: None, n: None, last: None, artifact_type: None };
     for (k, v) in url::form_urlencoded::parse(q.unwrap_or("").as_bytes()) {
         match k.as_ref() {
             "ns" => out.ns = Some(v.into_owned()),
@@ -56,19 +51,13 @@ pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response 
     let method = req.method().clone();
     let uri = req.uri().clone();
     let headers = req.headers().clone();
-    let mut info = AccessInfo {
-        route: "other",
-        ..AccessInfo::default()
-    };
+    let mut info = AccessInfo { route: "other", ..AccessInfo::default() };
     let result = dispatch(&app, &method, uri.path(), uri.query(), &headers, &mut info).await;
     let mut resp = match result {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
-    resp.headers_mut().insert(
-        "docker-distribution-api-version",
-        HeaderValue::from_static(API_VERSION),
-    );
+    resp.headers_mut().insert("docker-distribution-api-version", HeaderValue::from_static(API_VERSION));
     with_info(resp, info)
 }
 
@@ -88,25 +77,16 @@ async fn dispatch(
         RouteError::Digest(_) => ApiError::new(ErrorCode::DigestInvalid, e.to_string()),
     })?;
     if method != Method::GET && method != Method::HEAD {
-        return Err(ApiError::new(
-            ErrorCode::Unsupported,
-            "tender is a pull-through mirror: only GET and HEAD",
-        ));
+        return Err(ApiError::new(ErrorCode::Unsupported, "tender is a pull-through mirror: only GET and HEAD"));
     }
     let q = parse_query(query);
     let Some(name) = route.name.clone() else {
         info.route = "base";
-        return Ok((
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            "{}",
-        )
-            .into_response());
+        return Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], "{}").into_response());
     };
     let mirror = app.mirror();
-    let (up, repo) = mirror
-        .route(q.ns.as_deref(), &name)
-        .map_err(|e| ApiError::new(ErrorCode::NameUnknown, e.to_string()))?;
+    let (up, repo) =
+        mirror.route(q.ns.as_deref(), &name).map_err(|e| ApiError::new(ErrorCode::NameUnknown, e.to_string()))?;
     info.upstream = Some(up.name().to_string());
     let head = method == Method::HEAD;
     match route.kind {
@@ -124,10 +104,7 @@ async fn dispatch(
             info.route = "tags";
             if let Some(n) = &q.n {
                 if n.parse::<u32>().is_err() {
-                    return Err(ApiError::new(
-                        ErrorCode::PaginationNumberInvalid,
-                        format!("n={n:?} is not a number"),
-                    ));
+                    return Err(ApiError::new(ErrorCode::PaginationNumberInvalid, format!("n={n:?} is not a number")));
                 }
             }
             let qs = {
@@ -145,12 +122,7 @@ async fn dispatch(
                 .await
                 .map_err(|e| ApiError::from_fetch(&e, Subject::Repository))?;
             info.cache = Some(CacheResult::Pass.as_str());
-            Ok(listing_response(
-                listing.content_type,
-                listing.link,
-                listing.body,
-                head,
-            ))
+            Ok(listing_response(listing.content_type, listing.link, listing.body, head))
         }
         RouteKind::Referrers(digest) => {
             info.route = "referrers";
@@ -179,12 +151,7 @@ async fn dispatch(
     }
 }
 
-fn listing_response(
-    content_type: String,
-    link: Option<String>,
-    body: bytes::Bytes,
-    head: bool,
-) -> Response {
+fn listing_response(content_type: String, link: Option<String>, body: bytes::Bytes, head: bool) -> Response {
     let mut builder = Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, content_type)
@@ -193,11 +160,7 @@ fn listing_response(
         builder = builder.header(header::LINK, l);
     }
     builder
-        .body(if head {
-            Body::empty()
-        } else {
-            Body::from(body)
-        })
+        .body(if head { Body::empty() } else { Body::from(body) })
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
@@ -207,15 +170,10 @@ fn etag(d: &Digest) -> String {
 
 fn if_none_match(headers: &HeaderMap, d: &Digest) -> bool {
     let tag = etag(d);
-    headers
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| {
-            let t = t.trim().trim_start_matches("W/");
-            t == "*" || t == tag
-        })
+    headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|t| {
+        let t = t.trim().trim_start_matches("W/");
+        t == "*" || t == tag
+    })
 }
 
 async fn manifest(
@@ -227,12 +185,7 @@ async fn manifest(
     head: bool,
     info: &mut AccessInfo,
 ) -> Result<Response, ApiError> {
-    let accept = AcceptList::parse(
-        headers
-            .get_all(header::ACCEPT)
-            .iter()
-            .filter_map(|v| v.to_str().ok()),
-    );
+    let accept = AcceptList::parse(headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()));
     let hit = app
         .mirror()
         .manifest(up, repo, reference, &accept)
@@ -247,46 +200,23 @@ async fn manifest(
     let resp = if if_none_match(headers, &hit.digest) {
         builder.status(StatusCode::NOT_MODIFIED).body(Body::empty())
     } else {
-        builder
-            .status(StatusCode::OK)
-            .header(header::CONTENT_LENGTH, hit.bytes.len())
-            .body(if head {
-                Body::empty()
-            } else {
-                Body::from(hit.bytes)
-            })
+        builder.status(StatusCode::OK).header(header::CONTENT_LENGTH, hit.bytes.len()).body(if head {
+            Body::empty()
+        } else {
+            Body::from(hit.bytes)
+        })
     };
     resp.map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))
 }
 
-/// Headers every blob answer carries.
-fn blob_builder(digest: &Digest) -> http::response::Builder {
-    Response::builder()
-        .header(header::CONTENT_TYPE, "application/octet-stream")
-        .header("docker-content-digest", digest.to_string())
-        .header(header::ETAG, etag(digest))
-        .header(header::ACCEPT_RANGES, "bytes")
-        .header(header::CACHE_CONTROL, "max-age=31536000, immutable")
-}
-
-/// Which part of an object of `total` bytes to send, honouring `If-Range`.
-fn ask(headers: &HeaderMap, digest: &Digest, total: u64) -> RangeAsk {
-    let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
-    if let Some(ir) = headers.get(header::IF_RANGE).and_then(|v| v.to_str().ok()) {
-        if ir.trim() != etag(digest) {
-            return RangeAsk::Full;
-        }
+fn blob_describe(digest: &Digest) -> object::Describe {
+    object::Describe {
+        content_type: "application/octet-stream".to_string(),
+        docker_digest: Some(*digest),
+        etag_digest: Some(*digest),
+        immutable: true,
+        ..object::Describe::default()
     }
-    range::resolve(range, total)
-}
-
-fn unsatisfiable(total: u64) -> ApiError {
-    let mut e = ApiError::new(
-        ErrorCode::RangeInvalid,
-        format!("range not satisfiable for {total} bytes"),
-    );
-    e.content_range = Some(format!("bytes */{total}"));
-    e
 }
 
 async fn blob(
@@ -301,112 +231,28 @@ async fn blob(
     let mirror = app.mirror();
     let store = mirror.flights().store().clone();
     let local = |e: tender_store::StoreError| ApiError::new(ErrorCode::Unknown, e.to_string());
+    let describe = blob_describe(digest);
     if let Some((file, len)) = store.open_object(digest).map_err(local)? {
         info.cache = Some(CacheResult::Hit.as_str());
-        return serve_stored(file, len, digest, headers, head);
+        return object::stored(file, len, *digest, &describe, headers, head);
     }
     if head {
         info.cache = Some(CacheResult::Pass.as_str());
-        let size = mirror
-            .blob_size(up, repo, digest)
-            .await
-            .map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?;
-        let mut b = blob_builder(digest).status(StatusCode::OK);
-        if let Some(s) = size {
-            b = b.header(header::CONTENT_LENGTH, s);
-        }
-        return b
-            .body(Body::empty())
-            .map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()));
+        let size = mirror.blob_size(up, repo, digest).await.map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?;
+        return object::head(&describe, size);
     }
-    let fill = match mirror
-        .blob(up, repo, digest)
-        .map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?
-    {
+    match mirror.blob(up, repo, digest).map_err(|e| ApiError::from_fetch(&e, Subject::Blob))? {
         Claim::Stored(_) => {
             info.cache = Some(CacheResult::Hit.as_str());
             let (file, len) = store
                 .open_object(digest)
                 .map_err(local)?
                 .ok_or_else(|| ApiError::new(ErrorCode::BlobUnknown, "blob vanished"))?;
-            return serve_stored(file, len, digest, headers, head);
+            object::stored(file, len, *digest, &describe, headers, head)
         }
-        Claim::Filling(f) => f,
-    };
-    info.cache = Some(CacheResult::Miss.as_str());
-    let state = fill.started().await;
-    if let Phase::Failed(e) = &state.phase {
-        return Err(ApiError::from_fetch(e, Subject::Blob));
-    }
-    let reader = |start, end, withhold| {
-        fill.reader(&store, start, end, withhold)
-            .map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))
-    };
-    let Some(total) = state.total else {
-        // No size from the upstream: a chunked body that only ends once the digest verified.
-        let stream = reader(0, None, true)?;
-        return blob_builder(digest)
-            .status(StatusCode::OK)
-            .body(Body::from_stream(stream))
-            .map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()));
-    };
-    match ask(headers, digest, total) {
-        RangeAsk::Unsatisfiable => Err(unsatisfiable(total)),
-        RangeAsk::Partial { start, end } => blob_builder(digest)
-            .status(StatusCode::PARTIAL_CONTENT)
-            .header(header::CONTENT_LENGTH, end - start)
-            .header(
-                header::CONTENT_RANGE,
-                format!("bytes {start}-{}/{total}", end - 1),
-            )
-            .body(Body::from_stream(reader(start, Some(end), false)?))
-            .map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string())),
-        RangeAsk::Full => blob_builder(digest)
-            .status(StatusCode::OK)
-            .header(header::CONTENT_LENGTH, total)
-            .body(Body::from_stream(reader(0, Some(total), true)?))
-            .map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string())),
-    }
-}
-
-fn serve_stored(
-    file: std::fs::File,
-    len: u64,
-    digest: &Digest,
-    headers: &HeaderMap,
-    head: bool,
-) -> Result<Response, ApiError> {
-    let err = |e: http::Error| ApiError::new(ErrorCode::Unknown, e.to_string());
-    if if_none_match(headers, digest) {
-        return blob_builder(digest)
-            .status(StatusCode::NOT_MODIFIED)
-            .body(Body::empty())
-            .map_err(err);
-    }
-    if head {
-        return blob_builder(digest)
-            .status(StatusCode::OK)
-            .header(header::CONTENT_LENGTH, len)
-            .body(Body::empty())
-            .map_err(err);
-    }
-    match ask(headers, digest, len) {
-        RangeAsk::Unsatisfiable => Err(unsatisfiable(len)),
-        RangeAsk::Partial { start, end } => blob_builder(digest)
-            .status(StatusCode::PARTIAL_CONTENT)
-            .header(header::CONTENT_LENGTH, end - start)
-            .header(
-                header::CONTENT_RANGE,
-                format!("bytes {start}-{}/{len}", end - 1),
-            )
-            .body(Body::from_stream(stored_reader(
-                file, len, *digest, start, end,
-            )))
-            .map_err(err),
-        RangeAsk::Full => blob_builder(digest)
-            .status(StatusCode::OK)
-            .header(header::CONTENT_LENGTH, len)
-            .body(Body::from_stream(stored_reader(file, len, *digest, 0, len)))
-            .map_err(err),
+        Claim::Filling(fill) => {
+            info.cache = Some(CacheResult::Miss.as_str());
+            object::filling(fill, &store, &describe, headers, Subject::Blob).await
+        }
     }
 }

@@ -20,11 +20,7 @@ fn assert_never_complete_and_wrong(got: &[Got], want: &str) {
     for g in got {
         if let (200, Ok(body)) = (g.status, &g.body) {
             if g.content_length == Some(body.len() as u64) {
-                assert_eq!(
-                    sha(body),
-                    want,
-                    "a client received a complete body with the wrong digest"
-                );
+                assert_eq!(sha(body), want, "a client received a complete body with the wrong digest");
             }
         }
     }
@@ -66,18 +62,10 @@ async fn check_fault(case: &Case, clients: usize) {
     assert_never_complete_and_wrong(&got, &digest);
     for (i, g) in got.iter().enumerate() {
         assert_eq!(g.status, 200, "{}: client {i} status", case.name);
-        let b = g
-            .body
-            .as_ref()
-            .unwrap_or_else(|e| panic!("{}: client {i} body failed: {e}", case.name));
+        let b = g.body.as_ref().unwrap_or_else(|e| panic!("{}: client {i} body failed: {e}", case.name));
         assert_eq!(sha(b), digest, "{}: client {i} got wrong bytes", case.name);
     }
-    assert_eq!(
-        fake.blob_gets(),
-        case.gets,
-        "{}: upstream transfers with {clients} clients",
-        case.name
-    );
+    assert_eq!(fake.blob_gets(), case.gets, "{}: upstream transfers with {clients} clients", case.name);
     if let Some(max) = case.resumed_at_most {
         let ranges = fake.state.ranges.lock().unwrap().clone();
         let resumed = ranges.iter().any(|r| {
@@ -86,21 +74,12 @@ async fn check_fault(case: &Case, clients: usize) {
                 .and_then(|n| n.parse::<u64>().ok())
                 .is_some_and(|n| n > 0 && n <= max)
         });
-        assert!(
-            resumed,
-            "{}: expected a resume with Range: bytes=N- (0 < N <= {max}), saw {ranges:?}",
-            case.name
-        );
+        assert!(resumed, "{}: expected a resume with Range: bytes=N- (0 < N <= {max}), saw {ranges:?}", case.name);
     }
     // stored, and served from the store from now on
     let again = get(&url, &[]).await;
     assert_eq!(sha(again.body.as_ref().unwrap()), digest);
-    assert_eq!(
-        fake.blob_gets(),
-        case.gets,
-        "{}: a stored blob is never fetched again",
-        case.name
-    );
+    assert_eq!(fake.blob_gets(), case.gets, "{}: a stored blob is never fetched again", case.name);
     let report = tender.store.fsck(false).unwrap();
     assert!(report.corrupt.is_empty(), "{}: fsck", case.name);
 }
@@ -108,13 +87,7 @@ async fn check_fault(case: &Case, clients: usize) {
 fn cases() -> Vec<Case> {
     let mib = 1024 * 1024;
     vec![
-        Case {
-            name: "clean",
-            faults: vec![],
-            ignore_range: false,
-            gets: 1,
-            resumed_at_most: None,
-        },
+        Case { name: "clean", faults: vec![], ignore_range: false, gets: 1, resumed_at_most: None },
         Case {
             name: "truncated",
             faults: vec![Fault::TruncateAt(mib)],
@@ -159,11 +132,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "truncated twice then slow",
-            faults: vec![
-                Fault::TruncateAt(mib),
-                Fault::TruncateAt(3 * mib),
-                Fault::SlowDrip(64 * mib),
-            ],
+            faults: vec![Fault::TruncateAt(mib), Fault::TruncateAt(3 * mib), Fault::SlowDrip(64 * mib)],
             ignore_range: false,
             gets: 3,
             resumed_at_most: Some(3 * mib),
@@ -199,11 +168,7 @@ async fn should_fetch_once_for_64_concurrent_cold_clients() {
         assert_eq!(sha(g.body.as_ref().unwrap()), digest);
     }
     assert_eq!(fake.blob_gets(), 1);
-    assert_eq!(
-        fake.state.bytes_sent.load(Ordering::SeqCst),
-        SIZE as u64,
-        "upstream bytes exactly 1.00x the blob"
-    );
+    assert_eq!(fake.state.bytes_sent.load(Ordering::SeqCst), SIZE as u64, "upstream bytes exactly 1.00x the blob");
 }
 
 /// A wrong body is discarded, counted and retried once from zero; clients connected to the
@@ -219,11 +184,7 @@ async fn should_discard_a_corrupt_fill_and_retry_once_from_zero() {
         let url = tender.url(&format!("/v2/ghcr.io/x/blobs/{digest}"));
         let got = fan_out(&url, clients).await;
         assert_never_complete_and_wrong(&got, &digest);
-        assert_eq!(
-            fake.blob_gets(),
-            2,
-            "the corrupt transfer and one restart from zero"
-        );
+        assert_eq!(fake.blob_gets(), 2, "the corrupt transfer and one restart from zero");
         // whoever was cut short retries and gets the right bytes from the store
         let again = get(&url, &[]).await;
         assert_eq!(sha(again.body.as_ref().unwrap()), digest);
@@ -231,10 +192,7 @@ async fn should_discard_a_corrupt_fill_and_retry_once_from_zero() {
         let corrupt = tender
             .metrics
             .fills_finished
-            .get_or_create(&vec![
-                ("upstream".into(), "ghcr.io".into()),
-                ("result".into(), "corrupt".into()),
-            ])
+            .get_or_create(&vec![("upstream".into(), "ghcr.io".into()), ("result".into(), "corrupt".into())])
             .get();
         assert_eq!(corrupt, 1, "the mismatch is counted");
     }
@@ -257,13 +215,7 @@ async fn should_never_serve_a_complete_wrong_body() {
                 assert!(b.len() < SIZE, "the final byte is withheld until verified");
             }
         }
-        assert!(
-            tender
-                .store
-                .object_len(&digest.parse::<Digest>().unwrap())
-                .is_none(),
-            "nothing corrupt is committed"
-        );
+        assert!(tender.store.object_len(&digest.parse::<Digest>().unwrap()).is_none(), "nothing corrupt is committed");
         // fills outlive their clients: let the last corrupt one end before the upstream recovers
         wait_idle(&tender).await;
         *fake.state.steady.lock().unwrap() = None;
@@ -308,10 +260,7 @@ async fn should_complete_the_fill_after_the_client_disconnects() {
     let d: Digest = digest.parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while tender.store.object_len(&d).is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the fill was not completed after the client left"
-        );
+        assert!(Instant::now() < deadline, "the fill was not completed after the client left");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let again = get(&url, &[]).await;
@@ -354,18 +303,11 @@ async fn should_send_headers_and_first_bytes_before_the_fill_ends() {
     let tender = Tender::in_front_of(&fake).await;
     let url = tender.url(&format!("/v2/ghcr.io/x/blobs/{digest}"));
     let resp = client().get(&url).send().await.unwrap();
-    assert_eq!(
-        resp.content_length(),
-        Some(SIZE as u64),
-        "Content-Length goes out at once"
-    );
+    assert_eq!(resp.content_length(), Some(SIZE as u64), "Content-Length goes out at once");
     let mut stream = resp.bytes_stream();
     let first = stream.next().await.unwrap().unwrap();
     assert!(!first.is_empty());
-    assert!(
-        tender.store.object_len(&digest.parse().unwrap()).is_none(),
-        "first body bytes arrived mid-fill"
-    );
+    assert!(tender.store.object_len(&digest.parse().unwrap()).is_none(), "first body bytes arrived mid-fill");
 }
 
 /// Upstream down: tags resolve to the last known digest, stored content keeps serving,
@@ -398,28 +340,10 @@ async fn should_keep_serving_when_the_upstream_is_down() {
     assert_eq!(resp.headers()["docker-content-digest"], mdigest.as_str());
     assert_eq!(get(&burl, &[]).await.status, 200);
     assert_eq!(get(&tender.url("/readyz"), &[]).await.status, 200);
-    let metrics = String::from_utf8(
-        get(&tender.url("/metrics"), &[])
-            .await
-            .body
-            .unwrap()
-            .to_vec(),
-    )
-    .unwrap();
-    assert!(
-        metrics.contains(r#"tender_upstream_up{upstream="ghcr.io"} 0"#),
-        "{metrics}"
-    );
+    let metrics = String::from_utf8(get(&tender.url("/metrics"), &[]).await.body.unwrap().to_vec()).unwrap();
+    assert!(metrics.contains(r#"tender_upstream_up{upstream="ghcr.io"} 0"#), "{metrics}");
     // a tag we never saw cannot be served
-    assert_eq!(
-        get(
-            &tender.url("/v2/ghcr.io/siderolabs/kubelet/manifests/v2"),
-            &[]
-        )
-        .await
-        .status,
-        503
-    );
+    assert_eq!(get(&tender.url("/v2/ghcr.io/siderolabs/kubelet/manifests/v2"), &[]).await.status, 503);
 }
 
 /// Past the maximum stale age, a tag is not served from the store.

@@ -16,10 +16,7 @@ const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+j
 async fn error_code(resp: reqwest::Response) -> (u16, String) {
     let status = resp.status().as_u16();
     let v: serde_json::Value = resp.json().await.expect("an OCI error body");
-    (
-        status,
-        v["errors"][0]["code"].as_str().unwrap_or("").to_string(),
-    )
+    (status, v["errors"][0]["code"].as_str().unwrap_or("").to_string())
 }
 
 #[tokio::test]
@@ -28,10 +25,7 @@ async fn should_answer_the_base_endpoint() {
     let tender = Tender::in_front_of(&fake).await;
     let resp = client().get(tender.url("/v2/")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
-    assert_eq!(
-        resp.headers()["docker-distribution-api-version"],
-        "registry/2.0"
-    );
+    assert_eq!(resp.headers()["docker-distribution-api-version"], "registry/2.0");
     assert_eq!(fake.requests(), 0, "/v2/ is answered locally");
 }
 
@@ -43,59 +37,30 @@ async fn should_negotiate_manifest_media_types_with_accept() {
     let tender = Tender::in_front_of(&fake).await;
     let url = tender.url("/v2/ghcr.io/siderolabs/kubelet/manifests/v1");
 
-    let resp = client()
-        .get(&url)
-        .header("Accept", format!("{OCI_INDEX}, {OCI_MANIFEST}"))
-        .send()
-        .await
-        .unwrap();
+    let resp = client().get(&url).header("Accept", format!("{OCI_INDEX}, {OCI_MANIFEST}")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], OCI_INDEX);
     assert_eq!(resp.headers()["docker-content-digest"], digest.as_str());
     assert_eq!(resp.headers()["etag"], format!("\"{digest}\"").as_str());
-    assert_eq!(
-        resp.headers()["content-length"],
-        index.len().to_string().as_str()
-    );
+    assert_eq!(resp.headers()["content-length"], index.len().to_string().as_str());
     assert_eq!(resp.bytes().await.unwrap().as_ref(), index);
-    assert_eq!(
-        fake.state.accepts.lock().unwrap().last().unwrap(),
-        &format!("{OCI_INDEX}, {OCI_MANIFEST}")
-    );
+    assert_eq!(fake.state.accepts.lock().unwrap().last().unwrap(), &format!("{OCI_INDEX}, {OCI_MANIFEST}"));
 
     // a cached tag whose type the client accepts is served without asking upstream
     let gets = fake.state.manifest_gets.load(Ordering::SeqCst);
-    let resp = client()
-        .get(&url)
-        .header("Accept", OCI_INDEX)
-        .send()
-        .await
-        .unwrap();
+    let resp = client().get(&url).header("Accept", OCI_INDEX).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(fake.state.manifest_gets.load(Ordering::SeqCst), gets);
 
     // a client that does not accept the cached type is sent upstream with its own Accept
-    let resp = client()
-        .get(&url)
-        .header("Accept", DOCKER_MANIFEST)
-        .send()
-        .await
-        .unwrap();
+    let resp = client().get(&url).header("Accept", DOCKER_MANIFEST).send().await.unwrap();
     assert_eq!(resp.status(), 200);
-    assert_eq!(
-        fake.state.accepts.lock().unwrap().last().unwrap(),
-        DOCKER_MANIFEST
-    );
+    assert_eq!(fake.state.accepts.lock().unwrap().last().unwrap(), DOCKER_MANIFEST);
 
     // by digest: served from the store
     let gets = fake.state.manifest_gets.load(Ordering::SeqCst);
-    let resp = client()
-        .get(tender.url(&format!(
-            "/v2/ghcr.io/siderolabs/kubelet/manifests/{digest}"
-        )))
-        .send()
-        .await
-        .unwrap();
+    let resp =
+        client().get(tender.url(&format!("/v2/ghcr.io/siderolabs/kubelet/manifests/{digest}"))).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(fake.state.manifest_gets.load(Ordering::SeqCst), gets);
 }
@@ -109,16 +74,9 @@ async fn should_answer_head_with_length_and_digest_but_no_body() {
     let bd = fake.add_blob(blob.clone());
     let tender = Tender::in_front_of(&fake).await;
 
-    let resp = client()
-        .head(tender.url("/v2/ghcr.io/a/b/manifests/v1"))
-        .send()
-        .await
-        .unwrap();
+    let resp = client().head(tender.url("/v2/ghcr.io/a/b/manifests/v1")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
-    assert_eq!(
-        resp.headers()["content-length"],
-        m.len().to_string().as_str()
-    );
+    assert_eq!(resp.headers()["content-length"], m.len().to_string().as_str());
     assert_eq!(resp.headers()["docker-content-digest"], md.as_str());
     assert!(resp.bytes().await.unwrap().is_empty());
 
@@ -144,51 +102,26 @@ async fn should_serve_ranges_and_refuse_unsatisfiable_ones() {
     let tender = Tender::in_front_of(&fake).await;
     let url = tender.url(&format!("/v2/ghcr.io/a/b/blobs/{d}"));
     for warm in [false, true] {
-        let resp = client()
-            .get(&url)
-            .header("Range", "bytes=100-199")
-            .send()
-            .await
-            .unwrap();
+        let resp = client().get(&url).header("Range", "bytes=100-199").send().await.unwrap();
         assert_eq!(resp.status(), 206, "warm={warm}");
         assert_eq!(resp.headers()["content-range"], "bytes 100-199/10000");
         assert_eq!(resp.headers()["content-length"], "100");
         assert_eq!(resp.bytes().await.unwrap(), blob.slice(100..200));
 
-        let resp = client()
-            .get(&url)
-            .header("Range", "bytes=-10")
-            .send()
-            .await
-            .unwrap();
+        let resp = client().get(&url).header("Range", "bytes=-10").send().await.unwrap();
         assert_eq!(resp.status(), 206);
         assert_eq!(resp.bytes().await.unwrap(), blob.slice(9990..));
 
-        let resp = client()
-            .get(&url)
-            .header("Range", "bytes=10000-")
-            .send()
-            .await
-            .unwrap();
+        let resp = client().get(&url).header("Range", "bytes=10000-").send().await.unwrap();
         assert_eq!(resp.headers()["content-range"], "bytes */10000");
         assert_eq!(error_code(resp).await, (416, "RANGE_INVALID".into()));
     }
     // If-Range with another validator: the whole object
-    let resp = client()
-        .get(&url)
-        .header("Range", "bytes=0-0")
-        .header("If-Range", "\"sha256:other\"")
-        .send()
-        .await
-        .unwrap();
+    let resp =
+        client().get(&url).header("Range", "bytes=0-0").header("If-Range", "\"sha256:other\"").send().await.unwrap();
     assert_eq!(resp.status(), 200);
     // If-None-Match: 304
-    let resp = client()
-        .get(&url)
-        .header("If-None-Match", format!("\"{d}\""))
-        .send()
-        .await
-        .unwrap();
+    let resp = client().get(&url).header("If-None-Match", format!("\"{d}\"")).send().await.unwrap();
     assert_eq!(resp.status(), 304);
     assert_eq!(fake.blob_gets(), 1);
 }
@@ -199,111 +132,39 @@ async fn should_use_oci_error_bodies_with_real_statuses() {
     let tender = Tender::in_front_of(&fake).await;
     let zero = format!("sha256:{}", "0".repeat(64));
     let cases: Vec<(reqwest::Method, String, (u16, &str))> = vec![
-        (
-            reqwest::Method::GET,
-            "/v2/ghcr.io/a/b/manifests/nope".into(),
-            (404, "MANIFEST_UNKNOWN"),
-        ),
-        (
-            reqwest::Method::GET,
-            format!("/v2/ghcr.io/a/b/blobs/{zero}"),
-            (404, "BLOB_UNKNOWN"),
-        ),
-        (
-            reqwest::Method::GET,
-            "/v2/ghcr.io/A/b/manifests/v1".into(),
-            (400, "NAME_INVALID"),
-        ),
-        (
-            reqwest::Method::GET,
-            "/v2/ghcr.io/a/b/blobs/sha256:xyz".into(),
-            (400, "DIGEST_INVALID"),
-        ),
-        (
-            reqwest::Method::GET,
-            "/v2/ghcr.io/a/b/blobs/md5:abc".into(),
-            (400, "DIGEST_INVALID"),
-        ),
-        (
-            reqwest::Method::GET,
-            "/v2/ghcr.io/a/b/manifests/-bad".into(),
-            (400, "TAG_INVALID"),
-        ),
-        (
-            reqwest::Method::POST,
-            "/v2/ghcr.io/a/b/blobs/uploads/".into(),
-            (405, "UNSUPPORTED"),
-        ),
-        (
-            reqwest::Method::PUT,
-            "/v2/ghcr.io/a/b/manifests/v1".into(),
-            (405, "UNSUPPORTED"),
-        ),
-        (
-            reqwest::Method::DELETE,
-            format!("/v2/ghcr.io/a/b/blobs/{zero}"),
-            (405, "UNSUPPORTED"),
-        ),
-        (
-            reqwest::Method::GET,
-            "/v2/ghcr.io/a/b/tags/list?n=abc".into(),
-            (400, "PAGINATION_NUMBER_INVALID"),
-        ),
+        (reqwest::Method::GET, "/v2/ghcr.io/a/b/manifests/nope".into(), (404, "MANIFEST_UNKNOWN")),
+        (reqwest::Method::GET, format!("/v2/ghcr.io/a/b/blobs/{zero}"), (404, "BLOB_UNKNOWN")),
+        (reqwest::Method::GET, "/v2/ghcr.io/A/b/manifests/v1".into(), (400, "NAME_INVALID")),
+        (reqwest::Method::GET, "/v2/ghcr.io/a/b/blobs/sha256:xyz".into(), (400, "DIGEST_INVALID")),
+        (reqwest::Method::GET, "/v2/ghcr.io/a/b/blobs/md5:abc".into(), (400, "DIGEST_INVALID")),
+        (reqwest::Method::GET, "/v2/ghcr.io/a/b/manifests/-bad".into(), (400, "TAG_INVALID")),
+        (reqwest::Method::POST, "/v2/ghcr.io/a/b/blobs/uploads/".into(), (405, "UNSUPPORTED")),
+        (reqwest::Method::PUT, "/v2/ghcr.io/a/b/manifests/v1".into(), (405, "UNSUPPORTED")),
+        (reqwest::Method::DELETE, format!("/v2/ghcr.io/a/b/blobs/{zero}"), (405, "UNSUPPORTED")),
+        (reqwest::Method::GET, "/v2/ghcr.io/a/b/tags/list?n=abc".into(), (400, "PAGINATION_NUMBER_INVALID")),
         // (clients normalise dot segments: this arrives as /etc/passwd/..., outside /v2)
-        (
-            reqwest::Method::GET,
-            "/v2/../../etc/passwd/manifests/x".into(),
-            (404, "NAME_UNKNOWN"),
-        ),
-        (
-            reqwest::Method::GET,
-            "/v2/a%2f..%2fb/manifests/latest".into(),
-            (400, "NAME_INVALID"),
-        ),
+        (reqwest::Method::GET, "/v2/../../etc/passwd/manifests/x".into(), (404, "NAME_UNKNOWN")),
+        (reqwest::Method::GET, "/v2/a%2f..%2fb/manifests/latest".into(), (400, "NAME_INVALID")),
     ];
     for (method, path, want) in cases {
-        let resp = client()
-            .request(method.clone(), tender.url(&path))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(
-            resp.headers()["content-type"],
-            "application/json",
-            "{method} {path}"
-        );
-        assert_eq!(
-            error_code(resp).await,
-            (want.0, want.1.to_string()),
-            "{method} {path}"
-        );
+        let resp = client().request(method.clone(), tender.url(&path)).send().await.unwrap();
+        assert_eq!(resp.headers()["content-type"], "application/json", "{method} {path}");
+        assert_eq!(error_code(resp).await, (want.0, want.1.to_string()), "{method} {path}");
     }
     // invalid input never reached the upstream; unknown objects were asked about
     let paths = fake.state.paths.lock().unwrap().clone();
-    assert!(
-        paths
-            .iter()
-            .all(|p| !p.contains("..") && !p.contains("A/b") && !p.contains("uploads")),
-        "{paths:?}"
-    );
+    assert!(paths.iter().all(|p| !p.contains("..") && !p.contains("A/b") && !p.contains("uploads")), "{paths:?}");
 }
 
 /// Send a request line as is, without a client normalising it; return the status.
 async fn raw_status(addr: std::net::SocketAddr, target: &str) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
+    s.write_all(format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
     let mut out = Vec::new();
     s.read_to_end(&mut out).await.unwrap();
     let text = String::from_utf8_lossy(&out);
-    text.split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+    text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
 }
 
 #[tokio::test]
@@ -342,24 +203,12 @@ async fn should_refuse_hostile_ns_values_without_any_outbound_connection() {
         "localhost",
         &"a".repeat(5000),
     ] {
-        let resp = client()
-            .get(tender.url(&format!("/v2/a/b/manifests/v1?ns={ns}")))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(
-            error_code(resp).await,
-            (404, "NAME_UNKNOWN".into()),
-            "ns={ns}"
-        );
+        let resp = client().get(tender.url(&format!("/v2/a/b/manifests/v1?ns={ns}"))).send().await.unwrap();
+        assert_eq!(error_code(resp).await, (404, "NAME_UNKNOWN".into()), "ns={ns}");
     }
     assert_eq!(fake.requests(), 0, "no outbound request for an unknown ns");
     // the configured one routes (case-insensitively, as hosts are)
-    let resp = client()
-        .get(tender.url("/v2/a/b/manifests/v1?ns=GHCR.io"))
-        .send()
-        .await
-        .unwrap();
+    let resp = client().get(tender.url("/v2/a/b/manifests/v1?ns=GHCR.io")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
 }
 
@@ -367,24 +216,11 @@ async fn should_refuse_hostile_ns_values_without_any_outbound_connection() {
 async fn should_route_by_ns_then_prefix_then_default() {
     let ghcr = FakeUpstream::start().await;
     let hub = FakeUpstream::start().await;
-    ghcr.add_manifest(
-        "siderolabs/kubelet",
-        "v1",
-        OCI_MANIFEST,
-        b"{\"from\":\"ghcr\"}",
-    );
+    ghcr.add_manifest("siderolabs/kubelet", "v1", OCI_MANIFEST, b"{\"from\":\"ghcr\"}");
     hub.add_manifest("library/alpine", "3", OCI_MANIFEST, b"{\"from\":\"hub\"}");
-    hub.add_manifest(
-        "siderolabs/kubelet",
-        "v1",
-        OCI_MANIFEST,
-        b"{\"from\":\"hub-kubelet\"}",
-    );
+    hub.add_manifest("siderolabs/kubelet", "v1", OCI_MANIFEST, b"{\"from\":\"hub-kubelet\"}");
     let tender = Tender::start(
-        vec![
-            upstream_settings("docker.io", &hub.url()),
-            upstream_settings("ghcr.io", &ghcr.url()),
-        ],
+        vec![upstream_settings("docker.io", &hub.url()), upstream_settings("ghcr.io", &ghcr.url())],
         fast_settings(),
     )
     .await;
@@ -392,28 +228,13 @@ async fn should_route_by_ns_then_prefix_then_default() {
         let url = tender.url(p);
         async move { String::from_utf8(get(&url, &[]).await.body.unwrap().to_vec()).unwrap() }
     };
-    assert_eq!(
-        body("/v2/siderolabs/kubelet/manifests/v1?ns=ghcr.io").await,
-        "{\"from\":\"ghcr\"}"
-    );
-    assert_eq!(
-        body("/v2/ghcr.io/siderolabs/kubelet/manifests/v1").await,
-        "{\"from\":\"ghcr\"}"
-    );
-    assert_eq!(
-        body("/v2/siderolabs/kubelet/manifests/v1").await,
-        "{\"from\":\"hub-kubelet\"}"
-    );
+    assert_eq!(body("/v2/siderolabs/kubelet/manifests/v1?ns=ghcr.io").await, "{\"from\":\"ghcr\"}");
+    assert_eq!(body("/v2/ghcr.io/siderolabs/kubelet/manifests/v1").await, "{\"from\":\"ghcr\"}");
+    assert_eq!(body("/v2/siderolabs/kubelet/manifests/v1").await, "{\"from\":\"hub-kubelet\"}");
     // docker.io: one-component names get library/
     assert_eq!(body("/v2/alpine/manifests/3").await, "{\"from\":\"hub\"}");
-    assert_eq!(
-        body("/v2/alpine/manifests/3?ns=docker.io").await,
-        "{\"from\":\"hub\"}"
-    );
-    assert_eq!(
-        body("/v2/docker.io/alpine/manifests/3").await,
-        "{\"from\":\"hub\"}"
-    );
+    assert_eq!(body("/v2/alpine/manifests/3?ns=docker.io").await, "{\"from\":\"hub\"}");
+    assert_eq!(body("/v2/docker.io/alpine/manifests/3").await, "{\"from\":\"hub\"}");
 }
 
 #[tokio::test]
@@ -423,36 +244,11 @@ async fn should_do_the_bearer_token_dance_and_cache_the_token() {
     fake.add_manifest("a/b", "v1", OCI_MANIFEST, b"{}");
     let blob = fake.add_blob(random_bytes(1000, 4));
     let tender = Tender::in_front_of(&fake).await;
-    assert_eq!(
-        get(&tender.url("/v2/ghcr.io/a/b/manifests/v1"), &[])
-            .await
-            .status,
-        200
-    );
-    assert_eq!(
-        get(&tender.url(&format!("/v2/ghcr.io/a/b/blobs/{blob}")), &[])
-            .await
-            .status,
-        200
-    );
-    assert_eq!(
-        fake.state.token_requests.load(Ordering::SeqCst),
-        1,
-        "the token is cached for the scope"
-    );
-    let token_req = fake
-        .state
-        .paths
-        .lock()
-        .unwrap()
-        .iter()
-        .find(|p| p.starts_with("/token"))
-        .cloned()
-        .unwrap();
-    assert!(
-        token_req.contains("scope=repository%3Aa%2Fb%3Apull"),
-        "{token_req}"
-    );
+    assert_eq!(get(&tender.url("/v2/ghcr.io/a/b/manifests/v1"), &[]).await.status, 200);
+    assert_eq!(get(&tender.url(&format!("/v2/ghcr.io/a/b/blobs/{blob}")), &[]).await.status, 200);
+    assert_eq!(fake.state.token_requests.load(Ordering::SeqCst), 1, "the token is cached for the scope");
+    let token_req = fake.state.paths.lock().unwrap().iter().find(|p| p.starts_with("/token")).cloned().unwrap();
+    assert!(token_req.contains("scope=repository%3Aa%2Fb%3Apull"), "{token_req}");
     assert!(token_req.contains("service=fake"), "{token_req}");
 }
 
@@ -463,16 +259,13 @@ async fn should_refuse_a_manifest_whose_digest_does_not_match() {
     fake.add_manifest("a/b", "v1", OCI_MANIFEST, body);
     let wrong = format!("sha256:{}", "1".repeat(64));
     // asking by a digest the upstream's bytes do not have
-    fake.state.manifests.lock().unwrap().insert(
-        ("a/b".into(), wrong.clone()),
-        (OCI_MANIFEST.into(), bytes::Bytes::from_static(body)),
-    );
+    fake.state
+        .manifests
+        .lock()
+        .unwrap()
+        .insert(("a/b".into(), wrong.clone()), (OCI_MANIFEST.into(), bytes::Bytes::from_static(body)));
     let tender = Tender::in_front_of(&fake).await;
-    let resp = client()
-        .get(tender.url(&format!("/v2/ghcr.io/a/b/manifests/{wrong}")))
-        .send()
-        .await
-        .unwrap();
+    let resp = client().get(tender.url(&format!("/v2/ghcr.io/a/b/manifests/{wrong}"))).send().await.unwrap();
     assert_eq!(resp.status(), 502);
     assert!(tender.store.object_len(&wrong.parse().unwrap()).is_none());
 }
@@ -481,28 +274,14 @@ async fn should_refuse_a_manifest_whose_digest_does_not_match() {
 async fn should_pass_tags_and_referrers_through() {
     let fake = FakeUpstream::start().await;
     let tender = Tender::in_front_of(&fake).await;
-    let resp = client()
-        .get(tender.url("/v2/ghcr.io/a/b/tags/list?n=10&last=a"))
-        .send()
-        .await
-        .unwrap();
+    let resp = client().get(tender.url("/v2/ghcr.io/a/b/tags/list?n=10&last=a")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     let v: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(v["tags"], serde_json::json!(["a", "b"]));
-    assert!(fake
-        .state
-        .paths
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|p| p == "/v2/a/b/tags/list?n=10&last=a"));
+    assert!(fake.state.paths.lock().unwrap().iter().any(|p| p == "/v2/a/b/tags/list?n=10&last=a"));
     // an upstream without the referrers API: an empty index, not a 404
     let zero = format!("sha256:{}", "0".repeat(64));
-    let resp = client()
-        .get(tender.url(&format!("/v2/ghcr.io/a/b/referrers/{zero}")))
-        .send()
-        .await
-        .unwrap();
+    let resp = client().get(tender.url(&format!("/v2/ghcr.io/a/b/referrers/{zero}"))).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], OCI_INDEX);
 }
@@ -524,10 +303,7 @@ async fn should_follow_redirects_without_forwarding_authorization() {
     let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
         let (seen, blob) = (seen2.clone(), blob2.clone());
         async move {
-            let auth = req
-                .headers()
-                .get("authorization")
-                .map(|v| v.to_str().unwrap_or("").to_string());
+            let auth = req.headers().get("authorization").map(|v| v.to_str().unwrap_or("").to_string());
             seen.lock().unwrap().push(auth);
             blob
         }
@@ -541,11 +317,7 @@ async fn should_follow_redirects_without_forwarding_authorization() {
     assert_eq!(got.status, 200);
     assert_eq!(sha(got.body.as_ref().unwrap()), d);
     let seen = seen.lock().unwrap().clone();
-    assert_eq!(
-        seen,
-        vec![None],
-        "Authorization must not be forwarded to the redirect's host"
-    );
+    assert_eq!(seen, vec![None], "Authorization must not be forwarded to the redirect's host");
 }
 
 #[tokio::test]
@@ -557,14 +329,7 @@ async fn should_expose_metrics_and_health() {
     get(&tender.url(&format!("/v2/ghcr.io/a/b/blobs/{d}")), &[]).await;
     assert_eq!(get(&tender.url("/healthz"), &[]).await.status, 200);
     assert_eq!(get(&tender.url("/readyz"), &[]).await.status, 200);
-    let m = String::from_utf8(
-        get(&tender.url("/metrics"), &[])
-            .await
-            .body
-            .unwrap()
-            .to_vec(),
-    )
-    .unwrap();
+    let m = String::from_utf8(get(&tender.url("/metrics"), &[]).await.body.unwrap().to_vec()).unwrap();
     for needle in [
         "tender_http_requests_total{route=\"blob\",method=\"GET\",status=\"200\"} 2",
         "tender_cache_requests_total{kind=\"blob\",result=\"miss\",upstream=\"ghcr.io\",prefetch=\"false\"} 1",

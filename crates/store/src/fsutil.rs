@@ -11,9 +11,7 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 
 /// Write `bytes` to `path` atomically: a temp file beside it, fsync, rename, fsync the directory.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| io::Error::other("path has no parent"))?;
+    let dir = path.parent().ok_or_else(|| io::Error::other("path has no parent"))?;
     fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(
         ".{}.tmp-{}",

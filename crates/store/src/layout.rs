@@ -43,19 +43,12 @@ pub enum StoreError {
     )]
     Locked { dir: PathBuf, holder: String },
     #[error("content of {path} does not match {expected} (got {actual}); nothing was stored")]
-    DigestMismatch {
-        path: PathBuf,
-        expected: Digest,
-        actual: Digest,
-    },
+    DigestMismatch { path: PathBuf, expected: Digest, actual: Digest },
 }
 
 impl StoreError {
     pub(crate) fn io(dir: &Path, source: io::Error) -> StoreError {
-        StoreError::Io {
-            dir: dir.to_path_buf(),
-            source,
-        }
+        StoreError::Io { dir: dir.to_path_buf(), source }
     }
 
     /// True when the disk refused a write for lack of space.
@@ -97,16 +90,10 @@ impl Store {
         let format_path = root.join(FORMAT_FILE);
         match fs::read(&format_path) {
             Ok(bytes) => {
-                let f: FormatFile =
-                    serde_json::from_slice(&bytes).map_err(|e| StoreError::BadFormatFile {
-                        dir: root.to_path_buf(),
-                        reason: e.to_string(),
-                    })?;
+                let f: FormatFile = serde_json::from_slice(&bytes)
+                    .map_err(|e| StoreError::BadFormatFile { dir: root.to_path_buf(), reason: e.to_string() })?;
                 if f.format > FORMAT_VERSION {
-                    return Err(StoreError::TooNew {
-                        dir: root.to_path_buf(),
-                        found: f.format,
-                    });
+                    return Err(StoreError::TooNew { dir: root.to_path_buf(), found: f.format });
                 }
                 // Older formats would be migrated here; format 1 is the first.
             }
@@ -116,38 +103,20 @@ impl Store {
                 }
                 let non_empty = fs::read_dir(root).map_err(err)?.next().is_some();
                 if non_empty {
-                    return Err(StoreError::Foreign {
-                        dir: root.to_path_buf(),
-                    });
+                    return Err(StoreError::Foreign { dir: root.to_path_buf() });
                 }
             }
             Err(e) => return Err(err(e)),
         }
-        let lock = if mode == OpenMode::Exclusive {
-            Some(take_lock(root)?)
-        } else {
-            None
-        };
+        let lock = if mode == OpenMode::Exclusive { Some(take_lock(root)?) } else { None };
         if !format_path.exists() {
-            let f = FormatFile {
-                format: FORMAT_VERSION,
-                created_by: format!("tender {}", env!("CARGO_PKG_VERSION")),
-            };
+            let f = FormatFile { format: FORMAT_VERSION, created_by: format!("tender {}", env!("CARGO_PKG_VERSION")) };
             let bytes = serde_json::to_vec_pretty(&f).map_err(|e| err(io::Error::other(e)))?;
             write_atomic(&format_path, &bytes).map_err(err)?;
         }
-        let store = Store {
-            root: root.to_path_buf(),
-            _lock: lock,
-        };
+        let store = Store { root: root.to_path_buf(), _lock: lock };
         if mode == OpenMode::Exclusive {
-            for d in [
-                "objects/sha256",
-                "meta/sha256",
-                "tags",
-                "spool",
-                "quarantine",
-            ] {
+            for d in ["objects/sha256", "meta/sha256", "tags", "spool", "quarantine"] {
                 fs::create_dir_all(root.join(d)).map_err(err)?;
             }
         }
@@ -156,11 +125,7 @@ impl Store {
 
     /// Whether another process holds the directory's lock now.
     pub fn is_locked(root: &Path) -> bool {
-        match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(root.join(LOCK_FILE))
-        {
+        match OpenOptions::new().read(true).write(true).open(root.join(LOCK_FILE)) {
             Ok(f) => match f.try_lock() {
                 Ok(()) => {
                     let _ = f.unlock();
@@ -201,10 +166,7 @@ impl Store {
 
     /// The size of a committed object, if present.
     pub fn object_len(&self, digest: &Digest) -> Option<u64> {
-        fs::metadata(self.object_path(digest))
-            .ok()
-            .filter(|m| m.is_file())
-            .map(|m| m.len())
+        fs::metadata(self.object_path(digest)).ok().filter(|m| m.is_file()).map(|m| m.len())
     }
 
     /// Open a committed object for reading, refreshing its place in the LRU order.
@@ -256,16 +218,10 @@ impl Store {
     pub fn commit(&self, sealed: Sealed, expected: &Digest) -> Result<PathBuf, StoreError> {
         if sealed.digest != *expected {
             let _ = fs::remove_file(&sealed.path);
-            return Err(StoreError::DigestMismatch {
-                path: sealed.path,
-                expected: *expected,
-                actual: sealed.digest,
-            });
+            return Err(StoreError::DigestMismatch { path: sealed.path, expected: *expected, actual: sealed.digest });
         }
         let target = self.object_path(expected);
-        let dir = target
-            .parent()
-            .ok_or_else(|| self.err(io::Error::other("object path has no parent")))?;
+        let dir = target.parent().ok_or_else(|| self.err(io::Error::other("object path has no parent")))?;
         fs::create_dir_all(dir).map_err(|e| self.err(e))?;
         fs::rename(&sealed.path, &target).map_err(|e| self.err(e))?;
         sync_dir(dir).map_err(|e| self.err(e))?;
@@ -273,12 +229,7 @@ impl Store {
     }
 
     /// Store a small object held in memory (a manifest) under its own digest.
-    pub fn put_bytes(
-        &self,
-        key: &str,
-        bytes: &[u8],
-        expected: &Digest,
-    ) -> Result<PathBuf, StoreError> {
+    pub fn put_bytes(&self, key: &str, bytes: &[u8], expected: &Digest) -> Result<PathBuf, StoreError> {
         if let Some(len) = self.object_len(expected) {
             if len == bytes.len() as u64 {
                 return Ok(self.object_path(expected));
@@ -316,11 +267,7 @@ fn take_lock(root: &Path) -> Result<File, StoreError> {
         let holder = holder.trim();
         return Err(StoreError::Locked {
             dir: root.to_path_buf(),
-            holder: if holder.is_empty() {
-                String::new()
-            } else {
-                format!(" (pid {holder})")
-            },
+            holder: if holder.is_empty() { String::new() } else { format!(" (pid {holder})") },
         });
     }
     let _ = f.set_len(0);
@@ -332,11 +279,7 @@ fn take_lock(root: &Path) -> Result<File, StoreError> {
 /// Refresh an object's mtime, the LRU clock, unless it was refreshed recently.
 fn touch(path: &Path, meta: &fs::Metadata) {
     let now = SystemTime::now();
-    let stale = meta
-        .modified()
-        .ok()
-        .and_then(|m| now.duration_since(m).ok())
-        .is_none_or(|age| age > TOUCH_EVERY);
+    let stale = meta.modified().ok().and_then(|m| now.duration_since(m).ok()).is_none_or(|age| age > TOUCH_EVERY);
     if stale {
         if let Ok(f) = File::options().write(true).open(path) {
             let _ = f.set_modified(now);

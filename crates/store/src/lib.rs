@@ -7,6 +7,7 @@
 //! objects/sha256/ab/<hex> committed, verified content: manifests, blobs, OS image assets
 //! meta/sha256/ab/<hex>.json  media type and size of a manifest object
 //! tags/ab/<key>.json      tag -> digest records (upstream, repository, tag, fetched time)
+//! trust/<key>.json        first verified sha256 of each OS image asset (never evicted)
 //! spool/<key>.part        fills in progress; resumed or removed after a crash
 //! quarantine/             objects fsck found corrupt (moved aside, never deleted)
 //! ```
@@ -21,5 +22,5 @@ mod spool;
 
 pub use layout::{OpenMode, Store, StoreError, FORMAT_VERSION};
 pub use maintenance::{FsckReport, GcPlan, GcReport};
-pub use records::{ManifestMeta, TagRecord};
+pub use records::{now_secs, ManifestMeta, TagRecord, TrustRecord};
 pub use spool::{Sealed, SpoolWriter};

@@ -92,9 +92,7 @@ impl Store {
                 report.corrupt.push(expected.to_string());
                 if repair {
                     let stamp = crate::records::now_secs();
-                    let target = self
-                        .quarantine_dir()
-                        .join(format!("{}.{stamp}", expected.hex()));
+                    let target = self.quarantine_dir().join(format!("{}.{stamp}", expected.hex()));
                     fs::create_dir_all(self.quarantine_dir()).map_err(|e| self.err(e))?;
                     fs::rename(&path, &target).map_err(|e| self.err(e))?;
                     report.quarantined.push(target.display().to_string());
@@ -114,11 +112,7 @@ impl Store {
     ) -> Result<GcPlan, StoreError> {
         let mut objects = self.list_objects()?;
         let total: u64 = objects.iter().map(|o| o.size).sum();
-        let mut plan = GcPlan {
-            total_bytes: total,
-            cap_bytes: cap,
-            ..GcPlan::default()
-        };
+        let mut plan = GcPlan { total_bytes: total, cap_bytes: cap, ..GcPlan::default() };
         if let Some(cap) = cap {
             objects.sort_by_key(|o| o.last_used);
             let mut remaining = total;
@@ -231,19 +225,13 @@ mod tests {
         let report = store.fsck(false).unwrap();
         assert_eq!(report.checked, 2);
         assert_eq!(report.corrupt, vec![bad.to_string()]);
-        assert!(
-            store.object_len(&bad).is_some(),
-            "fsck without repair changes nothing"
-        );
+        assert!(store.object_len(&bad).is_some(), "fsck without repair changes nothing");
 
         let report = store.fsck(true).unwrap();
         assert_eq!(report.quarantined.len(), 1);
         assert!(store.object_len(&bad).is_none());
         assert!(store.object_len(&good).is_some());
-        assert_eq!(
-            fs::read_dir(dir.path().join("quarantine")).unwrap().count(),
-            1
-        );
+        assert_eq!(fs::read_dir(dir.path().join("quarantine")).unwrap().count(), 1);
         assert!(store.fsck(false).unwrap().corrupt.is_empty());
     }
 
@@ -256,18 +244,11 @@ mod tests {
             let d = Digest::of(*body);
             store.put_bytes(&format!("k{i}"), *body, &d).unwrap();
             let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000 + i as u64);
-            File::options()
-                .write(true)
-                .open(store.object_path(&d))
-                .unwrap()
-                .set_modified(t)
-                .unwrap();
+            File::options().write(true).open(store.object_path(&d)).unwrap().set_modified(t).unwrap();
             digests.push(d);
         }
         let protected = digests[0];
-        let plan = store
-            .gc_plan(Some(8), Duration::from_secs(3600), &|d| *d == protected)
-            .unwrap();
+        let plan = store.gc_plan(Some(8), Duration::from_secs(3600), &|d| *d == protected).unwrap();
         let evicted: Vec<Digest> = plan.evict.iter().map(|c| c.digest).collect();
         assert_eq!(evicted, vec![digests[1], digests[2]]);
         assert_eq!(plan.protected_bytes, 4);

@@ -33,6 +33,19 @@ impl TagRecord {
     }
 }
 
+/// The sha256 an asset had at its first complete, verified fetch (trust on first use).
+/// Never evicted; a later fetch with other bytes is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrustRecord {
+    /// What was fetched, e.g. `image:<schematic>/<version>/<asset>`.
+    pub key: String,
+    pub digest: Digest,
+    pub size: u64,
+    /// Seconds since the Unix epoch of the first verified fetch.
+    pub first_seen: u64,
+}
+
 /// Media type and size of a stored manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -42,10 +55,7 @@ pub struct ManifestMeta {
 }
 
 pub fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 impl Store {
@@ -56,26 +66,15 @@ impl Store {
             h.update([0u8]);
         }
         let key = hex::encode(h.finalize());
-        self.root()
-            .join("tags")
-            .join(&key[..2])
-            .join(format!("{key}.json"))
+        self.root().join("tags").join(&key[..2]).join(format!("{key}.json"))
     }
 
     fn meta_path(&self, digest: &Digest) -> PathBuf {
         let hex = digest.hex();
-        self.root()
-            .join("meta/sha256")
-            .join(&hex[..2])
-            .join(format!("{hex}.json"))
+        self.root().join("meta/sha256").join(&hex[..2]).join(format!("{hex}.json"))
     }
 
-    pub fn tag_get(
-        &self,
-        upstream: &str,
-        repository: &str,
-        tag: &str,
-    ) -> Result<Option<TagRecord>, StoreError> {
+    pub fn tag_get(&self, upstream: &str, repository: &str, tag: &str) -> Result<Option<TagRecord>, StoreError> {
         read_json(&self.tag_path(upstream, repository, tag)).map_err(|e| self.err(e))
     }
 
@@ -83,6 +82,51 @@ impl Store {
         let path = self.tag_path(&record.upstream, &record.repository, &record.tag);
         let bytes = serde_json::to_vec(record).map_err(|e| self.err(io::Error::other(e)))?;
         write_atomic(&path, &bytes).map_err(|e| self.err(e))
+    }
+
+    fn trust_path(&self, key: &str) -> PathBuf {
+        let h = hex::encode(Sha256::digest(key.as_bytes()));
+        self.root().join("trust").join(format!("{h}.json"))
+    }
+
+    pub fn trust_get(&self, key: &str) -> Result<Option<TrustRecord>, StoreError> {
+        read_json(&self.trust_path(key)).map_err(|e| self.err(e))
+    }
+
+    /// Record the first verified digest of `key`; an existing record is never replaced.
+    pub fn trust_put(&self, record: &TrustRecord) -> Result<(), StoreError> {
+        if self.trust_get(&record.key)?.is_some() {
+            return Ok(());
+        }
+        let bytes = serde_json::to_vec_pretty(record).map_err(|e| self.err(io::Error::other(e)))?;
+        write_atomic(&self.trust_path(&record.key), &bytes).map_err(|e| self.err(e))
+    }
+
+    /// Forget the trust record of `key` (`tender catalog trust --reset`); true if there was one.
+    pub fn trust_reset(&self, key: &str) -> Result<bool, StoreError> {
+        match fs::remove_file(self.trust_path(key)) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    /// Every trust record.
+    pub fn trust_list(&self) -> Result<Vec<TrustRecord>, StoreError> {
+        let mut out = Vec::new();
+        let dir = self.root().join("trust");
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(self.err(e)),
+        };
+        for e in entries.flatten() {
+            if let Some(r) = read_json::<TrustRecord>(&e.path()).map_err(|e| self.err(e))? {
+                out.push(r);
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
     }
 
     pub fn meta_get(&self, digest: &Digest) -> Result<Option<ManifestMeta>, StoreError> {

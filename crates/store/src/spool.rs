@@ -30,18 +30,8 @@ impl SpoolWriter {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)?;
-        Ok(SpoolWriter {
-            path,
-            file,
-            hasher: Sha256::new(),
-            len: 0,
-        })
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
+        Ok(SpoolWriter { path, file, hasher: Sha256::new(), len: 0 })
     }
 
     /// Reopen an existing spool file and re-hash its content, to append after it.
@@ -58,12 +48,7 @@ impl SpoolWriter {
             hasher.update(&buf[..n]);
             len += n as u64;
         }
-        Ok(SpoolWriter {
-            path,
-            file,
-            hasher,
-            len,
-        })
+        Ok(SpoolWriter { path, file, hasher, len })
     }
 
     pub fn path(&self) -> &Path {
@@ -114,11 +99,7 @@ impl SpoolWriter {
     /// Flush to disk and hand over the file for commit.
     pub fn seal(self) -> io::Result<Sealed> {
         self.file.sync_all()?;
-        Ok(Sealed {
-            digest: Digest::from_bytes(self.hasher.finalize().into()),
-            path: self.path,
-            len: self.len,
-        })
+        Ok(Sealed { digest: Digest::from_bytes(self.hasher.finalize().into()), path: self.path, len: self.len })
     }
 
     /// Remove the spool file (a failed or discarded fill).

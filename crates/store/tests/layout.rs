@@ -11,10 +11,7 @@ fn should_refuse_a_second_owner_of_the_data_directory() {
     let _first = Store::open(dir.path(), OpenMode::Exclusive).unwrap();
     let second = Store::open(dir.path(), OpenMode::Exclusive).unwrap_err();
     assert!(matches!(second, StoreError::Locked { .. }), "{second}");
-    assert!(
-        second.to_string().contains("in use by another tender"),
-        "{second}"
-    );
+    assert!(second.to_string().contains("in use by another tender"), "{second}");
     assert!(Store::is_locked(dir.path()));
 }
 
@@ -22,17 +19,9 @@ fn should_refuse_a_second_owner_of_the_data_directory() {
 fn should_refuse_a_newer_format() {
     let dir = tempfile::tempdir().unwrap();
     drop(Store::open(dir.path(), OpenMode::Exclusive).unwrap());
-    fs::write(
-        dir.path().join("tender-data.json"),
-        r#"{"format": 99, "createdBy": "tender 9"}"#,
-    )
-    .unwrap();
+    fs::write(dir.path().join("tender-data.json"), r#"{"format": 99, "createdBy": "tender 9"}"#).unwrap();
     let err = Store::open(dir.path(), OpenMode::Exclusive).unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("format 99, newer than this tender"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("format 99, newer than this tender"), "{err}");
 }
 
 #[test]
@@ -41,10 +30,7 @@ fn should_refuse_a_foreign_directory() {
     fs::write(dir.path().join("important.txt"), "not ours").unwrap();
     let err = Store::open(dir.path(), OpenMode::Exclusive).unwrap_err();
     assert!(matches!(err, StoreError::Foreign { .. }), "{err}");
-    assert_eq!(
-        fs::read_to_string(dir.path().join("important.txt")).unwrap(),
-        "not ours"
-    );
+    assert_eq!(fs::read_to_string(dir.path().join("important.txt")).unwrap(), "not ours");
 }
 
 #[test]
@@ -55,11 +41,7 @@ fn should_never_make_a_mismatching_object_visible() {
     let err = store.put_bytes("k", b"an impostor", &claimed).unwrap_err();
     assert!(matches!(err, StoreError::DigestMismatch { .. }));
     assert!(store.object_len(&claimed).is_none());
-    assert_eq!(
-        fs::read_dir(store.spool_dir()).unwrap().count(),
-        0,
-        "the spool file is cleaned up"
-    );
+    assert_eq!(fs::read_dir(store.spool_dir()).unwrap().count(), 0, "the spool file is cleaned up");
 }
 
 #[test]
@@ -76,11 +58,5 @@ fn should_resume_a_spool_with_its_hash() {
     w.append(b"world").unwrap();
     let sealed = w.seal().unwrap();
     store.commit(sealed, &Digest::of(b"hello world")).unwrap();
-    assert_eq!(
-        store
-            .read_object(&Digest::of(b"hello world"))
-            .unwrap()
-            .unwrap(),
-        b"hello world"
-    );
+    assert_eq!(store.read_object(&Digest::of(b"hello world")).unwrap().unwrap(), b"hello world");
 }

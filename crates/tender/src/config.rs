@@ -62,6 +62,7 @@ pub struct RawFetch {
     pub backoff_max: Option<String>,
     pub tag_ttl: Option<String>,
     pub stale_max_age: Option<String>,
+    pub factory_first_byte_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -98,6 +99,8 @@ pub struct Settings {
     pub default_upstream: Option<String>,
     pub image_factory: Url,
     pub fetch: FetchSettings,
+    /// Time to response headers from the Image Factory, which may build an asset first.
+    pub factory_first_byte_timeout: Duration,
     pub cache_max_size: Option<u64>,
     pub gc_interval: Duration,
 }
@@ -122,10 +125,7 @@ pub fn read(path: Option<&Path>) -> Result<(String, RawConfig), ConfigError> {
             })?;
             (p.display().to_string(), text)
         }
-        None => (
-            "embedded default config".to_string(),
-            DEFAULT_CONFIG.to_string(),
-        ),
+        None => ("embedded default config".to_string(), DEFAULT_CONFIG.to_string()),
     };
     let raw = parse(&name, &text)?;
     Ok((name, raw))
@@ -143,20 +143,11 @@ pub fn parse(name: &str, text: &str) -> Result<RawConfig, ConfigError> {
         } else {
             "; see README, Configuration"
         };
-        ConfigError {
-            source_name: name.to_string(),
-            key: "(yaml)".into(),
-            message: format!("{msg}{fix}"),
-        }
+        ConfigError { source_name: name.to_string(), key: "(yaml)".into(), message: format!("{msg}{fix}") }
     })
 }
 
-fn duration(
-    name: &str,
-    key: &str,
-    v: &Option<String>,
-    default: Duration,
-) -> Result<Duration, ConfigError> {
+fn duration(name: &str, key: &str, v: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
     match v {
         None => Ok(default),
         Some(s) => humantime::parse_duration(s.trim()).map_err(|e| ConfigError {
@@ -198,8 +189,7 @@ fn valid_upstream_name(n: &str) -> bool {
         && host.split('.').all(|l| {
             !l.is_empty()
                 && l.len() <= 63
-                && l.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && !l.starts_with('-')
                 && !l.ends_with('-')
         });
@@ -207,103 +197,50 @@ fn valid_upstream_name(n: &str) -> bool {
 }
 
 fn http_url(name: &str, key: &str, s: &str) -> Result<Url, ConfigError> {
-    let err = |m: String| ConfigError {
-        source_name: name.to_string(),
-        key: key.to_string(),
-        message: m,
-    };
-    let u = Url::parse(s.trim()).map_err(|e| {
-        err(format!(
-            "{s:?} is not a URL ({e}); write it like https://ghcr.io"
-        ))
-    })?;
+    let err = |m: String| ConfigError { source_name: name.to_string(), key: key.to_string(), message: m };
+    let u =
+        Url::parse(s.trim()).map_err(|e| err(format!("{s:?} is not a URL ({e}); write it like https://ghcr.io")))?;
     if !matches!(u.scheme(), "http" | "https") {
-        return Err(err(format!(
-            "{s:?} is not an http(s) URL; write it like https://ghcr.io"
-        )));
+        return Err(err(format!("{s:?} is not an http(s) URL; write it like https://ghcr.io")));
     }
     if u.host_str().is_none_or(str::is_empty) {
         return Err(err(format!("{s:?} has no host")));
     }
     if !u.username().is_empty() || u.password().is_some() {
-        return Err(err(format!(
-            "{s:?} carries credentials; use username and passwordFile instead"
-        )));
+        return Err(err(format!("{s:?} carries credentials; use username and passwordFile instead")));
     }
     if u.query().is_some() || u.fragment().is_some() {
-        return Err(err(format!(
-            "{s:?} has a query or fragment; give the registry's base URL only"
-        )));
+        return Err(err(format!("{s:?} has a query or fragment; give the registry's base URL only")));
     }
     Ok(u)
 }
 
 /// Apply the flags to the file and validate everything.
 pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings, ConfigError> {
-    let err = |key: &str, m: String| ConfigError {
-        source_name: name.to_string(),
-        key: key.to_string(),
-        message: m,
-    };
+    let err = |key: &str, m: String| ConfigError { source_name: name.to_string(), key: key.to_string(), message: m };
 
     // --upstream NAME=URL adds an upstream or replaces its URL.
     for (i, spec) in o.upstreams.iter().enumerate() {
         let key = format!("--upstream[{i}]");
         let Some((n, u)) = spec.split_once('=') else {
-            return Err(err(
-                &key,
-                format!("{spec:?} is not NAME=URL; write it like ghcr.io=http://127.0.0.1:5001"),
-            ));
+            return Err(err(&key, format!("{spec:?} is not NAME=URL; write it like ghcr.io=http://127.0.0.1:5001")));
         };
         let n = n.trim().to_ascii_lowercase();
-        match raw
-            .upstreams
-            .iter_mut()
-            .find(|x| x.name.eq_ignore_ascii_case(&n))
-        {
+        match raw.upstreams.iter_mut().find(|x| x.name.eq_ignore_ascii_case(&n)) {
             Some(existing) => existing.url = u.trim().to_string(),
-            None => raw.upstreams.push(RawUpstream {
-                name: n,
-                url: u.trim().to_string(),
-                ..RawUpstream::default()
-            }),
+            None => raw.upstreams.push(RawUpstream { name: n, url: u.trim().to_string(), ..RawUpstream::default() }),
         }
     }
 
-    let listen_s = o
-        .listen
-        .clone()
-        .or(raw.listen.clone())
-        .unwrap_or_else(|| "127.0.0.1:5000".to_string());
-    let listen = listen_s
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| {
-            err(
-                "listen",
-                format!("{listen_s:?} is not an address; use HOST:PORT such as 127.0.0.1:5000"),
-            )
-        })?;
-    let data = o
-        .data
-        .clone()
-        .or(raw.data.clone())
-        .unwrap_or_else(|| PathBuf::from("./tender-data"));
-    let log_format = match o
-        .log_format
-        .as_deref()
-        .or(raw.log_format.as_deref())
-        .unwrap_or("text")
-    {
+    let listen_s = o.listen.clone().or(raw.listen.clone()).unwrap_or_else(|| "127.0.0.1:5000".to_string());
+    let listen = listen_s.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
+        err("listen", format!("{listen_s:?} is not an address; use HOST:PORT such as 127.0.0.1:5000"))
+    })?;
+    let data = o.data.clone().or(raw.data.clone()).unwrap_or_else(|| PathBuf::from("./tender-data"));
+    let log_format = match o.log_format.as_deref().or(raw.log_format.as_deref()).unwrap_or("text") {
         "text" => LogFormat::Text,
         "json" => LogFormat::Json,
-        other => {
-            return Err(err(
-                "logFormat",
-                format!("{other:?} is not a log format; use text or json"),
-            ))
-        }
+        other => return Err(err("logFormat", format!("{other:?} is not a log format; use text or json"))),
     };
 
     let mut upstreams: Vec<UpstreamSettings> = Vec::new();
@@ -317,19 +254,12 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             ));
         }
         if upstreams.iter().any(|x| x.name == uname) {
-            return Err(err(
-                &key("name"),
-                format!("{uname:?} is configured twice; keep one entry per upstream"),
-            ));
+            return Err(err(&key("name"), format!("{uname:?} is configured twice; keep one entry per upstream")));
         }
         let url = http_url(name, &key("url"), &u.url)?;
         let mut endpoints = Vec::new();
         for (j, e) in u.endpoints.iter().enumerate() {
-            endpoints.push(http_url(
-                name,
-                &format!("upstreams[{i}].endpoints[{j}]"),
-                e,
-            )?);
+            endpoints.push(http_url(name, &format!("upstreams[{i}].endpoints[{j}]"), e)?);
         }
         endpoints.push(url);
         let proxy = match &u.proxy {
@@ -338,10 +268,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         };
         if let Some(ca) = &u.ca_file {
             if !ca.is_file() {
-                return Err(err(
-                    &key("caFile"),
-                    format!("{} is not a readable file", ca.display()),
-                ));
+                return Err(err(&key("caFile"), format!("{} is not a readable file", ca.display())));
             }
         }
         let credentials = match (&u.username, &u.password_file, &u.password_env) {
@@ -349,40 +276,21 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             (Some(user), Some(file), None) => {
                 let p = std::fs::read_to_string(file)
                     .map_err(|e| err(&key("passwordFile"), format!("{}: {e}", file.display())))?;
-                Some(Credentials {
-                    username: user.clone(),
-                    password: p.trim_end_matches(['\n', '\r']).to_string(),
-                })
+                Some(Credentials { username: user.clone(), password: p.trim_end_matches(['\n', '\r']).to_string() })
             }
             (Some(user), None, Some(var)) => {
-                let p = std::env::var(var).map_err(|_| {
-                    err(
-                        &key("passwordEnv"),
-                        format!("environment variable {var} is not set"),
-                    )
-                })?;
-                Some(Credentials {
-                    username: user.clone(),
-                    password: p,
-                })
+                let p = std::env::var(var)
+                    .map_err(|_| err(&key("passwordEnv"), format!("environment variable {var} is not set")))?;
+                Some(Credentials { username: user.clone(), password: p })
             }
             (Some(_), Some(_), Some(_)) => {
-                return Err(err(
-                    &key("passwordFile"),
-                    "set passwordFile or passwordEnv, not both".into(),
-                ))
+                return Err(err(&key("passwordFile"), "set passwordFile or passwordEnv, not both".into()))
             }
             (Some(_), None, None) => {
-                return Err(err(
-                    &key("username"),
-                    "has no password; add passwordFile or passwordEnv".into(),
-                ))
+                return Err(err(&key("username"), "has no password; add passwordFile or passwordEnv".into()))
             }
             (None, _, _) => {
-                return Err(err(
-                    &key("username"),
-                    "a password is set without a username; add username".into(),
-                ))
+                return Err(err(&key("username"), "a password is set without a username; add username".into()))
             }
         };
         if credentials.is_some() && !u.public {
@@ -407,11 +315,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         });
     }
 
-    let default_upstream = o
-        .default_upstream
-        .clone()
-        .or(raw.default_upstream.clone())
-        .map(|d| d.to_ascii_lowercase());
+    let default_upstream = o.default_upstream.clone().or(raw.default_upstream.clone()).map(|d| d.to_ascii_lowercase());
     if let Some(d) = &default_upstream {
         if !upstreams.iter().any(|u| &u.name == d) {
             let names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
@@ -422,11 +326,8 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         }
     }
 
-    let factory_s = o
-        .image_factory
-        .clone()
-        .or(raw.image_factory.clone())
-        .unwrap_or_else(|| "https://factory.talos.dev".into());
+    let factory_s =
+        o.image_factory.clone().or(raw.image_factory.clone()).unwrap_or_else(|| "https://factory.talos.dev".into());
     let image_factory = http_url(name, "imageFactory", &factory_s)?;
 
     let d = FetchSettings::default();
@@ -437,30 +338,10 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             Some(n) => n,
             None => d.attempts,
         },
-        connect_timeout: duration(
-            name,
-            "fetch.connectTimeout",
-            &f.connect_timeout,
-            d.connect_timeout,
-        )?,
-        first_byte_timeout: duration(
-            name,
-            "fetch.firstByteTimeout",
-            &f.first_byte_timeout,
-            d.first_byte_timeout,
-        )?,
-        stall_timeout: duration(
-            name,
-            "fetch.stallTimeout",
-            &f.stall_timeout,
-            d.stall_timeout,
-        )?,
-        fill_deadline: duration(
-            name,
-            "fetch.fillDeadline",
-            &f.fill_deadline,
-            d.fill_deadline,
-        )?,
+        connect_timeout: duration(name, "fetch.connectTimeout", &f.connect_timeout, d.connect_timeout)?,
+        first_byte_timeout: duration(name, "fetch.firstByteTimeout", &f.first_byte_timeout, d.first_byte_timeout)?,
+        stall_timeout: duration(name, "fetch.stallTimeout", &f.stall_timeout, d.stall_timeout)?,
+        fill_deadline: duration(name, "fetch.fillDeadline", &f.fill_deadline, d.fill_deadline)?,
         backoff_base: duration(name, "fetch.backoffBase", &f.backoff_base, d.backoff_base)?,
         backoff_max: duration(name, "fetch.backoffMax", &f.backoff_max, d.backoff_max)?,
         tag_ttl: duration(name, "fetch.tagTtl", &f.tag_ttl, d.tag_ttl)?,
@@ -469,18 +350,12 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
     let cache_max_size = match &raw.cache.max_size {
         None => None,
         Some(s) => Some(parse_size(s).ok_or_else(|| {
-            err(
-                "cache.maxSize",
-                format!("{s:?} is not a size; write it like 500Gi, 100G or 1073741824"),
-            )
+            err("cache.maxSize", format!("{s:?} is not a size; write it like 500Gi, 100G or 1073741824"))
         })?),
     };
-    let gc_interval = duration(
-        name,
-        "cache.gcInterval",
-        &raw.cache.gc_interval,
-        Duration::from_secs(300),
-    )?;
+    let factory_first_byte_timeout =
+        duration(name, "fetch.factoryFirstByteTimeout", &f.factory_first_byte_timeout, Duration::from_secs(600))?;
+    let gc_interval = duration(name, "cache.gcInterval", &raw.cache.gc_interval, Duration::from_secs(300))?;
     Ok(Settings {
         listen,
         data,
@@ -489,6 +364,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         default_upstream,
         image_factory,
         fetch,
+        factory_first_byte_timeout,
         cache_max_size,
         gc_interval,
     })
@@ -500,9 +376,7 @@ mod tests {
     use super::*;
 
     fn check_err(yaml: &str, o: &Overrides, want: &[&str]) {
-        let e = parse("t.yaml", yaml)
-            .and_then(|raw| resolve("t.yaml", raw, o))
-            .expect_err("must fail");
+        let e = parse("t.yaml", yaml).and_then(|raw| resolve("t.yaml", raw, o)).expect_err("must fail");
         let msg = e.to_string();
         for w in want {
             assert!(msg.contains(w), "{msg:?} should contain {w:?}");
@@ -514,20 +388,8 @@ mod tests {
         let (name, raw) = read(None).unwrap();
         let s = resolve(&name, raw, &Overrides::default()).unwrap();
         let names: Vec<&str> = s.upstreams.iter().map(|u| u.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "docker.io",
-                "ghcr.io",
-                "registry.k8s.io",
-                "quay.io",
-                "factory.talos.dev"
-            ]
-        );
-        assert_eq!(
-            s.upstreams[0].endpoints[0].as_str(),
-            "https://registry-1.docker.io/"
-        );
+        assert_eq!(names, ["docker.io", "ghcr.io", "registry.k8s.io", "quay.io", "factory.talos.dev"]);
+        assert_eq!(s.upstreams[0].endpoints[0].as_str(), "https://registry-1.docker.io/");
         assert!(s.upstreams[0].library_prefix);
         assert!(!s.upstreams[1].library_prefix);
         assert_eq!(s.default_upstream.as_deref(), Some("docker.io"));
@@ -539,10 +401,7 @@ mod tests {
     fn should_let_flags_add_and_replace_upstreams() {
         let (name, raw) = read(None).unwrap();
         let o = Overrides {
-            upstreams: vec![
-                "ghcr.io=http://127.0.0.1:5001".into(),
-                "registry.local:5000=http://127.0.0.1:5002".into(),
-            ],
+            upstreams: vec!["ghcr.io=http://127.0.0.1:5001".into(), "registry.local:5000=http://127.0.0.1:5002".into()],
             default_upstream: Some("ghcr.io".into()),
             listen: Some("127.0.0.1:0".into()),
             ..Overrides::default()
@@ -558,11 +417,7 @@ mod tests {
     #[test]
     fn should_name_the_key_and_fix_for_bad_config() {
         let none = Overrides::default();
-        check_err(
-            "listen: 1.2.3.4:5000\nbogus: 1\n",
-            &none,
-            &["unknown field `bogus`", "remove it"],
-        );
+        check_err("listen: 1.2.3.4:5000\nbogus: 1\n", &none, &["unknown field `bogus`", "remove it"]);
         check_err(
             "upstreams:\n  - name: a.io\n    url: https://a.io\n    colour: red\n",
             &none,
@@ -573,11 +428,7 @@ mod tests {
             &none,
             &["upstreams[0].url", "not an http(s) URL"],
         );
-        check_err(
-            "upstreams:\n  - name: a.io\n    url: not a url\n",
-            &none,
-            &["upstreams[0].url", "not a URL"],
-        );
+        check_err("upstreams:\n  - name: a.io\n    url: not a url\n", &none, &["upstreams[0].url", "not a URL"]);
         check_err(
             "upstreams:\n  - name: a.io\n    url: https://a.io\n  - name: A.io\n    url: https://b.io\n",
             &none,
@@ -588,21 +439,9 @@ mod tests {
             &none,
             &["upstreams[0].name", "not a registry host name"],
         );
-        check_err(
-            "defaultUpstream: nope.io\n",
-            &none,
-            &["defaultUpstream", "not a configured upstream"],
-        );
-        check_err(
-            "fetch:\n  stallTimeout: soon\n",
-            &none,
-            &["fetch.stallTimeout", "not a duration"],
-        );
-        check_err(
-            "cache:\n  maxSize: lots\n",
-            &none,
-            &["cache.maxSize", "not a size"],
-        );
+        check_err("defaultUpstream: nope.io\n", &none, &["defaultUpstream", "not a configured upstream"]);
+        check_err("fetch:\n  stallTimeout: soon\n", &none, &["fetch.stallTimeout", "not a duration"]);
+        check_err("cache:\n  maxSize: lots\n", &none, &["cache.maxSize", "not a size"]);
         check_err("listen: nowhere\n", &none, &["listen", "HOST:PORT"]);
         check_err("logFormat: xml\n", &none, &["logFormat", "text or json"]);
         check_err(
@@ -610,14 +449,7 @@ mod tests {
             &none,
             &["upstreams[0].username", "no password"],
         );
-        check_err(
-            "",
-            &Overrides {
-                upstreams: vec!["nourl".into()],
-                ..none.clone()
-            },
-            &["--upstream[0]", "NAME=URL"],
-        );
+        check_err("", &Overrides { upstreams: vec!["nourl".into()], ..none.clone() }, &["--upstream[0]", "NAME=URL"]);
     }
 
     #[test]
@@ -625,20 +457,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pw = dir.path().join("pw");
         std::fs::write(&pw, "secret\n").unwrap();
-        let yaml = format!("upstreams:\n  - name: a.io\n    url: https://a.io\n    username: u\n    passwordFile: {}\n", pw.display());
-        check_err(
-            &yaml,
-            &Overrides::default(),
-            &["upstreams[0].public", "public: true"],
+        let yaml = format!(
+            "upstreams:\n  - name: a.io\n    url: https://a.io\n    username: u\n    passwordFile: {}\n",
+            pw.display()
         );
+        check_err(&yaml, &Overrides::default(), &["upstreams[0].public", "public: true"]);
         let ok = format!("{yaml}    public: true\n");
         let s = resolve("t", parse("t", &ok).unwrap(), &Overrides::default()).unwrap();
         let c = s.upstreams[0].credentials.as_ref().unwrap();
         assert_eq!(c.password, "secret");
-        assert!(
-            !format!("{c:?}").contains("secret"),
-            "passwords never reach logs"
-        );
+        assert!(!format!("{c:?}").contains("secret"), "passwords never reach logs");
     }
 
     #[test]

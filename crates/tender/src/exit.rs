@@ -36,33 +36,18 @@ pub struct Failure {
 
 impl Failure {
     pub fn usage(message: impl Into<String>) -> anyhow::Error {
-        Failure {
-            class: Class::Usage,
-            message: message.into(),
-        }
-        .into()
+        Failure { class: Class::Usage, message: message.into() }.into()
     }
     pub fn problem(message: impl Into<String>) -> anyhow::Error {
-        Failure {
-            class: Class::Problem,
-            message: message.into(),
-        }
-        .into()
+        Failure { class: Class::Problem, message: message.into() }.into()
     }
     pub fn transient(message: impl Into<String>) -> anyhow::Error {
-        Failure {
-            class: Class::Transient,
-            message: message.into(),
-        }
-        .into()
+        Failure { class: Class::Transient, message: message.into() }.into()
     }
 }
 
 /// The exit code for an error chain: the first `Failure` found decides, otherwise 1.
 pub fn code_for(err: &anyhow::Error) -> ExitCode {
-    let class = err
-        .chain()
-        .find_map(|e| e.downcast_ref::<Failure>().map(|f| f.class))
-        .unwrap_or(Class::Problem);
+    let class = err.chain().find_map(|e| e.downcast_ref::<Failure>().map(|f| f.class)).unwrap_or(Class::Problem);
     ExitCode::from(class.code())
 }

@@ -11,11 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "tender",
-    version,
-    about = "Fetch every artifact once, serve the fleet locally"
-)]
+#[command(name = "tender", version, about = "Fetch every artifact once, serve the fleet locally")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -38,11 +34,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
     };
     let result = match cli.command {

@@ -41,42 +41,24 @@ pub struct GcArgs {
     pub dry_run: bool,
 }
 
-fn data_dir(
-    data: &Option<PathBuf>,
-    cfg: &Option<PathBuf>,
-) -> anyhow::Result<(PathBuf, Option<u64>)> {
+fn data_dir(data: &Option<PathBuf>, cfg: &Option<PathBuf>) -> anyhow::Result<(PathBuf, Option<u64>)> {
     let (name, raw) = config::read(cfg.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
-    let o = config::Overrides {
-        data: data.clone(),
-        ..config::Overrides::default()
-    };
+    let o = config::Overrides { data: data.clone(), ..config::Overrides::default() };
     let s = config::resolve(&name, raw, &o).map_err(|e| Failure::usage(e.to_string()))?;
     Ok((s.data, s.cache_max_size))
 }
 
 fn open(dir: &std::path::Path, mode: OpenMode) -> anyhow::Result<Store> {
     if !dir.join("tender-data.json").exists() {
-        return Err(Failure::usage(format!(
-            "{} is not a tender data directory; check --data",
-            dir.display()
-        )));
+        return Err(Failure::usage(format!("{} is not a tender data directory; check --data", dir.display())));
     }
     Store::open(dir, mode).map_err(|e| Failure::problem(e.to_string()))
 }
 
 pub fn fsck(args: FsckArgs) -> anyhow::Result<ExitCode> {
     let (dir, _) = data_dir(&args.data, &args.config)?;
-    let store = open(
-        &dir,
-        if args.repair {
-            OpenMode::Exclusive
-        } else {
-            OpenMode::ReadOnly
-        },
-    )?;
-    let report = store
-        .fsck(args.repair)
-        .map_err(|e| Failure::problem(e.to_string()))?;
+    let store = open(&dir, if args.repair { OpenMode::Exclusive } else { OpenMode::ReadOnly })?;
+    let report = store.fsck(args.repair).map_err(|e| Failure::problem(e.to_string()))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -94,35 +76,20 @@ pub fn fsck(args: FsckArgs) -> anyhow::Result<ExitCode> {
             println!("run `tender fsck --repair` (with the server stopped) to move corrupt objects to quarantine/");
         }
     }
-    Ok(if report.corrupt.is_empty() || args.repair {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(if report.corrupt.is_empty() || args.repair { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
     let (dir, cfg_cap) = data_dir(&args.data, &args.config)?;
     let cap = match &args.max_size {
         Some(s) => Some(config::parse_size(s).ok_or_else(|| {
-            Failure::usage(format!(
-                "--max-size {s:?} is not a size; write it like 500Gi, 100G or 1073741824"
-            ))
+            Failure::usage(format!("--max-size {s:?} is not a size; write it like 500Gi, 100G or 1073741824"))
         })?),
         None => cfg_cap,
     };
-    let store = open(
-        &dir,
-        if args.dry_run {
-            OpenMode::ReadOnly
-        } else {
-            OpenMode::Exclusive
-        },
-    )?;
+    let store = open(&dir, if args.dry_run { OpenMode::ReadOnly } else { OpenMode::Exclusive })?;
     // No server holds the directory (the lock says so), so every spool file is an orphan.
-    let plan = store
-        .gc_plan(cap, Duration::ZERO, &|_| false)
-        .map_err(|e| Failure::problem(e.to_string()))?;
+    let plan = store.gc_plan(cap, Duration::ZERO, &|_| false).map_err(|e| Failure::problem(e.to_string()))?;
     let verb = if args.dry_run { "would free" } else { "freed" };
     if args.dry_run {
         for o in &plan.evict {
@@ -139,9 +106,7 @@ pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let report = store
-        .gc_apply(&plan)
-        .map_err(|e| Failure::problem(e.to_string()))?;
+    let report = store.gc_apply(&plan).map_err(|e| Failure::problem(e.to_string()))?;
     println!(
         "{verb} {} bytes: {} objects evicted, {} orphans removed; store holds {} bytes",
         report.freed_bytes,

@@ -136,22 +136,13 @@ fn read_input(flag: &str, path: &Path) -> anyhow::Result<String> {
     } else {
         fs::read_to_string(path).map(|t| text = t)
     };
-    result
-        .map_err(|e| Failure::usage(format!("{flag} {}: cannot read it: {e}", path.display())))?;
+    result.map_err(|e| Failure::usage(format!("{flag} {}: cannot read it: {e}", path.display())))?;
     Ok(text)
 }
 
 fn check_one_stdin(paths: &[Option<&Path>]) -> anyhow::Result<()> {
-    if paths
-        .iter()
-        .flatten()
-        .filter(|p| p.as_os_str() == "-")
-        .count()
-        > 1
-    {
-        return Err(Failure::usage(
-            "only one input can be read from standard input ('-')",
-        ));
+    if paths.iter().flatten().filter(|p| p.as_os_str() == "-").count() > 1 {
+        return Err(Failure::usage("only one input can be read from standard input ('-')"));
     }
     Ok(())
 }
@@ -170,8 +161,7 @@ fn classify(err: tender_render::Error) -> anyhow::Error {
 
 fn print(text: &str) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .context("writing to standard output")?;
+    out.write_all(text.as_bytes()).context("writing to standard output")?;
     out.flush().context("writing to standard output")?;
     Ok(ExitCode::SUCCESS)
 }
@@ -195,18 +185,14 @@ fn registries(a: RegistriesArgs) -> anyhow::Result<ExitCode> {
         username: a.username.clone(),
         password,
     };
-    let plan = request
-        .validate()
-        .map_err(|r| Failure::usage(r.to_string()))?;
+    let plan = request.validate().map_err(|r| Failure::usage(r.to_string()))?;
     match a.format {
         RegistriesFormat::Talos => {
             if a.out.is_some() {
-                return Err(Failure::usage(
-                    "--out is for --format containerd; Talos documents go to standard output",
-                ));
+                return Err(Failure::usage("--out is for --format containerd; Talos documents go to standard output"));
             }
-            let version = TalosVersion::parse("--talos-version", &a.talos_version)
-                .map_err(|r| Failure::usage(r.to_string()))?;
+            let version =
+                TalosVersion::parse("--talos-version", &a.talos_version).map_err(|r| Failure::usage(r.to_string()))?;
             print(&render_registries(&plan, version).map_err(classify)?)
         }
         RegistriesFormat::Containerd => {
@@ -229,15 +215,9 @@ fn registries(a: RegistriesArgs) -> anyhow::Result<ExitCode> {
 /// Credentials and keys are readable by the owner only.
 fn write_file(root: &Path, f: &OutputFile) -> anyhow::Result<()> {
     let path = root.join(&f.path);
-    let dir = path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| root.to_path_buf());
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| root.to_path_buf());
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tender-tmp"));
     let mut options = fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
@@ -246,16 +226,11 @@ fn write_file(root: &Path, f: &OutputFile) -> anyhow::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(if f.secret { 0o600 } else { 0o644 });
     }
-    let mut file = options
-        .open(&tmp)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    file.write_all(&f.contents)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    file.sync_all()
-        .with_context(|| format!("writing {}", tmp.display()))?;
+    let mut file = options.open(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
+    file.write_all(&f.contents).with_context(|| format!("writing {}", tmp.display()))?;
+    file.sync_all().with_context(|| format!("writing {}", tmp.display()))?;
     drop(file);
-    fs::rename(&tmp, &path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    fs::rename(&tmp, &path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     Ok(())
 }
 
@@ -277,8 +252,7 @@ fn pool(a: PoolArgs) -> anyhow::Result<ExitCode> {
         PoolOutput::Manifests => PoolFormat::Manifests,
         PoolOutput::Patch => PoolFormat::Patch,
     };
-    let rendered =
-        render_pool(&pool, state.as_ref(), a.skip_cluster_checks, format).map_err(classify)?;
+    let rendered = render_pool(&pool, state.as_ref(), a.skip_cluster_checks, format).map_err(classify)?;
     for w in &rendered.warnings {
         eprintln!("tender: warning: {w}");
     }

@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use tender_fetch::{FetchMetrics, Flights, Mirror, Upstream};
+use tender_fetch::{FetchMetrics, FetchSettings, Flights, Mirror, Upstream, UpstreamSettings};
+
+/// The upstream name of the Image Factory in logs and metrics.
+pub const IMAGE_FACTORY: &str = "image-factory";
 use tender_server::{AppState, ServerMetrics};
 use tender_store::{OpenMode, Store};
 use tokio::net::TcpListener;
@@ -63,30 +66,41 @@ pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TENDER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
     };
 }
 
-fn build_mirror(
-    settings: &Settings,
-    flights: Arc<Flights>,
-    metrics: &FetchMetrics,
-) -> anyhow::Result<Arc<Mirror>> {
+fn build_mirror(settings: &Settings, flights: Arc<Flights>, metrics: &FetchMetrics) -> anyhow::Result<Arc<Mirror>> {
     let mut upstreams = Vec::new();
     for u in &settings.upstreams {
         let up = Upstream::new(u.clone(), settings.fetch.clone(), metrics.clone())
             .map_err(|e| Failure::usage(format!("upstream {}: {}", u.name, e.message)))?;
         upstreams.push(Arc::new(up));
     }
-    Ok(Mirror::new(
+    let factory_fetch = FetchSettings {
+        first_byte_timeout: settings.factory_first_byte_timeout.max(settings.fetch.first_byte_timeout),
+        ..settings.fetch.clone()
+    };
+    let factory = UpstreamSettings {
+        name: IMAGE_FACTORY.to_string(),
+        endpoints: vec![settings.image_factory.clone()],
+        ca_file: None,
+        insecure_skip_verify: false,
+        proxy: None,
+        credentials: None,
+        public: true,
+        redirect_hosts: None,
+        library_prefix: false,
+    };
+    let factory = Upstream::new(factory, factory_fetch, metrics.clone())
+        .map_err(|e| Failure::usage(format!("imageFactory: {}", e.message)))?;
+    Ok(Mirror::with_image_factory(
         upstreams,
         settings.default_upstream.clone(),
+        Arc::new(factory),
         flights,
         settings.fetch.clone(),
     ))
@@ -104,8 +118,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> {
-    let store = Store::open(&settings.data, OpenMode::Exclusive)
-        .map_err(|e| Failure::problem(e.to_string()))?;
+    let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
     let store = Arc::new(store);
     let fetch_metrics = FetchMetrics::default();
     let server_metrics = Arc::new(ServerMetrics::new(&fetch_metrics));
@@ -113,15 +126,10 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     let mirror = build_mirror(&settings, flights.clone(), &fetch_metrics)?;
     let app = AppState::new(mirror, server_metrics);
 
-    let listener = TcpListener::bind(settings.listen).await.map_err(|e| {
-        Failure::problem(format!(
-            "cannot listen on {}: {e}; choose another --listen",
-            settings.listen
-        ))
-    })?;
-    let local = listener
-        .local_addr()
-        .context("reading the listening address")?;
+    let listener = TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| Failure::problem(format!("cannot listen on {}: {e}; choose another --listen", settings.listen)))?;
+    let local = listener.local_addr().context("reading the listening address")?;
     tracing::info!(
         listen = %local,
         data = %settings.data.display(),
@@ -130,33 +138,18 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         "tender serving on http://{local}"
     );
 
-    spawn_reload(
-        args,
-        settings.clone(),
-        app.clone(),
-        flights.clone(),
-        fetch_metrics.clone(),
-    );
+    spawn_reload(args, settings.clone(), app.clone(), flights.clone(), fetch_metrics.clone());
     spawn_gc(&settings, flights.clone());
 
-    tender_server::serve(listener, app, shutdown_signal())
-        .await
-        .context("serving")?;
+    tender_server::serve(listener, app, shutdown_signal()).await.context("serving")?;
     tracing::info!("tender stopped");
     Ok(ExitCode::SUCCESS)
 }
 
 /// SIGHUP: re-read the config and swap the upstreams; connections and fills go on.
-fn spawn_reload(
-    args: ServeArgs,
-    initial: Settings,
-    app: Arc<AppState>,
-    flights: Arc<Flights>,
-    metrics: FetchMetrics,
-) {
+fn spawn_reload(args: ServeArgs, initial: Settings, app: Arc<AppState>, flights: Arc<Flights>, metrics: FetchMetrics) {
     tokio::spawn(async move {
-        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        else {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
             tracing::warn!("cannot install the SIGHUP handler; config reload is off");
             return;
         };
@@ -164,9 +157,7 @@ fn spawn_reload(
             match args.load() {
                 Ok(new) => {
                     if new.listen != initial.listen || new.data != initial.data {
-                        tracing::warn!(
-                            "listen and data changes need a restart; keeping the old ones"
-                        );
+                        tracing::warn!("listen and data changes need a restart; keeping the old ones");
                     }
                     match build_mirror(&new, flights.clone(), &metrics) {
                         Ok(m) => {
@@ -203,20 +194,14 @@ fn spawn_gc(settings: &Settings, flights: Arc<Flights>) {
             let result = tokio::task::spawn_blocking(move || {
                 let active = flights.active_keys();
                 let store = flights.store();
-                let plan = store.gc_plan(Some(cap), Duration::from_secs(24 * 3600), &|d| {
-                    active.contains(&d.to_string())
-                })?;
+                let plan =
+                    store.gc_plan(Some(cap), Duration::from_secs(24 * 3600), &|d| active.contains(&d.to_string()))?;
                 store.gc_apply(&plan)
             })
             .await;
             match result {
                 Ok(Ok(r)) if r.evicted > 0 || r.orphans_removed > 0 => {
-                    tracing::info!(
-                        freed_bytes = r.freed_bytes,
-                        evicted = r.evicted,
-                        orphans = r.orphans_removed,
-                        "gc"
-                    )
+                    tracing::info!(freed_bytes = r.freed_bytes, evicted = r.evicted, orphans = r.orphans_removed, "gc")
                 }
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => tracing::warn!(error = %e, "gc failed"),

@@ -1,13 +1,6 @@
 //! Shared fixtures for the render tests: pool files, cluster states and the reference schemas.
-#![allow(
-    dead_code,
-    reason = "each test binary uses a different part of the fixtures"
-)]
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test fixtures fail loudly"
-)]
+#![allow(dead_code, reason = "each test binary uses a different part of the fixtures")]
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test fixtures fail loudly")]
 
 use std::path::PathBuf;
 
@@ -18,22 +11,14 @@ use tender_render::Error;
 
 pub const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 pub const GOLDEN_URL: &str = "https://factory.talos.dev/image/ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515/v1.13.6/openstack-amd64.raw.xz";
-pub const GOLDEN: &str =
-    "talos-worker-ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515-v1.13.6";
+pub const GOLDEN: &str = "talos-worker-ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515-v1.13.6";
 
 /// A file under `shared/reference/`, beside the repository. Missing means the test setup is
 /// broken: fail loudly, never skip.
 pub fn reference(rel: &str) -> String {
-    let path = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/reference/"
-    ))
-    .join(rel);
+    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/reference/")).join(rel);
     std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "reference file {} is missing ({e}); the tests need shared/ beside the repository",
-            path.display()
-        )
+        panic!("reference file {} is missing ({e}); the tests need shared/ beside the repository", path.display())
     })
 }
 
@@ -52,13 +37,8 @@ pub fn render(yaml: &str, state: Option<&ClusterState>) -> PoolRender {
 }
 
 pub fn patches(yaml: &str) -> String {
-    let pool = tender_render::pool::parse(yaml)
-        .unwrap()
-        .validate()
-        .unwrap();
-    render_pool(&pool, None, false, PoolFormat::Patch)
-        .unwrap()
-        .text
+    let pool = tender_render::pool::parse(yaml).unwrap().validate().unwrap();
+    render_pool(&pool, None, false, PoolFormat::Patch).unwrap().text
 }
 
 /// The refusal's text, or a panic if the render passed.
@@ -79,16 +59,13 @@ pub fn docs(text: &str) -> Vec<Value> {
 }
 
 pub fn doc_of_kind(text: &str, kind: &str) -> Value {
-    docs(text)
-        .into_iter()
-        .find(|d| d["kind"] == kind)
-        .unwrap_or_else(|| panic!("no {kind} in\n{text}"))
+    docs(text).into_iter().find(|d| d["kind"] == kind).unwrap_or_else(|| panic!("no {kind} in\n{text}"))
 }
 
 /// The worker disk template of the rendered KMT.
 pub fn disk(text: &str) -> Value {
-    doc_of_kind(text, "KubevirtMachineTemplate")["spec"]["template"]["spec"]
-        ["virtualMachineTemplate"]["spec"]["dataVolumeTemplates"][0]
+    doc_of_kind(text, "KubevirtMachineTemplate")["spec"]["template"]["spec"]["virtualMachineTemplate"]["spec"]
+        ["dataVolumeTemplates"][0]
         .clone()
 }
 
@@ -111,8 +88,7 @@ impl State {
             "provisioner": "linstor.csi.linbit.com",
         });
         if default {
-            sc["metadata"]["annotations"] =
-                json!({"storageclass.kubernetes.io/is-default-class": "true"});
+            sc["metadata"]["annotations"] = json!({"storageclass.kubernetes.io/is-default-class": "true"});
         }
         self.items.push(sc);
         self
@@ -150,13 +126,7 @@ impl State {
         self.cloned_disk_in("tenant-test", name, pool_annotation, class)
     }
 
-    pub fn cloned_disk_in(
-        mut self,
-        namespace: &str,
-        name: &str,
-        pool_annotation: &str,
-        class: &str,
-    ) -> Self {
+    pub fn cloned_disk_in(mut self, namespace: &str, name: &str, pool_annotation: &str, class: &str) -> Self {
         self.items.push(json!({
             "apiVersion": "cdi.kubevirt.io/v1beta1",
             "kind": "DataVolume",
@@ -175,8 +145,7 @@ impl State {
     }
 
     pub fn yaml(&self) -> String {
-        serde_norway::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": self.items}))
-            .unwrap()
+        serde_norway::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": self.items})).unwrap()
     }
 
     pub fn build(&self) -> ClusterState {

@@ -1,11 +1,6 @@
 //! In-process test bed: a fake upstream registry that misbehaves on purpose, and a tender
 //! (router + mirror + store) in front of it, both on 127.0.0.1.
-#![allow(
-    dead_code,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test support"
-)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, reason = "test support")]
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -103,9 +98,7 @@ impl FakeUpstream {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         *state.base_url.lock().unwrap() = format!("http://{addr}");
-        let app = axum::Router::new()
-            .fallback(fake_handler)
-            .with_state(state.clone());
+        let app = axum::Router::new().fallback(fake_handler).with_state(state.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -125,14 +118,8 @@ impl FakeUpstream {
     pub fn add_manifest(&self, repo: &str, tag: &str, media_type: &str, body: &[u8]) -> String {
         let d = sha(body);
         let mut m = self.state.manifests.lock().unwrap();
-        m.insert(
-            (repo.to_string(), tag.to_string()),
-            (media_type.to_string(), Bytes::copy_from_slice(body)),
-        );
-        m.insert(
-            (repo.to_string(), d.clone()),
-            (media_type.to_string(), Bytes::copy_from_slice(body)),
-        );
+        m.insert((repo.to_string(), tag.to_string()), (media_type.to_string(), Bytes::copy_from_slice(body)));
+        m.insert((repo.to_string(), d.clone()), (media_type.to_string(), Bytes::copy_from_slice(body)));
         d
     }
 
@@ -182,9 +169,7 @@ async fn fake_handler(State(s): State<Arc<FakeState>>, req: Request) -> Response
                 .status(StatusCode::UNAUTHORIZED)
                 .header(
                     header::WWW_AUTHENTICATE,
-                    format!(
-                        r#"Bearer realm="{base}/token",service="fake",scope="repository:x:pull""#
-                    ),
+                    format!(r#"Bearer realm="{base}/token",service="fake",scope="repository:x:pull""#),
                 )
                 .body(Body::empty())
                 .unwrap();
@@ -194,63 +179,33 @@ async fn fake_handler(State(s): State<Arc<FakeState>>, req: Request) -> Response
         return "{}".into_response();
     }
     let head = req.method() == axum::http::Method::HEAD;
-    if let Some((repo, reference)) = path
-        .strip_prefix("/v2/")
-        .and_then(|p| p.rsplit_once("/manifests/"))
-    {
+    if let Some((repo, reference)) = path.strip_prefix("/v2/").and_then(|p| p.rsplit_once("/manifests/")) {
         if head {
             s.manifest_heads.fetch_add(1, Ordering::SeqCst);
         } else {
             s.manifest_gets.fetch_add(1, Ordering::SeqCst);
         }
-        if let Some(a) = req
-            .headers()
-            .get(header::ACCEPT)
-            .and_then(|v| v.to_str().ok())
-        {
+        if let Some(a) = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
             s.accepts.lock().unwrap().push(a.to_string());
         }
-        let m = s
-            .manifests
-            .lock()
-            .unwrap()
-            .get(&(repo.to_string(), reference.to_string()))
-            .cloned();
+        let m = s.manifests.lock().unwrap().get(&(repo.to_string(), reference.to_string())).cloned();
         return match m {
             Some((mt, body)) => Response::builder()
                 .header(header::CONTENT_TYPE, mt)
                 .header("docker-content-digest", sha(&body))
                 .header(header::CONTENT_LENGTH, body.len())
-                .body(if head {
-                    Body::empty()
-                } else {
-                    Body::from(body)
-                })
+                .body(if head { Body::empty() } else { Body::from(body) })
                 .unwrap(),
-            None => (
-                StatusCode::NOT_FOUND,
-                r#"{"errors":[{"code":"MANIFEST_UNKNOWN"}]}"#,
-            )
-                .into_response(),
+            None => (StatusCode::NOT_FOUND, r#"{"errors":[{"code":"MANIFEST_UNKNOWN"}]}"#).into_response(),
         };
     }
-    if let Some((_repo, digest)) = path
-        .strip_prefix("/v2/")
-        .and_then(|p| p.rsplit_once("/blobs/"))
-    {
+    if let Some((_repo, digest)) = path.strip_prefix("/v2/").and_then(|p| p.rsplit_once("/blobs/")) {
         let Some(body) = s.blobs.lock().unwrap().get(digest).cloned() else {
-            return (
-                StatusCode::NOT_FOUND,
-                r#"{"errors":[{"code":"BLOB_UNKNOWN"}]}"#,
-            )
-                .into_response();
+            return (StatusCode::NOT_FOUND, r#"{"errors":[{"code":"BLOB_UNKNOWN"}]}"#).into_response();
         };
         if head {
             s.blob_heads.fetch_add(1, Ordering::SeqCst);
-            return Response::builder()
-                .header(header::CONTENT_LENGTH, body.len())
-                .body(Body::empty())
-                .unwrap();
+            return Response::builder().header(header::CONTENT_LENGTH, body.len()).body(Body::empty()).unwrap();
         }
         s.blob_gets.fetch_add(1, Ordering::SeqCst);
         if let Some(to) = s.redirect_blobs_to.lock().unwrap().clone() {
@@ -269,10 +224,7 @@ async fn fake_handler(State(s): State<Arc<FakeState>>, req: Request) -> Response
 }
 
 async fn serve_blob(s: &Arc<FakeState>, headers: &HeaderMap, body: Bytes) -> Response {
-    let range = headers
-        .get(header::RANGE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok()).map(str::to_string);
     if let Some(r) = &range {
         s.ranges.lock().unwrap().push(r.clone());
     }
@@ -290,10 +242,9 @@ async fn serve_blob(s: &Arc<FakeState>, headers: &HeaderMap, body: Bytes) -> Res
     }
     let total = body.len() as u64;
     let start = match (&range, *s.ignore_range.lock().unwrap()) {
-        (Some(r), false) => r
-            .strip_prefix("bytes=")
-            .and_then(|r| r.strip_suffix('-'))
-            .and_then(|n| n.parse::<u64>().ok()),
+        (Some(r), false) => {
+            r.strip_prefix("bytes=").and_then(|r| r.strip_suffix('-')).and_then(|n| n.parse::<u64>().ok())
+        }
         _ => None,
     };
     let (status, from) = match start {
@@ -307,32 +258,17 @@ async fn serve_blob(s: &Arc<FakeState>, headers: &HeaderMap, body: Bytes) -> Res
         }
     }
     let len = data.len() as u64;
-    let announced = if fault == Fault::LongerContentLength {
-        len + 10
-    } else {
-        len
-    };
+    let announced = if fault == Fault::LongerContentLength { len + 10 } else { len };
     let cut = match fault {
-        Fault::TruncateAt(n) | Fault::ResetAt(n) | Fault::StallAt(n) => {
-            Some(n.saturating_sub(from).min(len))
-        }
+        Fault::TruncateAt(n) | Fault::ResetAt(n) | Fault::StallAt(n) => Some(n.saturating_sub(from).min(len)),
         _ => None,
     };
-    let drip = if let Fault::SlowDrip(r) = fault {
-        Some(r)
-    } else {
-        None
-    };
+    let drip = if let Fault::SlowDrip(r) = fault { Some(r) } else { None };
     let state = s.clone();
     let stream = async_stream_body(Bytes::from(data), cut, fault.clone(), drip, state);
-    let mut b = Response::builder()
-        .status(status)
-        .header(header::CONTENT_LENGTH, announced);
+    let mut b = Response::builder().status(status).header(header::CONTENT_LENGTH, announced);
     if status == StatusCode::PARTIAL_CONTENT {
-        b = b.header(
-            header::CONTENT_RANGE,
-            format!("bytes {from}-{}/{total}", total - 1),
-        );
+        b = b.header(header::CONTENT_RANGE, format!("bytes {from}-{}/{total}", total - 1));
     }
     b.body(Body::from_stream(stream)).unwrap()
 }
@@ -361,10 +297,7 @@ fn async_stream_body(
                         }
                         Fault::ResetAt(_) => {
                             return Some((
-                                Err(std::io::Error::new(
-                                    std::io::ErrorKind::ConnectionReset,
-                                    "reset",
-                                )),
+                                Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset")),
                                 (pos, true),
                             ))
                         }
@@ -442,21 +375,11 @@ impl Tender {
         tokio::spawn(async move {
             let _ = tender_server::serve(listener, a, std::future::pending()).await;
         });
-        Tender {
-            addr,
-            store,
-            app,
-            metrics,
-            dir,
-        }
+        Tender { addr, store, app, metrics, dir }
     }
 
     pub async fn in_front_of(fake: &FakeUpstream) -> Tender {
-        Tender::start(
-            vec![upstream_settings("ghcr.io", &fake.url())],
-            fast_settings(),
-        )
-        .await
+        Tender::start(vec![upstream_settings("ghcr.io", &fake.url())], fast_settings()).await
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -465,11 +388,7 @@ impl Tender {
 }
 
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap()
+    reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(60)).build().unwrap()
 }
 
 /// What one client got.
@@ -486,20 +405,12 @@ pub async fn get(url: &str, headers: &[(&str, &str)]) -> Got {
         req = req.header(*k, *v);
     }
     match req.send().await {
-        Err(e) => Got {
-            status: 0,
-            content_length: None,
-            body: Err(e.to_string()),
-        },
+        Err(e) => Got { status: 0, content_length: None, body: Err(e.to_string()) },
         Ok(r) => {
             let status = r.status().as_u16();
             let content_length = r.content_length();
             let body = r.bytes().await.map_err(|e| e.to_string());
-            Got {
-                status,
-                content_length,
-                body,
-            }
+            Got { status, content_length, body }
         }
     }
 }

@@ -1,0 +1,102 @@
+//! The Image Factory-compatible endpoint: `GET|HEAD /image/<schematic>/<version>/<asset>`.
+//! Assets outside the factory's grammar are refused before any outbound connection; the rest
+//! are fetched once, trusted on first use, and served with ranges and validators.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method};
+use axum::response::{IntoResponse, Response};
+use tender_catalog::asset::{safe_filename, AssetPath, Compression};
+use tender_fetch::flight::Claim;
+use tender_fetch::mirror::CacheResult;
+use tender_fetch::Container;
+use tender_oci::ErrorCode;
+
+use crate::access::AccessInfo;
+use crate::error::{ApiError, Subject};
+use crate::object::{self, Describe};
+use crate::AppState;
+
+fn container(c: Compression) -> Container {
+    match c {
+        Compression::None => Container::None,
+        Compression::Xz => Container::Xz,
+        Compression::Gz | Compression::TarGz => Container::Gz,
+        Compression::Zst => Container::Zst,
+    }
+}
+
+pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
+    let mut info = AccessInfo { route: "image", upstream: Some("image-factory".into()), ..AccessInfo::default() };
+    let result = serve(&app, req.method(), req.uri(), req.headers(), &mut info).await;
+    let mut resp = result.unwrap_or_else(IntoResponse::into_response);
+    resp.extensions_mut().insert(info);
+    resp
+}
+
+async fn serve(
+    app: &Arc<AppState>,
+    method: &Method,
+    uri: &axum::http::Uri,
+    headers: &HeaderMap,
+    info: &mut AccessInfo,
+) -> Result<Response, ApiError> {
+    if method != Method::GET && method != Method::HEAD {
+        return Err(ApiError::new(ErrorCode::Unsupported, "only GET and HEAD"));
+    }
+    let asset = AssetPath::parse(uri.path()).map_err(|e| ApiError::new(ErrorCode::NameUnknown, e.to_string()))?;
+    let filename =
+        match url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()).find(|(k, _)| k == "filename") {
+            Some((_, v)) => Some(safe_filename(&v).ok_or_else(|| {
+                ApiError::new(ErrorCode::NameInvalid, format!("filename {v:?} is not a plain file name"))
+            })?),
+            None => None,
+        };
+    let head = method == Method::HEAD;
+    let mirror = app.mirror();
+    let store = mirror.flights().store().clone();
+    let local = |e: tender_store::StoreError| ApiError::new(ErrorCode::Unknown, e.to_string());
+    let key = asset.key();
+    let mut describe = Describe {
+        content_type: "application/octet-stream".into(),
+        filename: Some(filename.unwrap_or_else(|| asset.asset.clone())),
+        ..Describe::default()
+    };
+    if let Some(t) = store.trust_get(&key).map_err(local)? {
+        if let Some((file, len)) = store.open_object(&t.digest).map_err(local)? {
+            info.cache = Some(CacheResult::Hit.as_str());
+            info.digest = Some(t.digest.to_string());
+            describe.etag_digest = Some(t.digest);
+            describe.last_modified = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(t.first_seen));
+            return object::stored(file, len, t.digest, &describe, headers, head);
+        }
+    }
+    if head {
+        info.cache = Some(CacheResult::Pass.as_str());
+        let size = mirror.asset_size(&asset.path()).await.map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?;
+        return object::head(&describe, size);
+    }
+    match mirror
+        .asset(&asset.path(), &key, container(asset.compression()))
+        .map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?
+    {
+        Claim::Stored(digest) => {
+            info.cache = Some(CacheResult::Hit.as_str());
+            let (file, len) = store
+                .open_object(&digest)
+                .map_err(local)?
+                .ok_or_else(|| ApiError::new(ErrorCode::BlobUnknown, "asset vanished"))?;
+            describe.etag_digest = Some(digest);
+            if let Some(t) = store.trust_get(&key).map_err(local)? {
+                describe.last_modified = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(t.first_seen));
+            }
+            object::stored(file, len, digest, &describe, headers, head)
+        }
+        Claim::Filling(fill) => {
+            info.cache = Some(CacheResult::Miss.as_str());
+            object::filling(fill, &store, &describe, headers, Subject::Blob).await
+        }
+    }
+}

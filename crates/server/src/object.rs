@@ -1,0 +1,185 @@
+//! Serving one object, stored or still filling: 200 / 206 / 304 / 416, `Content-Length`,
+//! `Accept-Ranges`, `ETag`, `Last-Modified`, conditional requests. Shared by registry blobs
+//! and Image Factory assets.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::Response;
+use tender_fetch::flight::{stored_reader, Fill, Phase};
+use tender_oci::{Digest, ErrorCode};
+use tender_store::Store;
+
+use crate::error::{ApiError, Subject};
+use crate::range::{self, RangeAsk};
+
+/// The headers that describe an object.
+#[derive(Debug, Clone, Default)]
+pub struct Describe {
+    pub content_type: String,
+    /// `Docker-Content-Digest` (registry blobs).
+    pub docker_digest: Option<Digest>,
+    /// The sha256 the object is known by, for the `ETag` (absent while an unverified asset fills).
+    pub etag_digest: Option<Digest>,
+    pub last_modified: Option<SystemTime>,
+    /// `Content-Disposition: attachment; filename=...`
+    pub filename: Option<String>,
+    pub immutable: bool,
+}
+
+impl Describe {
+    fn etag(&self) -> Option<String> {
+        self.etag_digest.map(|d| format!("\"{d}\""))
+    }
+
+    fn builder(&self) -> http::response::Builder {
+        let mut b =
+            Response::builder().header(header::CONTENT_TYPE, &self.content_type).header(header::ACCEPT_RANGES, "bytes");
+        if let Some(d) = &self.docker_digest {
+            b = b.header("docker-content-digest", d.to_string());
+        }
+        if let Some(e) = self.etag() {
+            b = b.header(header::ETAG, e);
+        }
+        if let Some(t) = self.last_modified {
+            b = b.header(header::LAST_MODIFIED, httpdate::fmt_http_date(t));
+        }
+        if let Some(f) = &self.filename {
+            b = b.header(header::CONTENT_DISPOSITION, format!("attachment; filename={f}"));
+        }
+        if self.immutable {
+            b = b.header(header::CACHE_CONTROL, "max-age=31536000, immutable");
+        }
+        b
+    }
+
+    /// `If-None-Match` (strong or weak comparison) or, without it, `If-Modified-Since`.
+    fn not_modified(&self, req: &HeaderMap) -> bool {
+        if let Some(inm) = req.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) {
+            let Some(tag) = self.etag() else { return false };
+            return inm.split(',').any(|t| {
+                let t = t.trim().trim_start_matches("W/");
+                t == "*" || t == tag
+            });
+        }
+        match (req.get(header::IF_MODIFIED_SINCE).and_then(|v| v.to_str().ok()), self.last_modified) {
+            (Some(since), Some(lm)) => httpdate::parse_http_date(since).is_ok_and(|s| truncate(lm) <= s),
+            _ => false,
+        }
+    }
+
+    /// Which part to send, honouring `If-Range` (an entity tag or a date).
+    fn ask(&self, req: &HeaderMap, total: u64) -> RangeAsk {
+        if let Some(ir) = req.get(header::IF_RANGE).and_then(|v| v.to_str().ok()) {
+            let ir = ir.trim();
+            let matches = if ir.starts_with('"') {
+                self.etag().is_some_and(|e| e == ir)
+            } else {
+                match (httpdate::parse_http_date(ir), self.last_modified) {
+                    (Ok(d), Some(lm)) => truncate(lm) == d,
+                    _ => false,
+                }
+            };
+            if !matches {
+                return RangeAsk::Full;
+            }
+        }
+        range::resolve(req.get(header::RANGE).and_then(|v| v.to_str().ok()), total)
+    }
+}
+
+/// HTTP dates have whole seconds.
+fn truncate(t: SystemTime) -> SystemTime {
+    let secs = t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs)
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(ErrorCode::Unknown, e.to_string())
+}
+
+pub fn unsatisfiable(total: u64) -> ApiError {
+    let mut e = ApiError::new(ErrorCode::RangeInvalid, format!("range not satisfiable for {total} bytes"));
+    e.content_range = Some(format!("bytes */{total}"));
+    e
+}
+
+/// Headers only: a `HEAD`, with the length when known.
+pub fn head(d: &Describe, len: Option<u64>) -> Result<Response, ApiError> {
+    let mut b = d.builder().status(StatusCode::OK);
+    if let Some(l) = len {
+        b = b.header(header::CONTENT_LENGTH, l);
+    }
+    b.body(Body::empty()).map_err(internal)
+}
+
+/// Serve a committed object.
+pub fn stored(
+    file: std::fs::File,
+    len: u64,
+    digest: Digest,
+    d: &Describe,
+    req: &HeaderMap,
+    is_head: bool,
+) -> Result<Response, ApiError> {
+    if d.not_modified(req) {
+        return d.builder().status(StatusCode::NOT_MODIFIED).body(Body::empty()).map_err(internal);
+    }
+    if is_head {
+        return head(d, Some(len));
+    }
+    match d.ask(req, len) {
+        RangeAsk::Unsatisfiable => Err(unsatisfiable(len)),
+        RangeAsk::Partial { start, end } => d
+            .builder()
+            .status(StatusCode::PARTIAL_CONTENT)
+            .header(header::CONTENT_LENGTH, end - start)
+            .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{len}", end - 1))
+            .body(Body::from_stream(stored_reader(file, len, digest, start, end)))
+            .map_err(internal),
+        RangeAsk::Full => d
+            .builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_LENGTH, len)
+            .body(Body::from_stream(stored_reader(file, len, digest, 0, len)))
+            .map_err(internal),
+    }
+}
+
+/// Serve an object that is being filled: headers as soon as the upstream answered, bytes as
+/// they arrive, the final byte of a full body only after verification.
+pub async fn filling(
+    fill: Arc<Fill>,
+    store: &Store,
+    d: &Describe,
+    req: &HeaderMap,
+    subject: Subject,
+) -> Result<Response, ApiError> {
+    let state = fill.started().await;
+    if let Phase::Failed(e) = &state.phase {
+        return Err(ApiError::from_fetch(e, subject));
+    }
+    let reader = |start, end, withhold| fill.reader(store, start, end, withhold).map_err(internal);
+    let Some(total) = state.total else {
+        // No size from the upstream: a chunked body that only ends once the object verified.
+        return d.builder().status(StatusCode::OK).body(Body::from_stream(reader(0, None, true)?)).map_err(internal);
+    };
+    match d.ask(req, total) {
+        RangeAsk::Unsatisfiable => Err(unsatisfiable(total)),
+        RangeAsk::Partial { start, end } => d
+            .builder()
+            .status(StatusCode::PARTIAL_CONTENT)
+            .header(header::CONTENT_LENGTH, end - start)
+            .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{total}", end - 1))
+            .body(Body::from_stream(reader(start, Some(end), false)?))
+            .map_err(internal),
+        RangeAsk::Full => d
+            .builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_LENGTH, total)
+            .body(Body::from_stream(reader(0, Some(total), true)?))
+            .map_err(internal),
+    }
+}
