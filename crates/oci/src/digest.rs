@@ -40,16 +40,11 @@ impl Digest {
 
     /// Parse 64 lowercase hex characters (no algorithm prefix).
     pub fn from_hex(hex_str: &str) -> Result<Digest, DigestError> {
-        if hex_str.len() != 64
-            || !hex_str
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
+        if hex_str.len() != 64 || !hex_str.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
             return Err(DigestError::BadHex(hex_str.to_string()));
         }
         let mut out = [0u8; 32];
-        hex::decode_to_slice(hex_str, &mut out)
-            .map_err(|_| DigestError::BadHex(hex_str.to_string()))?;
+        hex::decode_to_slice(hex_str, &mut out).map_err(|_| DigestError::BadHex(hex_str.to_string()))?;
         Ok(Digest(out))
     }
 }
@@ -102,10 +97,7 @@ mod tests {
     #[test]
     fn should_round_trip_known_digest() {
         let d = Digest::of(b"");
-        assert_eq!(
-            d.to_string(),
-            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-        );
+        assert_eq!(d.to_string(), "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
         assert_eq!(d.to_string().parse::<Digest>().unwrap(), d);
     }
 

@@ -21,12 +21,7 @@ impl AcceptList {
         let mut out = AcceptList::default();
         for header in headers {
             for item in header.split(',') {
-                let ty = item
-                    .split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_ascii_lowercase();
+                let ty = item.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
                 if ty.is_empty() {
                     continue;
                 }
@@ -47,21 +42,12 @@ impl AcceptList {
 
     /// Whether a manifest of `media_type` may be returned to this client.
     pub fn accepts(&self, media_type: &str) -> bool {
-        self.is_open()
-            || self
-                .types
-                .iter()
-                .any(|t| t.eq_ignore_ascii_case(media_type))
+        self.is_open() || self.types.iter().any(|t| t.eq_ignore_ascii_case(media_type))
     }
 
     /// The `Accept` value to send upstream: the client's manifest types, or all of ours.
     pub fn upstream_header(&self) -> String {
-        let named: Vec<&str> = self
-            .types
-            .iter()
-            .map(String::as_str)
-            .filter(|t| is_manifest(t))
-            .collect();
+        let named: Vec<&str> = self.types.iter().map(String::as_str).filter(|t| is_manifest(t)).collect();
         if named.is_empty() || self.wildcard {
             ALL_MANIFESTS.join(", ")
         } else {
@@ -72,9 +58,7 @@ impl AcceptList {
 
 /// Whether `media_type` is one of the manifest types tender serves.
 pub fn is_manifest(media_type: &str) -> bool {
-    ALL_MANIFESTS
-        .iter()
-        .any(|m| m.eq_ignore_ascii_case(media_type))
+    ALL_MANIFESTS.iter().any(|m| m.eq_ignore_ascii_case(media_type))
 }
 
 /// The media type a manifest declares in its own `mediaType` field, if any.
@@ -113,10 +97,7 @@ mod tests {
         assert!(a.accepts(DOCKER_MANIFEST));
         assert!(a.accepts(OCI_MANIFEST));
         assert!(!a.accepts(OCI_INDEX));
-        assert_eq!(
-            a.upstream_header(),
-            format!("{DOCKER_MANIFEST}, {OCI_MANIFEST}")
-        );
+        assert_eq!(a.upstream_header(), format!("{DOCKER_MANIFEST}, {OCI_MANIFEST}"));
     }
 
     #[test]
@@ -127,17 +108,10 @@ mod tests {
 
     #[test]
     fn should_infer_media_type_from_body() {
+        assert_eq!(declared_media_type(br#"{"schemaVersion":2,"manifests":[]}"#).as_deref(), Some(OCI_INDEX));
+        assert_eq!(declared_media_type(br#"{"schemaVersion":2,"layers":[]}"#).as_deref(), Some(OCI_MANIFEST));
         assert_eq!(
-            declared_media_type(br#"{"schemaVersion":2,"manifests":[]}"#).as_deref(),
-            Some(OCI_INDEX)
-        );
-        assert_eq!(
-            declared_media_type(br#"{"schemaVersion":2,"layers":[]}"#).as_deref(),
-            Some(OCI_MANIFEST)
-        );
-        assert_eq!(
-            declared_media_type(format!(r#"{{"mediaType":"{DOCKER_LIST}"}}"#).as_bytes())
-                .as_deref(),
+            declared_media_type(format!(r#"{{"mediaType":"{DOCKER_LIST}"}}"#).as_bytes()).as_deref(),
             Some(DOCKER_LIST)
         );
         assert_eq!(declared_media_type(b"<html>"), None);

@@ -139,8 +139,7 @@ impl FromStr for Tag {
         let ok = !b.is_empty()
             && b.len() <= MAX_TAG_LEN
             && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
-            && b.iter()
-                .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
+            && b.iter().all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
         if ok {
             Ok(Tag(s.to_string()))
         } else {
@@ -220,8 +219,8 @@ mod tests {
     #[test]
     fn should_refuse_invalid_names() {
         for bad in [
-            "", "A", "a/", "/a", "a//b", "..", "../etc", "a/../b", "a/./b", "a___b", "a.-b", "-a",
-            "a-", "a%2fb", "a b", "a\nb", "a\\b", "ä",
+            "", "A", "a/", "/a", "a//b", "..", "../etc", "a/../b", "a/./b", "a___b", "a.-b", "-a", "a-", "a%2fb",
+            "a b", "a\nb", "a\\b", "ä",
         ] {
             assert!(bad.parse::<RepoName>().is_err(), "{bad:?} must be refused");
         }

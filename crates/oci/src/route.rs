@@ -46,41 +46,26 @@ impl Route {
             .or_else(|| if path == "/v2" { Some("") } else { None })
             .ok_or_else(|| RouteError::NotFound(path.to_string()))?;
         if rest.is_empty() {
-            return Ok(Route {
-                name: None,
-                kind: RouteKind::Base,
-            });
+            return Ok(Route { name: None, kind: RouteKind::Base });
         }
         let name = |s: &str| s.parse::<RepoName>().map_err(RouteError::Name);
         if let Some(n) = rest.strip_suffix("/tags/list") {
-            return Ok(Route {
-                name: Some(name(n)?),
-                kind: RouteKind::TagsList,
-            });
+            return Ok(Route { name: Some(name(n)?), kind: RouteKind::TagsList });
         }
         if rest.contains("/blobs/uploads") {
             return Err(RouteError::Unsupported);
         }
         if let Some((n, r)) = rest.rsplit_once("/manifests/") {
             let reference = r.parse::<Reference>().map_err(RouteError::Reference)?;
-            return Ok(Route {
-                name: Some(name(n)?),
-                kind: RouteKind::Manifest(reference),
-            });
+            return Ok(Route { name: Some(name(n)?), kind: RouteKind::Manifest(reference) });
         }
         if let Some((n, d)) = rest.rsplit_once("/blobs/") {
             let digest = d.parse::<Digest>().map_err(RouteError::Digest)?;
-            return Ok(Route {
-                name: Some(name(n)?),
-                kind: RouteKind::Blob(digest),
-            });
+            return Ok(Route { name: Some(name(n)?), kind: RouteKind::Blob(digest) });
         }
         if let Some((n, d)) = rest.rsplit_once("/referrers/") {
             let digest = d.parse::<Digest>().map_err(RouteError::Digest)?;
-            return Ok(Route {
-                name: Some(name(n)?),
-                kind: RouteKind::Referrers(digest),
-            });
+            return Ok(Route { name: Some(name(n)?), kind: RouteKind::Referrers(digest) });
         }
         Err(RouteError::NotFound(path.to_string()))
     }
@@ -98,11 +83,7 @@ mod tests {
         let got = Route::parse(path);
         match (got, expect) {
             (Ok(r), Ok((name, kind))) => {
-                assert_eq!(
-                    r.name.as_ref().map(|n| n.as_str()).unwrap_or(""),
-                    name,
-                    "{path}"
-                );
+                assert_eq!(r.name.as_ref().map(|n| n.as_str()).unwrap_or(""), name, "{path}");
                 let k = match r.kind {
                     RouteKind::Base => "base".to_string(),
                     RouteKind::Manifest(re) => format!("manifest {re}"),
@@ -130,28 +111,16 @@ mod tests {
     fn should_parse_pull_api_paths() {
         check("/v2/", Ok(("", "base")));
         check("/v2", Ok(("", "base")));
-        check(
-            "/v2/library/alpine/manifests/3.20",
-            Ok(("library/alpine", "manifest 3.20")),
-        );
-        check(
-            &format!("/v2/a/manifests/{D}"),
-            Ok(("a", &format!("manifest {D}"))),
-        );
+        check("/v2/library/alpine/manifests/3.20", Ok(("library/alpine", "manifest 3.20")));
+        check(&format!("/v2/a/manifests/{D}"), Ok(("a", &format!("manifest {D}"))));
         check(
             &format!("/v2/ghcr.io/siderolabs/kubelet/blobs/{D}"),
             Ok(("ghcr.io/siderolabs/kubelet", &format!("blob {D}"))),
         );
         check("/v2/a/b/tags/list", Ok(("a/b", "tags")));
-        check(
-            &format!("/v2/a/referrers/{D}"),
-            Ok(("a", &format!("referrers {D}"))),
-        );
+        check(&format!("/v2/a/referrers/{D}"), Ok(("a", &format!("referrers {D}"))));
         // a repository may itself be called "manifests"
-        check(
-            "/v2/x/manifests/manifests/latest",
-            Ok(("x/manifests", "manifest latest")),
-        );
+        check("/v2/x/manifests/manifests/latest", Ok(("x/manifests", "manifest latest")));
     }
 
     #[test]

@@ -92,29 +92,13 @@ fn should_print_talos_documents_for_registries() {
         None,
     );
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert_eq!(
-        kinds(&stdout(&o)),
-        ["RegistryMirrorConfig", "RegistryMirrorConfig"]
-    );
+    assert_eq!(kinds(&stdout(&o)), ["RegistryMirrorConfig", "RegistryMirrorConfig"]);
     let legacy = tender(
-        &[
-            "render",
-            "registries",
-            "--mirror",
-            "http://m:5000",
-            "--registry",
-            "*",
-            "--talos-version",
-            "v1.11.6",
-        ],
+        &["render", "registries", "--mirror", "http://m:5000", "--registry", "*", "--talos-version", "v1.11.6"],
         None,
     );
     assert_eq!(code(&legacy), 0, "{}", stderr(&legacy));
-    assert!(
-        stdout(&legacy).contains("machine:\n  registries:\n    mirrors:\n      '*':"),
-        "{}",
-        stdout(&legacy)
-    );
+    assert!(stdout(&legacy).contains("machine:\n  registries:\n    mirrors:\n      '*':"), "{}", stdout(&legacy));
 }
 
 #[test]
@@ -154,30 +138,15 @@ fn should_write_containerd_hosts_files_with_owner_only_secrets() {
     assert_eq!(host["capabilities"].as_array().unwrap().len(), 2);
     assert_eq!(host["ca"].as_str(), Some("ca.crt"));
     // base64("puller:s3cret"): the trailing newline of the password file is not part of it.
-    assert_eq!(
-        host["header"]["Authorization"].as_str(),
-        Some("Basic cHVsbGVyOnMzY3JldA==")
-    );
-    assert_eq!(
-        std::fs::read_to_string(out.join("ghcr.io/ca.crt")).unwrap(),
-        CA
-    );
+    assert_eq!(host["header"]["Authorization"].as_str(), Some("Basic cHVsbGVyOnMzY3JldA=="));
+    assert_eq!(std::fs::read_to_string(out.join("ghcr.io/ca.crt")).unwrap(), CA);
     assert!(out.join("_default/hosts.toml").exists());
-    assert!(!std::fs::read_to_string(out.join("_default/hosts.toml"))
-        .unwrap()
-        .contains("server"));
+    assert!(!std::fs::read_to_string(out.join("_default/hosts.toml")).unwrap().contains("server"));
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(out.join("ghcr.io/hosts.toml"))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(
-            mode & 0o077,
-            0,
-            "hosts.toml with credentials must be owner-only: {mode:o}"
-        );
+        let mode = std::fs::metadata(out.join("ghcr.io/hosts.toml")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "hosts.toml with credentials must be owner-only: {mode:o}");
     }
     assert!(stdout(&o).contains("ghcr.io/hosts.toml"));
 }
@@ -203,12 +172,8 @@ fn should_route_everything_to_the_mirror_alone_with_skip_fallback() {
     );
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let parsed: toml::Table =
-        toml::from_str(&std::fs::read_to_string(dir.path().join("ghcr.io/hosts.toml")).unwrap())
-            .unwrap();
-    assert_eq!(
-        parsed["server"].as_str(),
-        Some("http://tender:5000/v2/ghcr")
-    );
+        toml::from_str(&std::fs::read_to_string(dir.path().join("ghcr.io/hosts.toml")).unwrap()).unwrap();
+    assert_eq!(parsed["server"].as_str(), Some("http://tender:5000/v2/ghcr"));
     assert_eq!(parsed["override_path"].as_bool(), Some(true));
     assert!(parsed.get("host").is_none());
 }
@@ -216,39 +181,12 @@ fn should_route_everything_to_the_mirror_alone_with_skip_fallback() {
 #[test]
 fn should_exit_2_for_bad_registries_flags() {
     for args in [
-        vec![
-            "--mirror",
-            "http://m:5000",
-            "--registry",
-            "ghcr.io",
-            "--registry",
-            "ghcr.io",
-        ],
+        vec!["--mirror", "http://m:5000", "--registry", "ghcr.io", "--registry", "ghcr.io"],
         vec!["--mirror", "m:5000", "--registry", "ghcr.io"],
         vec!["--mirror", "http://m:5000", "--registry", "GHCR.IO"],
-        vec![
-            "--mirror",
-            "http://m:5000",
-            "--registry",
-            "ghcr.io",
-            "--format",
-            "containerd",
-        ],
-        vec![
-            "--mirror",
-            "http://m:5000",
-            "--registry",
-            "ghcr.io",
-            "--talos-version",
-            "1.13",
-        ],
-        vec![
-            "--mirror",
-            "http://m:5000",
-            "--registry",
-            "ghcr.io",
-            "--insecure-skip-verify",
-        ],
+        vec!["--mirror", "http://m:5000", "--registry", "ghcr.io", "--format", "containerd"],
+        vec!["--mirror", "http://m:5000", "--registry", "ghcr.io", "--talos-version", "1.13"],
+        vec!["--mirror", "http://m:5000", "--registry", "ghcr.io", "--insecure-skip-verify"],
         vec!["--mirror", "http://m:5000"],
     ] {
         let mut full = vec!["render", "registries"];
@@ -261,19 +199,12 @@ fn should_exit_2_for_bad_registries_flags() {
 #[test]
 fn should_exit_2_for_builtin_without_cluster_state_naming_the_flag() {
     let dir = tempfile::tempdir().unwrap();
-    let pool = write(
-        dir.path(),
-        "pool.yaml",
-        &format!("{POOL}osImage:\n  builtin: {{}}\n"),
-    );
+    let pool = write(dir.path(), "pool.yaml", &format!("{POOL}osImage:\n  builtin: {{}}\n"));
     let o = tender(&["render", "pool", "-f", &pool], None);
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("--cluster-state"), "{}", stderr(&o));
     assert!(stdout(&o).is_empty());
-    let skipped = tender(
-        &["render", "pool", "-f", &pool, "--skip-cluster-checks"],
-        None,
-    );
+    let skipped = tender(&["render", "pool", "-f", &pool, "--skip-cluster-checks"], None);
     assert_eq!(code(&skipped), 0, "{}", stderr(&skipped));
     assert!(stderr(&skipped).contains("warning"), "{}", stderr(&skipped));
 }
@@ -281,67 +212,31 @@ fn should_exit_2_for_builtin_without_cluster_state_naming_the_flag() {
 #[test]
 fn should_render_builtin_with_the_cluster_state_piped_in() {
     let dir = tempfile::tempdir().unwrap();
-    let pool = write(
-        dir.path(),
-        "pool.yaml",
-        &format!("{POOL}osImage:\n  builtin: {{}}\n"),
-    );
-    let o = tender(
-        &["render", "pool", "-f", &pool, "--cluster-state", "-"],
-        Some(STATE),
-    );
+    let pool = write(dir.path(), "pool.yaml", &format!("{POOL}osImage:\n  builtin: {{}}\n"));
+    let o = tender(&["render", "pool", "-f", &pool, "--cluster-state", "-"], Some(STATE));
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let text = stdout(&o);
     assert_eq!(
         kinds(&text),
-        [
-            "KubevirtMachineTemplate",
-            "MachineDeployment",
-            "MachineHealthCheck",
-            "TalosConfigTemplate"
-        ]
+        ["KubevirtMachineTemplate", "MachineDeployment", "MachineHealthCheck", "TalosConfigTemplate"]
     );
-    assert!(
-        text.contains(&format!("name: talos-worker-{SCHEMATIC}-v1.13.6")),
-        "{text}"
-    );
+    assert!(text.contains(&format!("name: talos-worker-{SCHEMATIC}-v1.13.6")), "{text}");
     // The pool file can come from standard input too, but not both.
-    let both = tender(
-        &["render", "pool", "-f", "-", "--cluster-state", "-"],
-        Some(POOL),
-    );
+    let both = tender(&["render", "pool", "-f", "-", "--cluster-state", "-"], Some(POOL));
     assert_eq!(code(&both), 2);
 }
 
 #[test]
 fn should_exit_1_naming_the_rule_value_and_fix() {
     let dir = tempfile::tempdir().unwrap();
-    let pool = write(
-        dir.path(),
-        "pool.yaml",
-        &format!("{POOL}talos:\n  version: v1.13\n"),
-    );
+    let pool = write(dir.path(), "pool.yaml", &format!("{POOL}talos:\n  version: v1.13\n"));
     let o = tender(&["render", "pool", "-f", &pool], None);
     assert_eq!(code(&o), 1);
     let err = stderr(&o);
-    assert!(
-        err.contains("R-7") && err.contains("\"v1.13\"") && err.contains("fix:"),
-        "{err}"
-    );
-    let state = write(
-        dir.path(),
-        "state.yaml",
-        "apiVersion: v1\nkind: List\nitems: []\n",
-    );
-    let builtin = write(
-        dir.path(),
-        "builtin.yaml",
-        &format!("{POOL}osImage:\n  builtin: {{}}\n"),
-    );
-    let o = tender(
-        &["render", "pool", "-f", &builtin, "--cluster-state", &state],
-        None,
-    );
+    assert!(err.contains("R-7") && err.contains("\"v1.13\"") && err.contains("fix:"), "{err}");
+    let state = write(dir.path(), "state.yaml", "apiVersion: v1\nkind: List\nitems: []\n");
+    let builtin = write(dir.path(), "builtin.yaml", &format!("{POOL}osImage:\n  builtin: {{}}\n"));
+    let o = tender(&["render", "pool", "-f", &builtin, "--cluster-state", &state], None);
     assert_eq!(code(&o), 1);
     assert!(stderr(&o).contains("R-1"), "{}", stderr(&o));
 }
@@ -349,20 +244,13 @@ fn should_exit_1_naming_the_rule_value_and_fix() {
 #[test]
 fn should_exit_2_for_malformed_or_missing_files() {
     let dir = tempfile::tempdir().unwrap();
-    let unknown = write(
-        dir.path(),
-        "pool.yaml",
-        &format!("{POOL}ephemeralStorage: 20Gi\n"),
-    );
+    let unknown = write(dir.path(), "pool.yaml", &format!("{POOL}ephemeralStorage: 20Gi\n"));
     let o = tender(&["render", "pool", "-f", &unknown], None);
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("ephemeralStorage"), "{}", stderr(&o));
     let o = tender(&["render", "pool", "-f", "/nonexistent/pool.yaml"], None);
     assert_eq!(code(&o), 2);
-    let o = tender(
-        &["render", "pool", "-f", &unknown.replace("pool.yaml", "x")],
-        None,
-    );
+    let o = tender(&["render", "pool", "-f", &unknown.replace("pool.yaml", "x")], None);
     assert_eq!(code(&o), 2);
     let o = tender(&["render"], None);
     assert_eq!(code(&o), 2);
@@ -374,7 +262,9 @@ fn should_print_only_the_talos_patches_with_format_patch() {
     let pool = write(
         dir.path(),
         "pool.yaml",
-        &format!("{POOL}talos:\n  registryMirrors:\n    ghcr.io: {{endpoints: [http://tender.kube-system.svc:5000]}}\n"),
+        &format!(
+            "{POOL}talos:\n  registryMirrors:\n    ghcr.io: {{endpoints: [http://tender.kube-system.svc:5000]}}\n"
+        ),
     );
     let o = tender(&["render", "pool", "-f", &pool, "--format", "patch"], None);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -390,17 +280,8 @@ fn should_render_the_catalog_and_refuse_zstd() {
         "tender.yaml",
         &format!("listen: 0.0.0.0:5000\nimageFactory: https://factory.talos.dev\ncatalog:\n  dir: ./goldens\n  images:\n  - schematic: {SCHEMATIC}\n    version: v1.13.6\n"),
     );
-    let o = tender(
-        &[
-            "render",
-            "catalog",
-            "--config",
-            &config,
-            "--source-url",
-            "http://tender.kube-system.svc:5000",
-        ],
-        None,
-    );
+    let o =
+        tender(&["render", "catalog", "--config", &config, "--source-url", "http://tender.kube-system.svc:5000"], None);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let text = stdout(&o);
     assert_eq!(kinds(&text), ["DataVolume"]);
@@ -408,15 +289,16 @@ fn should_render_the_catalog_and_refuse_zstd() {
     assert!(text.contains(&format!(
         "url: http://tender.kube-system.svc:5000/image/{SCHEMATIC}/v1.13.6/openstack-amd64.raw.xz"
     )));
-    let zst = write(dir.path(), "zst.yaml", &format!("catalog:\n  images:\n  - {{schematic: {SCHEMATIC}, version: v1.13.6, format: raw.zst}}\n"));
+    let zst = write(
+        dir.path(),
+        "zst.yaml",
+        &format!("catalog:\n  images:\n  - {{schematic: {SCHEMATIC}, version: v1.13.6, format: raw.zst}}\n"),
+    );
     let o = tender(&["render", "catalog", "--config", &zst], None);
     assert_eq!(code(&o), 1);
     assert!(stderr(&o).contains("zstd"), "{}", stderr(&o));
     let strict = write(dir.path(), "strict.yaml", "catalog:\n  imagez: []\n");
-    assert_eq!(
-        code(&tender(&["render", "catalog", "--config", &strict], None)),
-        2
-    );
+    assert_eq!(code(&tender(&["render", "catalog", "--config", &strict], None)), 2);
 }
 
 #[test]
@@ -424,10 +306,7 @@ fn should_render_identical_bytes_on_every_run() {
     let dir = tempfile::tempdir().unwrap();
     let pool = write(dir.path(), "pool.yaml", POOL);
     let a = tender(&["render", "pool", "-f", &pool], None);
-    let b = tender(
-        &["render", "pool", "-f", &pool, "--cluster-state", "-"],
-        Some(STATE),
-    );
+    let b = tender(&["render", "pool", "-f", &pool, "--cluster-state", "-"], Some(STATE));
     assert_eq!(code(&a), 0);
     assert_eq!(a.stdout, b.stdout);
     assert!(stdout(&a).contains("name: kubernetes-test-md0-da9ead"));
