@@ -358,6 +358,14 @@ pub fn upstream_settings(name: &str, url: &str) -> UpstreamSettings {
 
 impl Tender {
     pub async fn start(upstreams: Vec<UpstreamSettings>, settings: FetchSettings) -> Tender {
+        Tender::start_with_factory(upstreams, None, settings).await
+    }
+
+    pub async fn start_with_factory(
+        upstreams: Vec<UpstreamSettings>,
+        factory: Option<String>,
+        settings: FetchSettings,
+    ) -> Tender {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path(), OpenMode::Exclusive).unwrap());
         let metrics = FetchMetrics::default();
@@ -367,7 +375,14 @@ impl Tender {
             .map(|u| Arc::new(Upstream::new(u, settings.clone(), metrics.clone()).unwrap()))
             .collect::<Vec<_>>();
         let default = ups.first().map(|u| u.name().to_string());
-        let mirror = Mirror::new(ups, default, flights, settings);
+        let mirror = match factory {
+            Some(url) => {
+                let f =
+                    Upstream::new(upstream_settings("image-factory", &url), settings.clone(), metrics.clone()).unwrap();
+                Mirror::with_image_factory(ups, default, Arc::new(f), flights, settings)
+            }
+            None => Mirror::new(ups, default, flights, settings),
+        };
         let app = AppState::new(mirror, Arc::new(ServerMetrics::new(&metrics)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
