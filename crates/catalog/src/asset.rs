@@ -228,6 +228,7 @@ pub fn safe_filename(name: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::expect_used, reason = "tests")]
     use super::*;
     use proptest::prelude::*;
 
