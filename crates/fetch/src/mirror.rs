@@ -459,19 +459,6 @@ fn parse_content_range(v: &str) -> Option<(u64, Option<u64>)> {
     Some((start.trim().parse().ok()?, total))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn should_parse_content_range() {
-        assert_eq!(parse_content_range("bytes 100-199/1000"), Some((100, Some(1000))));
-        assert_eq!(parse_content_range("bytes 5-9/*"), Some((5, None)));
-        assert_eq!(parse_content_range("bytes */1000"), None);
-        assert_eq!(parse_content_range("items 1-2/3"), None);
-    }
-}
-
 /// The Image Factory side: OS image assets through the same fills.
 impl Mirror {
     /// A mirror that also serves `/image/...` assets from `image_factory`.
@@ -514,5 +501,18 @@ impl Mirror {
     pub async fn asset_size(&self, path: &str) -> Result<Option<u64>, FetchError> {
         let resp = self.factory()?.request(Method::HEAD, path, HeaderMap::new(), None).await?;
         Ok(resp.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn should_parse_content_range() {
+        assert_eq!(parse_content_range("bytes 100-199/1000"), Some((100, Some(1000))));
+        assert_eq!(parse_content_range("bytes 5-9/*"), Some((5, None)));
+        assert_eq!(parse_content_range("bytes */1000"), None);
+        assert_eq!(parse_content_range("items 1-2/3"), None);
     }
 }
