@@ -8,6 +8,7 @@
 //! meta/sha256/ab/<hex>.json  media type and size of a manifest object
 //! tags/ab/<key>.json      tag -> digest records (upstream, repository, tag, fetched time)
 //! trust/<key>.json        first verified sha256 of each OS image asset (never evicted)
+//! pins/<hex>.json         objects kept out of eviction (prefetch --pin)
 //! spool/<key>.part        fills in progress; resumed or removed after a crash
 //! quarantine/             objects fsck found corrupt (moved aside, never deleted)
 //! ```

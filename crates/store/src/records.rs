@@ -129,6 +129,45 @@ impl Store {
         Ok(out)
     }
 
+    fn pin_path(&self, digest: &Digest) -> PathBuf {
+        self.root().join("pins").join(format!("{}.json", digest.hex()))
+    }
+
+    /// Keep `digest` out of eviction (`tender prefetch --pin`).
+    pub fn pin(&self, digest: &Digest, reason: &str) -> Result<(), StoreError> {
+        let body = serde_json::json!({ "digest": digest, "pinnedAt": now_secs(), "reason": reason });
+        let bytes = serde_json::to_vec_pretty(&body).map_err(|e| self.err(io::Error::other(e)))?;
+        write_atomic(&self.pin_path(digest), &bytes).map_err(|e| self.err(e))
+    }
+
+    pub fn unpin(&self, digest: &Digest) -> Result<bool, StoreError> {
+        match fs::remove_file(self.pin_path(digest)) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    pub fn is_pinned(&self, digest: &Digest) -> bool {
+        self.pin_path(digest).exists()
+    }
+
+    /// Every pinned digest.
+    pub fn pins(&self) -> Result<Vec<Digest>, StoreError> {
+        let dir = self.root().join("pins");
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(self.err(e)),
+        };
+        let mut out: Vec<Digest> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").and_then(|h| Digest::from_hex(h).ok()))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
     pub fn meta_get(&self, digest: &Digest) -> Result<Option<ManifestMeta>, StoreError> {
         read_json(&self.meta_path(digest)).map_err(|e| self.err(e))
     }

@@ -89,7 +89,9 @@ pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
     };
     let store = open(&dir, if args.dry_run { OpenMode::ReadOnly } else { OpenMode::Exclusive })?;
     // No server holds the directory (the lock says so), so every spool file is an orphan.
-    let plan = store.gc_plan(cap, Duration::ZERO, &|_| false).map_err(|e| Failure::problem(e.to_string()))?;
+    let pins = store.pins().map_err(|e| Failure::problem(e.to_string()))?;
+    let plan =
+        store.gc_plan(cap, Duration::ZERO, &|d| pins.contains(d)).map_err(|e| Failure::problem(e.to_string()))?;
     let verb = if args.dry_run { "would free" } else { "freed" };
     if args.dry_run {
         for o in &plan.evict {

@@ -194,8 +194,9 @@ fn spawn_gc(settings: &Settings, flights: Arc<Flights>) {
             let result = tokio::task::spawn_blocking(move || {
                 let active = flights.active_keys();
                 let store = flights.store();
-                let plan =
-                    store.gc_plan(Some(cap), Duration::from_secs(24 * 3600), &|d| active.contains(&d.to_string()))?;
+                let plan = store.gc_plan(Some(cap), Duration::from_secs(24 * 3600), &|d| {
+                    active.contains(&d.to_string()) || store.is_pinned(d)
+                })?;
                 store.gc_apply(&plan)
             })
             .await;
