@@ -28,6 +28,8 @@ pub struct Upstream {
     policy: Arc<AddressPolicy>,
     tokens: Mutex<HashMap<(String, String), (String, Instant)>>,
     metrics: FetchMetrics,
+    /// -1 never asked, 0 down, 1 up: the last outcome.
+    health: std::sync::atomic::AtomicI8,
 }
 
 /// Which addresses a redirect or token realm may lead to.
@@ -263,11 +265,27 @@ impl Upstream {
             builder = builder.proxy(p);
         }
         let client = builder.build().map_err(|e| bad(format!("cannot build HTTP client: {e}")))?;
-        Ok(Upstream { settings, fetch, client, policy, tokens: Mutex::new(HashMap::new()), metrics })
+        Ok(Upstream {
+            settings,
+            fetch,
+            client,
+            policy,
+            tokens: Mutex::new(HashMap::new()),
+            metrics,
+            health: std::sync::atomic::AtomicI8::new(-1),
+        })
     }
 
     pub fn name(&self) -> &str {
         &self.settings.name
+    }
+
+    /// The last outcome: `Some(true)` up, `Some(false)` down, `None` not asked yet.
+    pub fn health(&self) -> Option<bool> {
+        match self.health.load(std::sync::atomic::Ordering::Relaxed) {
+            -1 => None,
+            v => Some(v == 1),
+        }
     }
 
     pub fn settings(&self) -> &UpstreamSettings {
@@ -370,6 +388,7 @@ impl Upstream {
             Ok(Ok(r)) => {
                 let up = i64::from(!r.status().is_server_error());
                 self.metrics.upstream_up.get_or_create(&self.policy.label()).set(up);
+                self.health.store(up as i8, std::sync::atomic::Ordering::Relaxed);
                 Ok(r)
             }
             Ok(Err(e)) => Err(self.count(FetchError::from_reqwest(self.name(), &e))),
@@ -384,6 +403,7 @@ impl Upstream {
     fn count(&self, e: FetchError) -> FetchError {
         if e.is_upstream_down() {
             self.metrics.upstream_up.get_or_create(&self.policy.label()).set(0);
+            self.health.store(0, std::sync::atomic::Ordering::Relaxed);
         }
         let kind = format!("{:?}", e.kind).to_ascii_lowercase();
         self.metrics

@@ -22,6 +22,10 @@ pub struct AccessInfo {
     pub upstream: Option<String>,
     pub cache: Option<&'static str>,
     pub digest: Option<String>,
+    /// `<upstream>/<repository>` for registry requests, for the served statistics.
+    pub repository: Option<String>,
+    /// Keep what this request fetched out of eviction (a prefetch with `X-Tender-Pin: 1`).
+    pub pin: bool,
 }
 
 /// The OCI error code of an error response.

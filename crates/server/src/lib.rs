@@ -9,6 +9,8 @@ pub mod metrics;
 pub mod object;
 pub mod range;
 mod registry;
+pub mod served;
+mod status;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -29,11 +31,12 @@ pub use metrics::ServerMetrics;
 pub struct AppState {
     mirror: RwLock<Arc<Mirror>>,
     metrics: Arc<ServerMetrics>,
+    sizes: status::SizeCache,
 }
 
 impl AppState {
     pub fn new(mirror: Arc<Mirror>, metrics: Arc<ServerMetrics>) -> Arc<AppState> {
-        Arc::new(AppState { mirror: RwLock::new(mirror), metrics })
+        Arc::new(AppState { mirror: RwLock::new(mirror), metrics, sizes: status::SizeCache::default() })
     }
 
     pub fn mirror(&self) -> Arc<Mirror> {
@@ -54,6 +57,11 @@ impl AppState {
     pub fn metrics(&self) -> &Arc<ServerMetrics> {
         &self.metrics
     }
+
+    /// The catalog section of the status page, when a catalog is attached.
+    fn catalog_html(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The whole HTTP surface.
@@ -67,9 +75,29 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/", get(status::page))
+        .route("/api/v1/served", get(served_handler))
         .fallback(not_found)
         .with_state(app)
         .layer(axum::middleware::from_fn_with_state(metrics, access::layer))
+}
+
+#[derive(serde::Deserialize)]
+struct ServedQuery {
+    repository: Option<String>,
+}
+
+/// `GET /api/v1/served?repository=ghcr.io/siderolabs/kubelet`: whether and how often workers
+/// pulled it; without `repository`, every repository.
+async fn served_handler(
+    State(app): State<Arc<AppState>>,
+    axum::extract::Query(q): axum::extract::Query<ServedQuery>,
+) -> axum::response::Response {
+    let served = &app.metrics.served;
+    match q.repository {
+        Some(r) => axum::Json(served.get(&r)).into_response(),
+        None => axum::Json(served.snapshot()).into_response(),
+    }
 }
 
 /// Anything else: a real 404 with an OCI error body, never a page that looks like success.

@@ -13,6 +13,8 @@ type Labels = Vec<(String, String)>;
 
 #[derive(Debug)]
 pub struct ServerMetrics {
+    /// Per-repository accounting of worker pulls.
+    pub served: crate::served::Served,
     requests: Family<Labels, Counter>,
     bytes_served: Family<Labels, Counter>,
     cache: Family<Labels, Counter>,
@@ -37,7 +39,7 @@ impl ServerMetrics {
             duration.clone(),
         );
         fetch.register(&mut registry);
-        ServerMetrics { requests, bytes_served, cache, duration, registry }
+        ServerMetrics { served: crate::served::Served::default(), requests, bytes_served, cache, duration, registry }
     }
 
     pub(crate) fn observe(&self, info: &AccessInfo, method: &str, status: u16, bytes: u64, secs: f64, prefetch: bool) {
@@ -51,6 +53,11 @@ impl ServerMetrics {
             .inc();
         self.bytes_served.get_or_create(&vec![("route".to_string(), route.to_string())]).inc_by(bytes);
         self.duration.get_or_create(&vec![("route".to_string(), route.to_string())]).observe(secs);
+        if !prefetch && (200..400).contains(&status) {
+            if let Some(repo) = &info.repository {
+                self.served.record(repo, route, bytes, info.cache, tender_store::now_secs());
+            }
+        }
         if let Some(result) = info.cache {
             self.cache
                 .get_or_create(&vec![

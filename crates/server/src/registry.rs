@@ -53,6 +53,11 @@ pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response 
     let headers = req.headers().clone();
     let mut info = AccessInfo { route: "other", ..AccessInfo::default() };
     let result = dispatch(&app, &method, uri.path(), uri.query(), &headers, &mut info).await;
+    if let (true, Ok(_), Some(d)) = (info.pin, &result, info.digest.as_deref().and_then(|d| d.parse::<Digest>().ok())) {
+        if let Err(e) = app.mirror().flights().store().pin(&d, "prefetch") {
+            tracing::warn!(digest = %d, error = %e, "could not pin");
+        }
+    }
     let mut resp = match result {
         Ok(r) => r,
         Err(e) => e.into_response(),
@@ -88,6 +93,9 @@ async fn dispatch(
     let (up, repo) =
         mirror.route(q.ns.as_deref(), &name).map_err(|e| ApiError::new(ErrorCode::NameUnknown, e.to_string()))?;
     info.upstream = Some(up.name().to_string());
+    info.repository = Some(format!("{}/{}", up.name(), repo));
+    let flag = |h: &str| headers.get(h).is_some_and(|v| v.as_bytes() == b"1");
+    info.pin = flag("x-tender-prefetch") && flag("x-tender-pin");
     let head = method == Method::HEAD;
     match route.kind {
         RouteKind::Base => Err(ApiError::new(ErrorCode::NameUnknown, "no such endpoint")),

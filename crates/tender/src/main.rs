@@ -5,6 +5,7 @@ mod exit;
 mod maint;
 mod render_cmd;
 mod serve;
+mod stats;
 
 use std::process::ExitCode;
 
@@ -25,6 +26,8 @@ enum Command {
     Fsck(maint::FsckArgs),
     /// Evict least recently used objects down to the size cap and remove orphans
     Gc(maint::GcArgs),
+    /// What workers pulled, per repository (served statistics)
+    Stats(stats::StatsArgs),
     /// Render Talos, containerd and Kubernetes configuration that points nodes at tender
     Render(render_cmd::RenderArgs),
 }
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
         Command::Fsck(args) => maint::fsck(args),
         Command::Gc(args) => maint::gc(args),
         Command::Render(args) => render_cmd::run(args),
+        Command::Stats(args) => stats::run(args),
     };
     match result {
         Ok(code) => code,

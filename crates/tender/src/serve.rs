@@ -140,10 +140,37 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
 
     spawn_reload(args, settings.clone(), app.clone(), flights.clone(), fetch_metrics.clone());
     spawn_gc(&settings, flights.clone());
+    let served_path = settings.data.join(SERVED_FILE);
+    spawn_served_saver(app.clone(), served_path.clone());
 
-    tender_server::serve(listener, app, shutdown_signal()).await.context("serving")?;
+    tender_server::serve(listener, app.clone(), shutdown_signal()).await.context("serving")?;
+    if let Err(e) = app.metrics().served.save(&served_path) {
+        tracing::warn!(error = %e, "could not save the served statistics");
+    }
     tracing::info!("tender stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the served statistics are kept across restarts.
+pub const SERVED_FILE: &str = "served.json";
+
+/// Load the served statistics, then save them every 10 seconds.
+fn spawn_served_saver(app: Arc<AppState>, path: PathBuf) {
+    if let Err(e) = app.metrics().served.load(&path) {
+        tracing::warn!(error = %e, path = %path.display(), "could not read the served statistics; starting from zero");
+    }
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(10));
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let (app, path) = (app.clone(), path.clone());
+            let saved = tokio::task::spawn_blocking(move || app.metrics().served.save(&path)).await;
+            if let Ok(Err(e)) = saved {
+                tracing::warn!(error = %e, "could not save the served statistics");
+            }
+        }
+    });
 }
 
 /// SIGHUP: re-read the config and swap the upstreams; connections and fills go on.

@@ -1,0 +1,128 @@
+//! Served statistics: per upstream repository, how often workers pulled it. Requests that
+//! identify themselves as prefetch are not counted. The counts survive restarts (the binary
+//! saves them to the data directory).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+/// The counts of one repository (`<upstream>/<name>`, e.g. `ghcr.io/siderolabs/kubelet`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RepoServed {
+    pub manifest_requests: u64,
+    pub blob_requests: u64,
+    pub bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+    /// Seconds since the Unix epoch.
+    pub last_served: u64,
+}
+
+/// All repositories' counts.
+#[derive(Debug, Default)]
+pub struct Served {
+    repos: Mutex<BTreeMap<String, RepoServed>>,
+}
+
+/// What `GET /api/v1/served?repository=…` answers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServedAnswer {
+    pub repository: String,
+    pub served: bool,
+    #[serde(flatten)]
+    pub counts: RepoServed,
+}
+
+impl Served {
+    /// Count one worker request (never a prefetch).
+    pub fn record(&self, repository: &str, route: &str, bytes: u64, cache: Option<&str>, now: u64) {
+        let Ok(mut repos) = self.repos.lock() else { return };
+        let r = repos.entry(repository.to_string()).or_default();
+        match route {
+            "manifest" => r.manifest_requests += 1,
+            "blob" => r.blob_requests += 1,
+            _ => return,
+        }
+        r.bytes += bytes;
+        match cache {
+            Some("miss") => r.misses += 1,
+            Some(_) => r.hits += 1,
+            None => {}
+        }
+        r.last_served = now;
+    }
+
+    pub fn get(&self, repository: &str) -> ServedAnswer {
+        let counts = self.repos.lock().ok().and_then(|r| r.get(repository).cloned()).unwrap_or_default();
+        ServedAnswer { repository: repository.to_string(), served: counts.last_served > 0, counts }
+    }
+
+    pub fn snapshot(&self) -> BTreeMap<String, RepoServed> {
+        self.repos.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// The most-served repositories, by requests.
+    pub fn top(&self, n: usize) -> Vec<(String, RepoServed)> {
+        let mut v: Vec<(String, RepoServed)> = self.snapshot().into_iter().collect();
+        v.sort_by(|a, b| {
+            (b.1.manifest_requests + b.1.blob_requests)
+                .cmp(&(a.1.manifest_requests + a.1.blob_requests))
+                .then(a.0.cmp(&b.0))
+        });
+        v.truncate(n);
+        v
+    }
+
+    /// Replace the counts with those saved at `path` (a missing file is an empty start).
+    pub fn load(&self, path: &Path) -> std::io::Result<()> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let saved: BTreeMap<String, RepoServed> = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
+        if let Ok(mut r) = self.repos.lock() {
+            *r = saved;
+        }
+        Ok(())
+    }
+
+    /// Save the counts atomically.
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(&self.snapshot()).map_err(std::io::Error::other)?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, &bytes)?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn should_count_and_survive_a_restart() {
+        let s = Served::default();
+        s.record("ghcr.io/siderolabs/kubelet", "manifest", 500, Some("miss"), 10);
+        s.record("ghcr.io/siderolabs/kubelet", "blob", 1000, Some("hit"), 11);
+        s.record("ghcr.io/siderolabs/kubelet", "tags", 1000, None, 12);
+        let a = s.get("ghcr.io/siderolabs/kubelet");
+        assert!(a.served);
+        assert_eq!((a.counts.manifest_requests, a.counts.blob_requests, a.counts.bytes), (1, 1, 1500));
+        assert_eq!((a.counts.hits, a.counts.misses, a.counts.last_served), (1, 1, 11));
+        assert!(!s.get("docker.io/library/alpine").served);
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("served.json");
+        s.save(&path).unwrap();
+        let t = Served::default();
+        t.load(&path).unwrap();
+        assert_eq!(t.get("ghcr.io/siderolabs/kubelet").counts, a.counts);
+    }
+}

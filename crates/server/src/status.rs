@@ -1,0 +1,154 @@
+//! The status page at `/`: plain HTML that works without JavaScript — upstreams and their
+//! health, catalog goldens, cache size and hit rate, the most-served repositories.
+
+use std::fmt::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+
+use crate::AppState;
+
+/// Escape text for HTML element content and attribute values.
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
+}
+
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < UNITS.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+/// Store size, recomputed at most every 30 s (it walks the object tree).
+#[derive(Debug, Default)]
+pub struct SizeCache {
+    last: std::sync::Mutex<Option<(Instant, u64, usize)>>,
+}
+
+impl SizeCache {
+    pub fn get(&self, store: &tender_store::Store) -> (u64, usize) {
+        if let Ok(mut last) = self.last.lock() {
+            if let Some((at, bytes, n)) = *last {
+                if at.elapsed() < Duration::from_secs(30) {
+                    return (bytes, n);
+                }
+            }
+            let objects = store.list_objects().unwrap_or_default();
+            let bytes = objects.iter().map(|o| o.size).sum();
+            *last = Some((Instant::now(), bytes, objects.len()));
+            return (bytes, objects.len());
+        }
+        (0, 0)
+    }
+}
+
+pub async fn page(State(app): State<Arc<AppState>>) -> impl IntoResponse {
+    let mirror = app.mirror();
+    let store = mirror.flights().store().clone();
+    let (bytes, objects) = {
+        let app = app.clone();
+        tokio::task::spawn_blocking(move || app.sizes.get(&store)).await.unwrap_or((0, 0))
+    };
+    let served = &app.metrics().served;
+    let all = served.snapshot();
+    let (hits, misses) = all.values().fold((0u64, 0u64), |(h, m), r| (h + r.hits, m + r.misses));
+    let rate = if hits + misses == 0 {
+        "—".to_string()
+    } else {
+        format!("{:.1}%", 100.0 * hits as f64 / (hits + misses) as f64)
+    };
+
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>tender</title>\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <style>body{{font-family:system-ui,sans-serif;margin:2rem;max-width:70rem;color:#1b1b1b}}\
+         table{{border-collapse:collapse;margin:0 0 2rem}}th,td{{padding:.3rem .8rem;border-bottom:1px solid #ddd;text-align:left}}\
+         .up{{color:#17692b;font-weight:600}}.down{{color:#b3261e;font-weight:600}}.unknown{{color:#666}}\
+         .num{{text-align:right;font-variant-numeric:tabular-nums}}</style></head><body>\
+         <h1>tender {}</h1><p>Every artifact crosses the network once; this node serves the fleet.</p>",
+        env!("CARGO_PKG_VERSION")
+    );
+    let _ = write!(
+        h,
+        "<h2>Cache</h2><table id=\"cache\"><tr><th>objects</th><td class=\"num\">{objects}</td></tr>\
+         <tr><th>size</th><td class=\"num\">{}</td></tr><tr><th>hit rate (workers)</th><td class=\"num\" id=\"hit-rate\">{rate}</td></tr>\
+         <tr><th>fills in progress</th><td class=\"num\">{}</td></tr></table>",
+        human(bytes),
+        mirror.flights().active_keys().len()
+    );
+    h.push_str("<h2>Upstreams</h2><table id=\"upstreams\"><tr><th>name</th><th>endpoints</th><th>health</th></tr>");
+    let mut ups: Vec<_> = mirror.upstream_names().into_iter().filter_map(|n| mirror.upstream(&n).cloned()).collect();
+    if let Some(f) = mirror.image_factory() {
+        ups.push(f.clone());
+    }
+    for u in ups {
+        let (class, word) = match u.health() {
+            Some(true) => ("up", "up"),
+            Some(false) => ("down", "down"),
+            None => ("unknown", "not asked yet"),
+        };
+        let endpoints: Vec<String> = u.settings().endpoints.iter().map(|e| esc(e.as_str())).collect();
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td class=\"{class}\">{word}</td></tr>",
+            esc(u.name()),
+            endpoints.join("<br>")
+        );
+    }
+    h.push_str("</table>");
+    if let Some(c) = app.catalog_html() {
+        h.push_str(&c);
+    }
+    h.push_str(
+        "<h2>Most-served repositories</h2><table id=\"served\"><tr><th>repository</th><th class=\"num\">manifests</th>\
+         <th class=\"num\">blobs</th><th class=\"num\">bytes</th><th class=\"num\">hits</th><th class=\"num\">misses</th></tr>",
+    );
+    let top = served.top(20);
+    if top.is_empty() {
+        h.push_str("<tr><td colspan=\"6\">nothing served to workers yet</td></tr>");
+    }
+    for (repo, r) in top {
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            esc(&repo),
+            r.manifest_requests,
+            r.blob_requests,
+            human(r.bytes),
+            r.hits,
+            r.misses
+        );
+    }
+    h.push_str(
+        "</table><p><a href=\"/metrics\">metrics</a> · <a href=\"/api/v1/served\">served (JSON)</a> · \
+         <a href=\"/readyz\">readiness</a></p></body></html>",
+    );
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn should_escape_html() {
+        assert_eq!(esc("<script>alert('x')</script>&\""), "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;");
+        assert_eq!(human(512), "512 B");
+        assert_eq!(human(1536), "1.5 KiB");
+    }
+}

@@ -1,0 +1,90 @@
+//! Served statistics and prefetch pins: what workers pulled, excluding prefetch requests.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+mod support;
+
+use support::*;
+
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+#[tokio::test]
+async fn should_count_worker_pulls_but_not_prefetch() {
+    let fake = FakeUpstream::start().await;
+    let m = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","layers":[]}"#;
+    fake.add_manifest("siderolabs/kubelet", "v1", OCI_MANIFEST, m);
+    let blob = fake.add_blob(random_bytes(3000, 1));
+    let tender = Tender::in_front_of(&fake).await;
+    let murl = tender.url("/v2/siderolabs/kubelet/manifests/v1?ns=ghcr.io");
+    let burl = tender.url(&format!("/v2/siderolabs/kubelet/blobs/{blob}?ns=ghcr.io"));
+
+    // a prefetch warms the cache and is not counted
+    let pre = [("X-Tender-Prefetch", "1")];
+    assert_eq!(get(&murl, &pre).await.status, 200);
+    assert_eq!(get(&burl, &pre).await.status, 200);
+    let v: serde_json::Value = client()
+        .get(tender.url("/api/v1/served?repository=ghcr.io/siderolabs/kubelet"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["served"], false, "{v}");
+
+    // workers are
+    assert_eq!(get(&murl, &[]).await.status, 200);
+    assert_eq!(get(&burl, &[]).await.status, 200);
+    assert_eq!(get(&burl, &[("Range", "bytes=0-9")]).await.status, 206);
+    let v: serde_json::Value = client()
+        .get(tender.url("/api/v1/served?repository=ghcr.io/siderolabs/kubelet"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["served"], true);
+    assert_eq!(v["manifestRequests"], 1);
+    assert_eq!(v["blobRequests"], 2);
+    assert_eq!(v["bytes"], m.len() + 3000 + 10);
+    assert_eq!(v["hits"], 3, "the prefetch made every worker request a hit");
+    assert_eq!(v["misses"], 0);
+    assert!(v["lastServed"].as_u64().unwrap() > 0);
+    let all: serde_json::Value = client().get(tender.url("/api/v1/served")).send().await.unwrap().json().await.unwrap();
+    assert!(all.get("ghcr.io/siderolabs/kubelet").is_some());
+}
+
+#[tokio::test]
+async fn should_pin_what_a_pinning_prefetch_fetched() {
+    let fake = FakeUpstream::start().await;
+    let m = br#"{"schemaVersion":2,"layers":[]}"#;
+    let md = fake.add_manifest("a/b", "v1", OCI_MANIFEST, m);
+    let blob = fake.add_blob(random_bytes(1000, 2));
+    let other = fake.add_blob(random_bytes(1000, 3));
+    let tender = Tender::in_front_of(&fake).await;
+    let pin = [("X-Tender-Prefetch", "1"), ("X-Tender-Pin", "1")];
+    get(&tender.url("/v2/ghcr.io/a/b/manifests/v1"), &pin).await;
+    get(&tender.url(&format!("/v2/ghcr.io/a/b/blobs/{blob}")), &pin).await;
+    // a pin header without the prefetch header is ignored
+    get(&tender.url(&format!("/v2/ghcr.io/a/b/blobs/{other}")), &[("X-Tender-Pin", "1")]).await;
+    let pins = tender.store.pins().unwrap();
+    assert!(pins.contains(&md.parse().unwrap()));
+    assert!(pins.contains(&blob.parse().unwrap()));
+    assert!(!pins.contains(&other.parse().unwrap()));
+}
+
+#[tokio::test]
+async fn should_show_a_status_page_without_javascript() {
+    let fake = FakeUpstream::start().await;
+    let blob = fake.add_blob(random_bytes(1000, 4));
+    let tender = Tender::in_front_of(&fake).await;
+    get(&tender.url(&format!("/v2/ghcr.io/a/b/blobs/{blob}")), &[]).await;
+    let resp = client().get(tender.url("/")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    let html = resp.text().await.unwrap();
+    assert!(!html.contains("<script"), "works with JavaScript disabled");
+    assert!(html.contains("ghcr.io"));
+    assert!(html.contains(">up<"), "the upstream answered, so it is up");
+    assert!(html.contains("ghcr.io/a/b"), "most-served repositories");
+}

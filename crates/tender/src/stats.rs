@@ -1,0 +1,83 @@
+//! `tender stats`: what workers pulled, per repository, from a running server or a data
+//! directory.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tender_server::served::RepoServed;
+
+use crate::exit::Failure;
+
+#[derive(Debug, clap::Args)]
+pub struct StatsArgs {
+    /// A running tender, e.g. http://127.0.0.1:5000
+    #[arg(long, value_name = "URL", conflicts_with = "data")]
+    pub server: Option<String>,
+    /// A data directory (stopped or running server) [default: ./tender-data]
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// Only this repository (`<upstream>/<name>`, e.g. ghcr.io/siderolabs/kubelet)
+    #[arg(long, value_name = "REPOSITORY")]
+    pub repository: Option<String>,
+    /// table or json
+    #[arg(long, value_name = "FORMAT", default_value = "table")]
+    pub output: String,
+}
+
+pub fn run(args: StatsArgs) -> anyhow::Result<ExitCode> {
+    if !matches!(args.output.as_str(), "table" | "json") {
+        return Err(Failure::usage(format!("--output {:?}: use table or json", args.output)));
+    }
+    let all: BTreeMap<String, RepoServed> = match &args.server {
+        Some(url) => {
+            let url = format!("{}/api/v1/served", url.trim_end_matches('/'));
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(async {
+                let resp = reqwest::Client::builder()
+                    .no_proxy()
+                    .timeout(std::time::Duration::from_secs(30))
+                    .build()?
+                    .get(&url)
+                    .send()
+                    .await
+                    .map_err(|e| Failure::transient(format!("{url}: {e}")))?;
+                if !resp.status().is_success() {
+                    return Err(Failure::problem(format!("{url}: {}", resp.status())));
+                }
+                resp.json().await.map_err(|e| Failure::problem(format!("{url}: not served statistics: {e}")))
+            })?
+        }
+        None => {
+            let dir = args.data.clone().unwrap_or_else(|| PathBuf::from("./tender-data"));
+            if !dir.join("tender-data.json").exists() {
+                return Err(Failure::usage(format!("{} is not a tender data directory; check --data", dir.display())));
+            }
+            let served = tender_server::served::Served::default();
+            served.load(&dir.join(crate::serve::SERVED_FILE)).map_err(|e| Failure::problem(e.to_string()))?;
+            served.snapshot()
+        }
+    };
+    let rows: Vec<(&String, &RepoServed)> =
+        all.iter().filter(|(k, _)| args.repository.as_ref().is_none_or(|r| *k == r)).collect();
+    if args.output == "json" {
+        let map: BTreeMap<&String, &RepoServed> = rows.iter().copied().collect();
+        println!("{}", serde_json::to_string_pretty(&map)?);
+    } else {
+        println!(
+            "{:<50} {:>10} {:>10} {:>14} {:>8} {:>8}  LAST SERVED",
+            "REPOSITORY", "MANIFESTS", "BLOBS", "BYTES", "HITS", "MISSES"
+        );
+        for (k, r) in &rows {
+            let last = httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(r.last_served));
+            println!(
+                "{:<50} {:>10} {:>10} {:>14} {:>8} {:>8}  {last}",
+                k, r.manifest_requests, r.blob_requests, r.bytes, r.hits, r.misses
+            );
+        }
+    }
+    if args.repository.is_some() && rows.is_empty() {
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
