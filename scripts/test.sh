@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 
-PACKAGES="docker-registry skopeo containerd nginx-light curl jq openssl xfsprogs nbdkit zstd xz-utils"
+PACKAGES="docker-registry skopeo containerd nginx-light curl jq openssl xfsprogs nbdkit zstd xz-utils chromium qemu-utils"
 
 install_peers() {
   missing=""
