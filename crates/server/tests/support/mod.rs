@@ -333,7 +333,7 @@ pub fn fast_settings() -> FetchSettings {
         attempts: 5,
         connect_timeout: Duration::from_secs(2),
         first_byte_timeout: Duration::from_secs(5),
-        stall_timeout: Duration::from_millis(500),
+        stall_timeout: Duration::from_millis(1500),
         fill_deadline: Duration::from_secs(60),
         backoff_base: Duration::from_millis(20),
         backoff_max: Duration::from_millis(200),
