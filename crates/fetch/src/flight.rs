@@ -163,7 +163,21 @@ impl Flights {
         self.metrics.fills_active.inc();
         let me = self.clone();
         let first = fill.clone();
-        tokio::spawn(async move { me.run(first, writer, expect, source).await });
+        let (watchdog, watched, upstream) = (self.clone(), fill.clone(), source.upstream().to_string());
+        let task = tokio::spawn(async move { me.run(first, writer, expect, source).await });
+        // A fill task that panicked must not leave readers waiting for ever.
+        tokio::spawn(async move {
+            if let Err(e) = task.await {
+                tracing::error!(key = %watched.key, error = %e, "fill task ended abnormally");
+                watchdog.metrics.fills_active.dec();
+                watchdog.finish(&watched);
+                watched.fail(FetchError::new(
+                    FetchErrorKind::Local,
+                    &upstream,
+                    format!("fill task ended abnormally: {e}"),
+                ));
+            }
+        });
         Ok(Claim::Filling(fill))
     }
 
