@@ -1,8 +1,11 @@
 //! The `tender` binary: commands, configuration and wiring. The only crate that uses anyhow.
 
+mod client;
 mod config;
 mod exit;
 mod maint;
+mod prefetch;
+mod probe;
 mod render_cmd;
 mod serve;
 mod stats;
@@ -30,6 +33,10 @@ enum Command {
     Stats(stats::StatsArgs),
     /// Render Talos, containerd and Kubernetes configuration that points nodes at tender
     Render(render_cmd::RenderArgs),
+    /// Decide whether a mirror / image cache is usable from here: yes, no or unknown
+    Probe(probe::ProbeArgs),
+    /// Warm the cache with images and OS images before workers need them
+    Prefetch(Box<prefetch::PrefetchArgs>),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +53,8 @@ fn main() -> ExitCode {
         Command::Gc(args) => maint::gc(args),
         Command::Render(args) => render_cmd::run(args),
         Command::Stats(args) => stats::run(args),
+        Command::Probe(args) => probe::run(args),
+        Command::Prefetch(args) => prefetch::run(*args),
     };
     match result {
         Ok(code) => code,

@@ -73,7 +73,11 @@ pub fn init_logging(format: LogFormat) {
     };
 }
 
-fn build_mirror(settings: &Settings, flights: Arc<Flights>, metrics: &FetchMetrics) -> anyhow::Result<Arc<Mirror>> {
+pub(crate) fn build_mirror(
+    settings: &Settings,
+    flights: Arc<Flights>,
+    metrics: &FetchMetrics,
+) -> anyhow::Result<Arc<Mirror>> {
     let mut upstreams = Vec::new();
     for u in &settings.upstreams {
         let up = Upstream::new(u.clone(), settings.fetch.clone(), metrics.clone())

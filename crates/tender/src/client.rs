@@ -1,0 +1,316 @@
+//! What every command that talks to a running tender shares: the client options (trust,
+//! client certificate, credentials) as one clap `Args` struct, the HTTP client they build, and
+//! image references as people write them (`alpine`, `ghcr.io/siderolabs/kubelet:v1.35.0`).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, RequestBuilder};
+use tender_oci::{Digest, Reference, RepoName, Tag};
+use url::Url;
+
+use crate::exit::Failure;
+
+/// How to reach a tender: TLS trust, client certificate, credentials.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ClientArgs {
+    /// Extra CA bundle (PEM) to trust for the server's certificate
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS
+    #[arg(long, value_name = "FILE", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// Private key (PEM) of --client-cert
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
+    /// User name for HTTP Basic authentication
+    #[arg(long, value_name = "USER", requires = "password_file", conflicts_with = "token_file")]
+    pub username: Option<String>,
+    /// File holding the password for --username (a trailing newline is ignored)
+    #[arg(long, value_name = "FILE", requires = "username")]
+    pub password_file: Option<PathBuf>,
+    /// File holding a bearer token sent as `Authorization: Bearer <token>`
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+#[derive(Clone)]
+enum Auth {
+    None,
+    Basic { user: String, password: String },
+    Bearer(String),
+}
+
+/// An HTTP client for one tender, with the credentials of [`ClientArgs`] applied to every request.
+#[derive(Clone)]
+pub struct TenderClient {
+    http: reqwest::Client,
+    auth: Auth,
+}
+
+/// Knobs a command chooses for its client.
+pub struct ClientOptions<'a> {
+    pub user_agent: &'a str,
+    /// Sent on every request.
+    pub headers: &'a [(&'static str, &'static str)],
+    pub connect_timeout: Duration,
+    /// Longest silence while waiting for headers or between body chunks.
+    pub read_timeout: Option<Duration>,
+}
+
+fn read_file(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| Failure::usage(format!("cannot read {what} {}: {e}", path.display())))
+}
+
+impl ClientArgs {
+    /// Whether any option was given (they mean nothing to a command working on a data directory).
+    pub fn is_set(&self) -> bool {
+        self.ca.is_some()
+            || self.client_cert.is_some()
+            || self.client_key.is_some()
+            || self.username.is_some()
+            || self.password_file.is_some()
+            || self.token_file.is_some()
+    }
+
+    /// Who the requests authenticate as, without any secret: `none`, `basic <user>` or `bearer`.
+    pub fn identity(&self) -> String {
+        match (&self.username, &self.token_file) {
+            (Some(u), _) => format!("basic {u}"),
+            (None, Some(_)) => "bearer".to_string(),
+            (None, None) => "none".to_string(),
+        }
+    }
+
+    /// Build the client. Unreadable files and bad PEM are usage errors (exit 2).
+    pub fn client(&self, opts: &ClientOptions<'_>) -> anyhow::Result<TenderClient> {
+        let mut headers = HeaderMap::new();
+        for (k, v) in opts.headers {
+            headers.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(opts.user_agent)
+            .default_headers(headers)
+            .connect_timeout(opts.connect_timeout);
+        if let Some(t) = opts.read_timeout {
+            builder = builder.read_timeout(t);
+        }
+        if let Some(ca) = &self.ca {
+            let pem = read_file(ca, "--ca")?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| Failure::usage(format!("--ca {}: not a PEM certificate bundle: {e}", ca.display())))?;
+            if certs.is_empty() {
+                return Err(Failure::usage(format!("--ca {}: no certificate in the file", ca.display())));
+            }
+            for c in certs {
+                builder = builder.add_root_certificate(c);
+            }
+        }
+        if let (Some(cert), Some(key)) = (&self.client_cert, &self.client_key) {
+            let mut pem = read_file(cert, "--client-cert")?;
+            pem.push(b'\n');
+            pem.extend_from_slice(&read_file(key, "--client-key")?);
+            let id = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                Failure::usage(format!(
+                    "--client-cert {} / --client-key {}: not a PEM certificate and key: {e}",
+                    cert.display(),
+                    key.display()
+                ))
+            })?;
+            builder = builder.identity(id);
+        }
+        let auth = match (&self.username, &self.password_file, &self.token_file) {
+            (Some(user), Some(pf), _) => {
+                let raw = read_file(pf, "--password-file")?;
+                let password = String::from_utf8(raw)
+                    .map_err(|_| Failure::usage(format!("--password-file {} is not UTF-8", pf.display())))?;
+                Auth::Basic { user: user.clone(), password: password.trim_end_matches(['\r', '\n']).to_string() }
+            }
+            (None, _, Some(tf)) => {
+                let raw = read_file(tf, "--token-file")?;
+                let token = String::from_utf8(raw)
+                    .map_err(|_| Failure::usage(format!("--token-file {} is not UTF-8", tf.display())))?;
+                let token = token.trim().to_string();
+                if token.is_empty() {
+                    return Err(Failure::usage(format!("--token-file {} is empty", tf.display())));
+                }
+                Auth::Bearer(token)
+            }
+            _ => Auth::None,
+        };
+        let http = builder.build().map_err(|e| Failure::usage(format!("cannot build the HTTP client: {e}")))?;
+        Ok(TenderClient { http, auth })
+    }
+}
+
+impl TenderClient {
+    /// A request with the credentials applied.
+    pub fn request(&self, method: Method, url: Url) -> RequestBuilder {
+        let rb = self.http.request(method, url);
+        match &self.auth {
+            Auth::None => rb,
+            Auth::Basic { user, password } => rb.basic_auth(user, Some(password)),
+            Auth::Bearer(token) => rb.bearer_auth(token),
+        }
+    }
+}
+
+/// A server's base URL: `http(s)://host[:port][/prefix]`, normalised without a trailing slash.
+pub fn parse_base_url(raw: &str) -> anyhow::Result<Url> {
+    let url = Url::parse(raw.trim())
+        .map_err(|e| Failure::usage(format!("{raw:?} is not a URL ({e}); expected e.g. http://tender.example:5000")))?;
+    if url.scheme() != "http" && url.scheme() != "https" {
+        return Err(Failure::usage(format!("{raw:?}: only http:// and https:// URLs are supported")));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(Failure::usage(format!("{raw:?} names no host")));
+    }
+    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() || url.password().is_some() {
+        return Err(Failure::usage(format!(
+            "{raw:?}: a base URL carries no query, fragment or credentials (use --username / --token-file)"
+        )));
+    }
+    let mut url = url;
+    let path = url.path().trim_end_matches('/').to_string();
+    url.set_path(&path);
+    Ok(url)
+}
+
+/// `base` joined with an absolute `path` (which may carry a query).
+pub fn join(base: &Url, path_and_query: &str) -> Url {
+    let mut url = base.clone();
+    let (path, query) = match path_and_query.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path_and_query, None),
+    };
+    url.set_path(&format!("{}{}", base.path().trim_end_matches('/'), path));
+    url.set_query(query);
+    url
+}
+
+/// An image reference as people write it, resolved the way containerd and Docker do:
+/// `alpine` is `docker.io/library/alpine:latest`; a first component with a `.` or `:` (or
+/// `localhost`) names the registry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ImageRef {
+    /// The registry host as clients name it, the `ns` value: `docker.io`, `ghcr.io`.
+    pub registry: String,
+    pub repository: RepoName,
+    /// What to ask the registry for: the digest when there is one (as containerd does).
+    pub reference: Reference,
+    /// A tag written beside a digest (`alpine:3@sha256:...`), kept for display only.
+    pub tag_hint: Option<Tag>,
+}
+
+impl ImageRef {
+    pub fn parse(raw: &str) -> Result<ImageRef, String> {
+        let s = raw.trim();
+        if s.is_empty() {
+            return Err("empty image reference".to_string());
+        }
+        let bad = |why: String| format!("{s:?} is not an image reference: {why}");
+        let (rest, digest) = match s.split_once('@') {
+            Some((r, d)) => (r, Some(d.parse::<Digest>().map_err(|e| bad(e.to_string()))?)),
+            None => (s, None),
+        };
+        let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
+        let (name, tag) = match rest[last_slash..].rfind(':') {
+            Some(i) => {
+                let (n, t) = rest.split_at(last_slash + i);
+                (n, Some(t[1..].parse::<Tag>().map_err(|e| bad(e.to_string()))?))
+            }
+            None => (rest, None),
+        };
+        let (registry, path) = match name.split_once('/') {
+            Some((first, path)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+                (first.to_ascii_lowercase(), path)
+            }
+            _ => ("docker.io".to_string(), name),
+        };
+        if !registry.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']')) {
+            return Err(bad(format!("{registry:?} is not a registry host")));
+        }
+        let registry = match registry.as_str() {
+            "index.docker.io" | "registry-1.docker.io" => "docker.io".to_string(),
+            _ => registry,
+        };
+        let mut repository: RepoName = path.parse().map_err(|e: tender_oci::NameError| bad(e.to_string()))?;
+        if registry == "docker.io" {
+            repository = repository.with_library_prefix();
+        }
+        let (reference, tag_hint) = match (digest, tag) {
+            (Some(d), t) => (Reference::Digest(d), t),
+            (None, Some(t)) => (Reference::Tag(t), None),
+            (None, None) => (Reference::Tag("latest".parse::<Tag>().map_err(|e| bad(e.to_string()))?), None),
+        };
+        Ok(ImageRef { registry, repository, reference, tag_hint })
+    }
+}
+
+impl fmt::Display for ImageRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.registry, self.repository)?;
+        match &self.reference {
+            Reference::Tag(t) => write!(f, ":{t}"),
+            Reference::Digest(d) => match &self.tag_hint {
+                Some(t) => write!(f, ":{t}@{d}"),
+                None => write!(f, "@{d}"),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    fn check(input: &str, expect: &str) {
+        assert_eq!(ImageRef::parse(input).unwrap().to_string(), expect, "{input}");
+    }
+
+    #[test]
+    fn should_resolve_references_like_containerd() {
+        check("alpine", "docker.io/library/alpine:latest");
+        check("alpine:3", "docker.io/library/alpine:3");
+        check("bitnami/redis", "docker.io/bitnami/redis:latest");
+        check("docker.io/library/alpine", "docker.io/library/alpine:latest");
+        check("index.docker.io/alpine:3", "docker.io/library/alpine:3");
+        check("ghcr.io/siderolabs/kubelet:v1.35.0", "ghcr.io/siderolabs/kubelet:v1.35.0");
+        check("GHCR.io/siderolabs/kubelet:v1.35.0", "ghcr.io/siderolabs/kubelet:v1.35.0");
+        check("localhost/x", "localhost/x:latest");
+        check("127.0.0.1:5000/a/b:c", "127.0.0.1:5000/a/b:c");
+        check("factory.talos.dev/installer/ce4c98:v1.13.6", "factory.talos.dev/installer/ce4c98:v1.13.6");
+        let d = format!("sha256:{}", "a".repeat(64));
+        check(&format!("docker.io/library/alpine@{d}"), &format!("docker.io/library/alpine@{d}"));
+        check(&format!("alpine:3@{d}"), &format!("docker.io/library/alpine:3@{d}"));
+        let r = ImageRef::parse(&format!("alpine:3@{d}")).unwrap();
+        assert_eq!(r.reference.to_string(), d, "a digest wins over a tag");
+        assert_eq!(ImageRef::parse("alpine").unwrap().reference.to_string(), "latest");
+    }
+
+    #[test]
+    fn should_refuse_what_is_not_a_reference() {
+        for bad in ["", "UPPER/case", "a//b", "ghcr.io/", "alpine:", "alpine@sha256:12", "a b", "ghcr.io/x:a/b", "x@y"]
+        {
+            assert!(ImageRef::parse(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn should_join_paths_under_a_base_with_or_without_prefix() {
+        let b = parse_base_url("http://h:5000/").unwrap();
+        assert_eq!(join(&b, "/v2/").as_str(), "http://h:5000/v2/");
+        assert_eq!(join(&b, "/v2/a/manifests/t?ns=ghcr.io").as_str(), "http://h:5000/v2/a/manifests/t?ns=ghcr.io");
+        let b = parse_base_url("https://h/mirror/").unwrap();
+        assert_eq!(join(&b, "/v2/").as_str(), "https://h/mirror/v2/");
+        assert!(parse_base_url("ftp://h").is_err());
+        assert!(parse_base_url("http://u:p@h").is_err());
+        assert!(parse_base_url("h:5000").is_err());
+    }
+}
