@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# tender-cache.sh - run tender as the cache under test, in the harness's CACHE_SCRIPT form.
+# usage: tender-cache.sh start|stop DIR PORT UPSTREAM_URL
+#   start: tender serve on http://127.0.0.1:PORT, data in DIR/data, log (stderr, text format)
+#          in DIR/tender.log (also reachable as DIR/registry.log and DIR/access.log, the names the
+#          harness scripts copy), PID in DIR/pid. UPSTREAM_URL is both the registry upstream
+#          "ghcr.io" (the default upstream, so /v2/<repo>/... reaches it) and the Image Factory
+#          (--image-factory), so one script serves bench-baseline.sh and bench-factory.sh alike.
+#   stop:  SIGTERM to the PID in DIR/pid (SIGKILL after 10 s); rm -rf DIR for a cold cache
+# env: TENDER_BIN=   the binary (default: <repo>/target/release/tender, the release build)
+#      TENDER_ARGS=  extra arguments for "tender serve" (word-split)
+#      HARNESS=/work/shared/harness   where lib.sh lives when this script is not next to it
+# With the harness: its scripts run "$H/$CACHE_SCRIPT", relative to the harness directory, so
+# either pass a relative path (CACHE_SCRIPT=../../main/bench/tender-cache.sh) or use a directory
+# of symlinks (harness scripts + this one); bench/run.sh does not need either.
+set -eu
+SELF=$(readlink -f "$0")
+HERE=$(cd "$(dirname "$0")" && pwd)
+if [ -f "$HERE/lib.sh" ]; then . "$HERE/lib.sh"; else . "${HARNESS:-/work/shared/harness}/lib.sh"; fi
+usage() { echo "usage: $(basename "$0") start|stop DIR PORT UPSTREAM_URL" >&2; exit 2; }
+[ $# -ge 2 ] || usage
+D=$2
+case $1 in
+  stop) pid_stop "$D" "tender serve"; exit 0 ;;
+  start) [ $# -eq 4 ] || usage ;;
+  *) usage ;;
+esac
+PORT=$3 UP=${4%/}
+loopback_only "$UP"
+case $PORT in ''|*[!0-9]*) die "bad PORT: $PORT" ;; esac
+BIN=${TENDER_BIN:-$(dirname "$(dirname "$SELF")")/target/release/tender}
+[ -x "$BIN" ] || die "no tender binary at $BIN (cargo build --release --bin tender, or set TENDER_BIN)"
+need curl
+mkdir -p "$D/data"; D=$(cd "$D" && pwd)
+if [ -f "$D/pid" ] && alive "$(cat "$D/pid")"; then die "already running: $D/pid"; fi
+wait_port_free "$PORT" 30 || die "port $PORT is busy"
+: >>"$D/tender.log"
+ln -sf tender.log "$D/registry.log"; ln -sf tender.log "$D/access.log"
+# shellcheck disable=SC2086  # TENDER_ARGS is split on purpose
+nohup "$BIN" serve --listen "127.0.0.1:$PORT" --data "$D/data" \
+  --upstream "ghcr.io=$UP" --default-upstream ghcr.io --image-factory "$UP" \
+  ${TENDER_ARGS:-} >>"$D/tender.log" 2>&1 </dev/null &
+echo $! >"$D/pid"
+if ! wait_http "http://127.0.0.1:$PORT/v2/" 20 || ! alive "$(cat "$D/pid")"; then
+  tail -5 "$D/tender.log" >&2
+  pid_stop "$D" "tender serve"
+  die "tender on port $PORT did not come up"
+fi
+echo "tender pid $(cat "$D/pid") on http://127.0.0.1:$PORT (upstream and image factory $UP) dir $D"
