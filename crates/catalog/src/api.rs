@@ -26,6 +26,9 @@ pub struct GoldenView {
     pub progress: Option<Progress>,
     /// Why the import failed.
     pub reason: Option<String>,
+    /// The failure was transient (the factory could not be reached).
+    #[serde(default)]
+    pub transient: bool,
     pub virtual_size: Option<u64>,
     /// sha256 of the raw golden (hex).
     pub sha256: Option<String>,
@@ -101,6 +104,7 @@ pub fn build_view(
                 percent: progress.map(|p| p.percent()),
                 progress,
                 reason: r.reason.clone(),
+                transient: r.transient,
                 virtual_size: r.virtual_size,
                 sha256: r.sha256.clone(),
                 age_seconds: now.saturating_sub(r.imported_at.unwrap_or(r.created_at)),

@@ -31,12 +31,30 @@ pub use metrics::ServerMetrics;
 pub struct AppState {
     mirror: RwLock<Arc<Mirror>>,
     metrics: Arc<ServerMetrics>,
+    catalog: Option<Arc<dyn tender_catalog::CatalogApi>>,
     sizes: status::SizeCache,
 }
 
 impl AppState {
     pub fn new(mirror: Arc<Mirror>, metrics: Arc<ServerMetrics>) -> Arc<AppState> {
-        Arc::new(AppState { mirror: RwLock::new(mirror), metrics, sizes: status::SizeCache::default() })
+        Arc::new(AppState { mirror: RwLock::new(mirror), catalog: None, metrics, sizes: status::SizeCache::default() })
+    }
+
+    /// With the golden catalog behind `/api/v1/catalog` and `/api/v1/admin/catalog/sync`.
+    pub fn with_catalog(
+        mirror: Arc<Mirror>,
+        metrics: Arc<ServerMetrics>,
+        catalog: Arc<dyn tender_catalog::CatalogApi>,
+    ) -> Arc<AppState> {
+        let mut app = AppState::new(mirror, metrics);
+        if let Some(a) = Arc::get_mut(&mut app) {
+            a.catalog = Some(catalog);
+        }
+        app
+    }
+
+    pub fn catalog(&self) -> Option<&Arc<dyn tender_catalog::CatalogApi>> {
+        self.catalog.as_ref()
     }
 
     pub fn mirror(&self) -> Arc<Mirror> {
@@ -75,6 +93,8 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/api/v1/catalog", get(catalog_view))
+        .route("/api/v1/admin/catalog/sync", axum::routing::post(catalog_sync))
         .route("/", get(status::page))
         .route("/api/v1/served", get(served_handler))
         .fallback(not_found)
@@ -97,6 +117,44 @@ async fn served_handler(
     match q.repository {
         Some(r) => axum::Json(served.get(&r)).into_response(),
         None => axum::Json(served.snapshot()).into_response(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CatalogSyncQuery {
+    #[serde(default)]
+    retry_failed: bool,
+}
+
+fn catalog_error(status: StatusCode, message: String) -> axum::response::Response {
+    (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+/// `GET /api/v1/catalog`: every golden (phase, progress, size, sha256, clones), as JSON.
+async fn catalog_view(State(app): State<Arc<AppState>>) -> axum::response::Response {
+    let Some(catalog) = app.catalog.clone() else {
+        return catalog_error(StatusCode::NOT_FOUND, "this tender has no catalog".into());
+    };
+    match tokio::task::spawn_blocking(move || catalog.view()).await {
+        Ok(Ok(view)) => axum::Json(view).into_response(),
+        Ok(Err(e)) => catalog_error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => catalog_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `POST /api/v1/admin/catalog/sync[?retryFailed=true]`: import pending entries now, in the
+/// background (202); `retryFailed` gives failed ones another try.
+async fn catalog_sync(
+    State(app): State<Arc<AppState>>,
+    axum::extract::Query(q): axum::extract::Query<CatalogSyncQuery>,
+) -> axum::response::Response {
+    let Some(catalog) = app.catalog.clone() else {
+        return catalog_error(StatusCode::NOT_FOUND, "this tender has no catalog".into());
+    };
+    match catalog.request_sync(q.retry_failed) {
+        Ok(accepted) => (StatusCode::ACCEPTED, axum::Json(accepted)).into_response(),
+        Err(e) => catalog_error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 

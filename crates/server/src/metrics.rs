@@ -42,6 +42,13 @@ impl ServerMetrics {
         ServerMetrics { served: crate::served::Served::default(), requests, bytes_served, cache, duration, registry }
     }
 
+    /// Like [`ServerMetrics::new`], and `hook` registers more (the catalog's metrics).
+    pub fn with_hook(fetch: &FetchMetrics, hook: impl FnOnce(&mut Registry)) -> ServerMetrics {
+        let mut m = ServerMetrics::new(fetch);
+        hook(&mut m.registry);
+        m
+    }
+
     pub(crate) fn observe(&self, info: &AccessInfo, method: &str, status: u16, bytes: u64, secs: f64, prefetch: bool) {
         let route = if info.route.is_empty() { "other" } else { info.route };
         self.requests

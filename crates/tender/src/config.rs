@@ -103,6 +103,8 @@ pub struct Settings {
     pub factory_first_byte_timeout: Duration,
     pub cache_max_size: Option<u64>,
     pub gc_interval: Duration,
+    /// The golden image catalog (`catalog:`), validated; see docs/catalog.md.
+    pub catalog: tender_catalog::CatalogSettings,
 }
 
 /// A configuration error: names the key and the fix.
@@ -356,6 +358,8 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
     let factory_first_byte_timeout =
         duration(name, "fetch.factoryFirstByteTimeout", &f.factory_first_byte_timeout, Duration::from_secs(600))?;
     let gc_interval = duration(name, "cache.gcInterval", &raw.cache.gc_interval, Duration::from_secs(300))?;
+    let catalog = tender_catalog::config::resolve(raw.catalog.as_ref(), &data, image_factory.as_str())
+        .map_err(|p| err(&p.key, p.message))?;
     Ok(Settings {
         listen,
         data,
@@ -367,6 +371,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         factory_first_byte_timeout,
         cache_max_size,
         gc_interval,
+        catalog,
     })
 }
 

@@ -1,6 +1,8 @@
 //! The `tender` binary: commands, configuration and wiring. The only crate that uses anyhow.
 
+mod catalog_cmd;
 mod client;
+mod clone_cmd;
 mod config;
 mod exit;
 mod maint;
@@ -33,6 +35,10 @@ enum Command {
     Stats(stats::StatsArgs),
     /// Render Talos, containerd and Kubernetes configuration that points nodes at tender
     Render(render_cmd::RenderArgs),
+    /// The golden image catalog: sync, ls, rm, refs, trust
+    Catalog(catalog_cmd::CatalogArgs),
+    /// Create a worker's system disk from a golden (reflink clone or qcow2 overlay)
+    Clone(clone_cmd::CloneArgs),
     /// Decide whether a mirror / image cache is usable from here: yes, no or unknown
     Probe(probe::ProbeArgs),
     /// Warm the cache with images and OS images before workers need them
@@ -52,6 +58,8 @@ fn main() -> ExitCode {
         Command::Fsck(args) => maint::fsck(args),
         Command::Gc(args) => maint::gc(args),
         Command::Render(args) => render_cmd::run(args),
+        Command::Catalog(args) => catalog_cmd::run(args),
+        Command::Clone(args) => clone_cmd::run(args),
         Command::Stats(args) => stats::run(args),
         Command::Probe(args) => probe::run(args),
         Command::Prefetch(args) => prefetch::run(*args),

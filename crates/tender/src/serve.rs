@@ -125,10 +125,12 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
     let store = Arc::new(store);
     let fetch_metrics = FetchMetrics::default();
-    let server_metrics = Arc::new(ServerMetrics::new(&fetch_metrics));
+    let catalog_metrics = tender_catalog::CatalogMetrics::default();
+    let server_metrics = Arc::new(ServerMetrics::with_hook(&fetch_metrics, |r| catalog_metrics.register(r)));
     let flights = Flights::new(store.clone(), settings.fetch.clone(), fetch_metrics.clone());
     let mirror = build_mirror(&settings, flights.clone(), &fetch_metrics)?;
-    let app = AppState::new(mirror, server_metrics);
+    let catalog = crate::catalog_cmd::start(&settings, mirror.clone(), catalog_metrics)?;
+    let app = AppState::with_catalog(mirror, server_metrics, catalog.clone());
 
     let listener = TcpListener::bind(settings.listen)
         .await
@@ -142,7 +144,8 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         "tender serving on http://{local}"
     );
 
-    spawn_reload(args, settings.clone(), app.clone(), flights.clone(), fetch_metrics.clone());
+    spawn_reload(args, settings.clone(), app.clone(), flights.clone(), fetch_metrics.clone(), catalog.clone());
+    catalog.spawn_sync(false);
     spawn_gc(&settings, flights.clone());
     let served_path = settings.data.join(SERVED_FILE);
     spawn_served_saver(app.clone(), served_path.clone());
@@ -178,7 +181,14 @@ fn spawn_served_saver(app: Arc<AppState>, path: PathBuf) {
 }
 
 /// SIGHUP: re-read the config and swap the upstreams; connections and fills go on.
-fn spawn_reload(args: ServeArgs, initial: Settings, app: Arc<AppState>, flights: Arc<Flights>, metrics: FetchMetrics) {
+fn spawn_reload(
+    args: ServeArgs,
+    initial: Settings,
+    app: Arc<AppState>,
+    flights: Arc<Flights>,
+    metrics: FetchMetrics,
+    catalog: Arc<tender_catalog::Catalog>,
+) {
     tokio::spawn(async move {
         let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
             tracing::warn!("cannot install the SIGHUP handler; config reload is off");
@@ -192,7 +202,8 @@ fn spawn_reload(args: ServeArgs, initial: Settings, app: Arc<AppState>, flights:
                     }
                     match build_mirror(&new, flights.clone(), &metrics) {
                         Ok(m) => {
-                            app.replace_mirror(m);
+                            app.replace_mirror(m.clone());
+                            crate::catalog_cmd::reload(&catalog, &new, m);
                             tracing::info!(
                                 upstreams = ?new.upstreams.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
                                 "configuration reloaded"

@@ -1,0 +1,585 @@
+//! Test bed for the catalog and clone tests: a fake Image Factory (in process, on
+//! 127.0.0.1:0) that, like the real one, serves no ranges and answers slowly on a cold asset;
+//! real disk images (an MBR-partitioned raw image with an ext4 filesystem holding files) in
+//! xz, zstd and gzip; the real `tender` binary; and loop-mounted filesystems behind Drop
+//! guards.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, reason = "test support")]
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use sha2::{Digest as _, Sha256};
+
+pub const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+/// The disk image's size.
+pub const IMAGE_SIZE: u64 = 32 << 20;
+
+// ---------- prerequisites ----------
+
+/// Whether the machine has `tool`. In CI (`CI=true`) a missing tool fails the test; elsewhere
+/// the caller skips, and says so on stderr.
+pub fn have(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .env("PATH", format!("{}:/usr/sbin:/sbin", std::env::var("PATH").unwrap_or_default()))
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    found
+}
+
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Skip (visibly) or, in CI, fail when `why` is Some.
+pub fn skip_unless(test: &str, why: Option<String>) -> bool {
+    match why {
+        None => true,
+        Some(w) if in_ci() => panic!("{test}: {w}; CI must be able to run this test (CI=true)"),
+        Some(w) => {
+            eprintln!("SKIPPED {test}: {w}");
+            false
+        }
+    }
+}
+
+pub fn missing_tools(tools: &[&str]) -> Option<String> {
+    let missing: Vec<&str> = tools.iter().copied().filter(|t| !have(t)).collect();
+    (!missing.is_empty()).then(|| format!("needs {}", missing.join(", ")))
+}
+
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+// ---------- disk images ----------
+
+/// A real disk image and its compressed forms, built once per test binary.
+pub struct Images {
+    pub raw: Vec<u8>,
+    pub sha256: String,
+    pub xz: Bytes,
+    pub zst: Bytes,
+    pub gz: Bytes,
+}
+
+fn pseudo_random(n: usize, seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n);
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    while out.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
+
+/// An MBR partition table with one Linux partition from 1 MiB to the end.
+fn mbr(total: u64) -> [u8; 512] {
+    let mut m = [0u8; 512];
+    let start: u32 = 2048;
+    let sectors = (total / 512) as u32 - start;
+    let e = &mut m[446..462];
+    e[0] = 0x00; // not bootable
+    e[1..4].copy_from_slice(&[0xfe, 0xff, 0xff]); // CHS: use LBA
+    e[4] = 0x83; // Linux
+    e[5..8].copy_from_slice(&[0xfe, 0xff, 0xff]);
+    e[8..12].copy_from_slice(&start.to_le_bytes());
+    e[12..16].copy_from_slice(&sectors.to_le_bytes());
+    m[440..444].copy_from_slice(&0x7e4d_e12du32.to_le_bytes()); // disk signature
+    m[510] = 0x55;
+    m[511] = 0xaa;
+    m
+}
+
+fn build_image() -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("boot")).unwrap();
+    std::fs::write(root.join("boot/cmdline"), "talos.platform=openstack console=ttyS0\n").unwrap();
+    std::fs::write(root.join("data.bin"), pseudo_random(3 << 20, 7)).unwrap();
+    std::fs::write(root.join("boot/vmlinuz"), pseudo_random(512 << 10, 11)).unwrap();
+    let img = dir.path().join("disk.raw");
+    std::fs::File::create(&img).unwrap().set_len(IMAGE_SIZE).unwrap();
+    let out = Command::new("mkfs.ext4")
+        .env("PATH", "/usr/sbin:/sbin:/usr/bin:/bin")
+        .args(["-q", "-F", "-L", "STATE", "-E", "offset=1048576,root_owner=0:0", "-d"])
+        .arg(&root)
+        .arg(&img)
+        .arg(format!("{}k", (IMAGE_SIZE - (1 << 20)) / 1024))
+        .output()
+        .expect("running mkfs.ext4");
+    assert!(out.status.success(), "mkfs.ext4: {}", String::from_utf8_lossy(&out.stderr));
+    let mut raw = std::fs::read(&img).unwrap();
+    assert_eq!(raw.len() as u64, IMAGE_SIZE);
+    raw[..512].copy_from_slice(&mbr(IMAGE_SIZE));
+    raw
+}
+
+pub fn sha256_hex(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+pub fn sha256_file(p: &Path) -> String {
+    let mut f = std::fs::File::open(p).unwrap();
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).unwrap();
+    hex::encode(h.finalize())
+}
+
+/// The images, or None (skipped visibly) when mkfs.ext4 is missing outside CI. Built once and
+/// kept under the target directory, so later test binaries and runs reuse them.
+pub fn images(test: &str) -> Option<&'static Images> {
+    if !skip_unless(test, missing_tools(&["mkfs.ext4"])) {
+        return None;
+    }
+    static IMAGES: OnceLock<Images> = OnceLock::new();
+    Some(IMAGES.get_or_init(|| {
+        let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("catalog-images-v1");
+        let read = |ext: &str| std::fs::read(cache.join(format!("disk.{ext}"))).ok();
+        if let (Some(raw), Some(xz), Some(zst), Some(gz)) =
+            (read("raw"), read("raw.xz"), read("raw.zst"), read("raw.gz"))
+        {
+            return Images { sha256: sha256_hex(&raw), raw, xz: xz.into(), zst: zst.into(), gz: gz.into() };
+        }
+        let raw = build_image();
+        let xz = {
+            let mut e = liblzma::write::XzEncoder::new(Vec::new(), 0);
+            e.write_all(&raw).unwrap();
+            Bytes::from(e.finish().unwrap())
+        };
+        let zst = {
+            let mut e = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+            e.include_checksum(true).unwrap();
+            e.write_all(&raw).unwrap();
+            Bytes::from(e.finish().unwrap())
+        };
+        let gz = {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(&raw).unwrap();
+            Bytes::from(e.finish().unwrap())
+        };
+        // Publish atomically: another test binary may be building the same cache.
+        let tmp = cache.with_extension(format!("tmp-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        for (ext, b) in [("raw", &raw[..]), ("raw.xz", &xz[..]), ("raw.zst", &zst[..]), ("raw.gz", &gz[..])] {
+            std::fs::write(tmp.join(format!("disk.{ext}")), b).unwrap();
+        }
+        if std::fs::rename(&tmp, &cache).is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        Images { sha256: sha256_hex(&raw), raw, xz, zst, gz }
+    }))
+}
+
+// ---------- the fake Image Factory ----------
+
+#[derive(Default)]
+pub struct FactoryState {
+    /// `/image/<schematic>/<version>/<asset>` -> body
+    pub assets: Mutex<HashMap<String, Bytes>>,
+    /// Paths asked for at least once (a cold asset answers late the first time).
+    warm: Mutex<Vec<String>>,
+    pub cold_delay: Mutex<Duration>,
+    /// Send the body in chunks of this size with this pause between them.
+    pub drip: Mutex<Option<(usize, Duration)>>,
+    /// Answer 500 to this many GETs.
+    pub fail_next: AtomicU32,
+    /// Answer every GET 500.
+    pub down: Mutex<bool>,
+    pub gets: Mutex<HashMap<String, u64>>,
+    pub ranges_seen: AtomicU64,
+    pub bytes_sent: Arc<AtomicU64>,
+}
+
+pub struct FakeFactory {
+    pub addr: SocketAddr,
+    pub state: Arc<FactoryState>,
+    _runtime: Arc<tokio::runtime::Runtime>,
+}
+
+impl FakeFactory {
+    pub fn start() -> FakeFactory {
+        let runtime =
+            Arc::new(tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap());
+        let state = Arc::new(FactoryState { cold_delay: Mutex::new(Duration::from_millis(300)), ..Default::default() });
+        let st = state.clone();
+        let addr = runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let app = axum::Router::new().fallback(handle).with_state(st);
+            tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+            addr
+        });
+        FakeFactory { addr, state, _runtime: runtime }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn put(&self, version: &str, asset: &str, body: Bytes) {
+        self.state.assets.lock().unwrap().insert(format!("/image/{SCHEMATIC}/{version}/{asset}"), body);
+    }
+
+    pub fn gets(&self, version: &str, asset: &str) -> u64 {
+        *self.state.gets.lock().unwrap().get(&format!("/image/{SCHEMATIC}/{version}/{asset}")).unwrap_or(&0)
+    }
+
+    pub fn total_gets(&self) -> u64 {
+        self.state.gets.lock().unwrap().values().sum()
+    }
+
+    pub fn set_drip(&self, d: Option<(usize, Duration)>) {
+        *self.state.drip.lock().unwrap() = d;
+    }
+
+    pub fn set_down(&self, down: bool) {
+        *self.state.down.lock().unwrap() = down;
+    }
+
+    pub fn bytes_sent(&self) -> u64 {
+        self.state.bytes_sent.load(Ordering::SeqCst)
+    }
+}
+
+async fn handle(State(st): State<Arc<FactoryState>>, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    if req.headers().contains_key(header::RANGE) {
+        st.ranges_seen.fetch_add(1, Ordering::SeqCst);
+    }
+    let Some(body) = st.assets.lock().unwrap().get(&path).cloned() else {
+        return (StatusCode::NOT_FOUND, "not found\n").into_response();
+    };
+    let len = body.len();
+    if req.method() == Method::HEAD {
+        return ([(header::CONTENT_LENGTH, len.to_string())], ()).into_response();
+    }
+    *st.gets.lock().unwrap().entry(path.clone()).or_default() += 1;
+    if *st.down.lock().unwrap() {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "factory down\n").into_response();
+    }
+    if st.fail_next.load(Ordering::SeqCst) > 0 {
+        st.fail_next.fetch_sub(1, Ordering::SeqCst);
+        return (StatusCode::INTERNAL_SERVER_ERROR, "transient\n").into_response();
+    }
+    let cold = {
+        let mut warm = st.warm.lock().unwrap();
+        let cold = !warm.contains(&path);
+        if cold {
+            warm.push(path.clone());
+        }
+        cold
+    };
+    if cold {
+        // Like the real factory building an asset on first request: headers come late.
+        let d = *st.cold_delay.lock().unwrap();
+        tokio::time::sleep(d).await;
+    }
+    let drip = *st.drip.lock().unwrap();
+    let sent = st.bytes_sent.clone();
+    // No ranges, like the factory serving directly: always 200 with the whole body.
+    let stream = futures::stream::unfold((body, 0usize), move |(body, pos)| {
+        let sent = sent.clone();
+        async move {
+            if pos >= body.len() {
+                return None;
+            }
+            let (chunk, pause) = match drip {
+                Some((c, p)) => (c, Some(p)),
+                None => (1 << 20, None),
+            };
+            if let Some(p) = pause {
+                tokio::time::sleep(p).await;
+            }
+            let end = (pos + chunk).min(body.len());
+            sent.fetch_add((end - pos) as u64, Ordering::SeqCst);
+            Some((Ok::<_, std::io::Error>(body.slice(pos..end)), (body, end)))
+        }
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_LENGTH, len.to_string())
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+// ---------- the binary ----------
+
+pub fn tender_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tender")
+}
+
+pub fn command<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut c = Command::new(tender_bin());
+    c.args(args).env_remove("TENDER_LOG").stdin(Stdio::null());
+    c
+}
+
+/// Run a tender command to completion (at most 60 s).
+pub fn run<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut c = command(args);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = c.spawn().expect("starting tender");
+    output_within(child, Duration::from_secs(60))
+}
+
+pub fn output_within(mut child: Child, limit: Duration) -> Output {
+    let t0 = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "tender did not finish within {limit:?}\nstdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Assert an exit code, showing everything when it is another.
+pub fn expect_code(o: &Output, code: i32) {
+    assert_eq!(o.status.code(), Some(code), "{}", text(o));
+}
+
+/// One catalog entry of the config.
+pub struct Image<'a> {
+    pub version: &'a str,
+    pub format: &'a str,
+    pub extra: &'a str,
+}
+
+/// A workspace: a config naming the fake factory and some entries, a data directory.
+pub struct Bed {
+    pub tmp: tempfile::TempDir,
+    pub config: PathBuf,
+    pub data: PathBuf,
+    pub factory_url: String,
+}
+
+impl Bed {
+    pub fn new(factory_url: &str) -> Bed {
+        Self::within(tempfile::tempdir().unwrap(), factory_url)
+    }
+
+    /// A bed whose data directory (and so the goldens) lives under `dir`.
+    pub fn in_dir(dir: &Path, factory_url: &str) -> Bed {
+        Self::within(tempfile::tempdir_in(dir).unwrap(), factory_url)
+    }
+
+    fn within(tmp: tempfile::TempDir, factory_url: &str) -> Bed {
+        let config = tmp.path().join("tender.yaml");
+        let data = tmp.path().join("data");
+        Bed { tmp, config, data, factory_url: factory_url.to_string() }
+    }
+
+    /// Write the config with these entries (and extra top-level YAML).
+    pub fn config(&self, images: &[Image<'_>], extra: &str) {
+        let mut y = format!(
+            "# catalog tests: loopback factory only\nupstreams: []\nimageFactory: {}\ndata: {}\nfetch:\n  attempts: 2\n  backoffBase: 20ms\n  backoffMax: 100ms\n  stallTimeout: 5s\n  factoryFirstByteTimeout: 10s\n{extra}catalog:\n  images:\n",
+            self.factory_url,
+            self.data.display()
+        );
+        if images.is_empty() {
+            y = y.replace("  images:\n", "  images: []\n");
+        }
+        for i in images {
+            y.push_str(&format!(
+                "    - schematic: {SCHEMATIC}\n      version: {}\n      format: {}\n",
+                i.version, i.format
+            ));
+            for l in i.extra.lines() {
+                y.push_str(&format!("      {l}\n"));
+            }
+        }
+        std::fs::write(&self.config, y).unwrap();
+    }
+
+    /// `tender <args> --config <config>`
+    pub fn run(&self, args: &[&str]) -> Output {
+        let mut a: Vec<&std::ffi::OsStr> = args.iter().map(|s| s.as_ref()).collect();
+        a.push("--config".as_ref());
+        a.push(self.config.as_os_str());
+        run(a)
+    }
+
+    pub fn golden_name(&self, version: &str) -> String {
+        format!("talos-worker-{SCHEMATIC}-{version}")
+    }
+
+    pub fn golden(&self, version: &str) -> PathBuf {
+        self.data.join("goldens").join(format!("{}.raw", self.golden_name(version)))
+    }
+
+    /// `tender catalog ls --output json`, parsed.
+    pub fn ls(&self) -> serde_json::Value {
+        let o = self.run(&["catalog", "ls", "--output", "json"]);
+        expect_code(&o, 0);
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    pub fn golden_view(&self, version: &str) -> serde_json::Value {
+        let name = self.golden_name(version);
+        self.ls()["goldens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == name.as_str())
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Start `tender serve` on a free port; returns the guard and its URL.
+    pub fn serve(&self) -> Server {
+        let log = self.tmp.path().join("serve.log");
+        let file = std::fs::File::create(&log).unwrap();
+        let child = command(["serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--config"])
+            .arg(&self.config)
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("starting tender serve");
+        let mut server = Server { child: Some(child), url: String::new(), log };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(20) {
+            let text = std::fs::read_to_string(&server.log).unwrap_or_default();
+            for line in text.lines() {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
+                    if let Some(l) = v.get("listen").and_then(|x| x.as_str()) {
+                        server.url = format!("http://{l}");
+                        return server;
+                    }
+                }
+            }
+            if let Some(c) = server.child.as_mut() {
+                if let Some(status) = c.try_wait().unwrap() {
+                    panic!("tender serve exited {status}: {text}");
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("tender serve did not log its address: {}", std::fs::read_to_string(&server.log).unwrap_or_default());
+    }
+}
+
+/// A running `tender serve`, killed on drop.
+pub struct Server {
+    child: Option<Child>,
+    pub url: String,
+    pub log: PathBuf,
+}
+
+impl Server {
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, sig: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_raw(self.pid() as i32).unwrap();
+        rustix::process::kill_process(pid, sig).unwrap();
+    }
+
+    /// SIGTERM and wait.
+    pub fn stop(mut self) {
+        if let Some(mut c) = self.child.take() {
+            self.signal_child(&c);
+            let t0 = Instant::now();
+            while c.try_wait().unwrap().is_none() && t0.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn signal_child(&self, c: &Child) {
+        if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// GET a URL on loopback (blocking, a small client of our own).
+pub fn http(method: &str, url: &str) -> (u16, String) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let client = reqwest::Client::new();
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let resp = client.request(m, url).send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.text().await.unwrap())
+    })
+}
+
+/// Poll `f` until it is true or `limit` passes.
+pub fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out after {limit:?} waiting for {what}");
+}
+
+/// Bytes a file takes on disk.
+pub fn allocated(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).unwrap().blocks() * 512
+}
