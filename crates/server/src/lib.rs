@@ -76,9 +76,14 @@ impl AppState {
         &self.metrics
     }
 
-    /// The catalog section of the status page, when a catalog is attached.
+    /// The catalog section of the status page, when a catalog is attached (reads records:
+    /// call it off the async threads).
     fn catalog_html(&self) -> Option<String> {
-        None
+        let catalog = self.catalog.as_ref()?;
+        Some(match catalog.view() {
+            Ok(view) => status::catalog_section(&view),
+            Err(e) => format!("<h2>Catalog</h2><p>catalog unavailable: {}</p>", status::esc(&e)),
+        })
     }
 }
 

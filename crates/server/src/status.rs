@@ -12,7 +12,7 @@ use axum::response::IntoResponse;
 use crate::AppState;
 
 /// Escape text for HTML element content and attribute values.
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
 }
 
@@ -57,9 +57,14 @@ impl SizeCache {
 pub async fn page(State(app): State<Arc<AppState>>) -> impl IntoResponse {
     let mirror = app.mirror();
     let store = mirror.flights().store().clone();
-    let (bytes, objects) = {
+    let (bytes, objects, catalog) = {
         let app = app.clone();
-        tokio::task::spawn_blocking(move || app.sizes.get(&store)).await.unwrap_or((0, 0))
+        tokio::task::spawn_blocking(move || {
+            let (b, n) = app.sizes.get(&store);
+            (b, n, app.catalog_html())
+        })
+        .await
+        .unwrap_or((0, 0, None))
     };
     let served = &app.metrics().served;
     let all = served.snapshot();
@@ -110,7 +115,7 @@ pub async fn page(State(app): State<Arc<AppState>>) -> impl IntoResponse {
         );
     }
     h.push_str("</table>");
-    if let Some(c) = app.catalog_html() {
+    if let Some(c) = catalog {
         h.push_str(&c);
     }
     h.push_str(
@@ -139,6 +144,42 @@ pub async fn page(State(app): State<Arc<AppState>>) -> impl IntoResponse {
          <a href=\"/readyz\">readiness</a></p></body></html>",
     );
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], h)
+}
+
+/// The goldens and their phases.
+pub(crate) fn catalog_section(view: &tender_catalog::CatalogView) -> String {
+    let mut h = String::from(
+        "<h2>Catalog</h2><table id=\"catalog\"><tr><th>golden</th><th>phase</th><th class=\"num\">virtual size</th>\
+         <th class=\"num\">clones</th><th>sha256</th></tr>",
+    );
+    if view.goldens.is_empty() {
+        h.push_str("<tr><td colspan=\"5\">no goldens configured</td></tr>");
+    }
+    for g in &view.goldens {
+        let mut phase = g.phase.to_string();
+        if let Some(p) = g.percent {
+            phase.push_str(&format!(" {p:.0}%"));
+        }
+        if let Some(r) = &g.reason {
+            phase.push_str(&format!(": {r}"));
+        }
+        let class = match phase.split(&[' ', ':'][..]).next().unwrap_or("") {
+            "Succeeded" => "up",
+            "Failed" => "down",
+            _ => "unknown",
+        };
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td class=\"{class}\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td><code>{}</code></td></tr>",
+            esc(&g.name),
+            esc(&phase),
+            g.virtual_size.map(human).unwrap_or_default(),
+            g.clones,
+            esc(g.sha256.as_deref().map(|s| &s[..s.len().min(16)]).unwrap_or("")),
+        );
+    }
+    h.push_str("</table>");
+    h
 }
 
 #[cfg(test)]

@@ -88,3 +88,53 @@ async fn should_show_a_status_page_without_javascript() {
     assert!(html.contains(">up<"), "the upstream answered, so it is up");
     assert!(html.contains("ghcr.io/a/b"), "most-served repositories");
 }
+
+struct FakeCatalog(tender_catalog::CatalogView);
+
+impl tender_catalog::CatalogApi for FakeCatalog {
+    fn view(&self) -> Result<tender_catalog::CatalogView, String> {
+        Ok(self.0.clone())
+    }
+    fn request_sync(&self, _retry_failed: bool) -> Result<tender_catalog::SyncAccepted, String> {
+        Err("not in this test".into())
+    }
+}
+
+#[tokio::test]
+async fn should_show_catalog_goldens_and_their_phases_on_the_status_page() {
+    let golden = |name: &str, phase: &str, reason: Option<&str>| {
+        serde_json::json!({
+            "name": name, "entry": "catalog.images[0]", "phase": phase, "percent": null, "progress": null,
+            "reason": reason, "virtualSize": 1073741824u64, "sha256": "ab".repeat(32), "path": "/g/x.raw", "dir": "/g",
+            "ageSeconds": 5, "clones": 2,
+            "source": {"imageFactory": "https://factory.talos.dev", "schematic": "abc", "version": "v1.13.6",
+                       "platform": "openstack", "arch": "amd64", "format": "raw.xz"},
+            "storageClass": null, "storage": null, "attempts": 1
+        })
+    };
+    let view: tender_catalog::CatalogView = serde_json::from_value(serde_json::json!({
+        "goldens": [golden("talos-worker-abc-v1.13.6", "Succeeded", None),
+                    golden("talos-worker-<b>-v1.13.5", "Failed", Some("upstream 404"))]
+    }))
+    .unwrap();
+    let fake = FakeUpstream::start().await;
+    let base = Tender::in_front_of(&fake).await;
+    // the same mirror and metrics, with a catalog attached
+    let app = tender_server::AppState::with_catalog(
+        base.app.mirror(),
+        base.app.metrics().clone(),
+        std::sync::Arc::new(FakeCatalog(view)),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = tender_server::serve(listener, app, std::future::pending()).await;
+    });
+    let html = client().get(format!("http://{addr}/")).send().await.unwrap().text().await.unwrap();
+    assert!(html.contains("id=\"catalog\""), "{html}");
+    assert!(html.contains("talos-worker-abc-v1.13.6"));
+    assert!(html.contains(">Succeeded<"));
+    assert!(html.contains("Failed: upstream 404"));
+    assert!(html.contains("talos-worker-&lt;b&gt;-v1.13.5"), "names are escaped");
+    assert!(html.contains("1.0 GiB"));
+}
