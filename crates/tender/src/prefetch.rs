@@ -32,6 +32,7 @@ use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use tender_catalog::asset::{self, AssetPath, Compression};
 use tender_fetch::flight::{Claim, Fill, Phase};
+use tender_fetch::mirror::CacheResult;
 use tender_fetch::{Container, FetchError, FetchErrorKind, FetchMetrics, Flights, Mirror, Upstream};
 use tender_oci::media::{self, AcceptList, ALL_MANIFESTS};
 use tender_oci::{Digest, Reference, RepoName};
@@ -371,8 +372,10 @@ impl Progress {
     fn finish(&self, line: &str) {
         match &self.bar {
             Some(b) => {
-                b.set_message(format!("{} {line}", self.label));
-                b.abandon();
+                if let Ok(style) = ProgressStyle::with_template("{msg}") {
+                    b.set_style(style);
+                }
+                b.abandon_with_message(format!("{} {line}", self.label));
             }
             None => eprintln!("prefetch: {} {line}", self.label),
         }
@@ -417,6 +420,8 @@ struct Manifest {
     digest: Digest,
     media_type: String,
     bytes: Bytes,
+    /// Served from the store without a transfer (known with --data only).
+    already: bool,
 }
 
 fn is_index(media_type: &str) -> bool {
@@ -561,7 +566,7 @@ impl ServerBackend {
                 return Err(Failed::definite(format!("{what}: the server sent {digest}")));
             }
         }
-        Ok(Manifest { digest, media_type, bytes: Bytes::from(body) })
+        Ok(Manifest { digest, media_type, bytes: Bytes::from(body), already: false })
     }
 
     /// Read a body to the end (the server verifies and keeps it), counting bytes.
@@ -633,7 +638,8 @@ impl LocalBackend {
         let hit =
             self.mirror.manifest(&up, &repo, reference, &accept).await.map_err(|e| Failed::from_fetch(&what, &e))?;
         self.pin(&what, &hit.digest)?;
-        Ok(Manifest { digest: hit.digest, media_type: hit.media_type, bytes: hit.bytes })
+        let already = hit.cache != CacheResult::Miss;
+        Ok(Manifest { digest: hit.digest, media_type: hit.media_type, bytes: hit.bytes, already })
     }
 
     /// Wait for a fill to commit, reporting its bytes as they arrive.
@@ -723,14 +729,16 @@ async fn warm_image(
     progress: &Progress,
 ) -> Result<Done, Failed> {
     let top = backend.manifest(img, &img.reference).await?;
-    let mut done = Done { objects: 1, ..Done::default() };
+    let mut done = Done { objects: 1, already: usize::from(top.already), ..Done::default() };
     let mut manifests = Vec::new();
     if is_index(&top.media_type) {
         let index: IndexDoc = serde_json::from_slice(&top.bytes)
             .map_err(|e| Failed::definite(format!("{img}: the index is not valid JSON: {e}")))?;
         for d in select_platforms(img, &index, platforms)? {
-            manifests.push(backend.manifest(img, &Reference::Digest(d)).await?);
+            let m = backend.manifest(img, &Reference::Digest(d)).await?;
             done.objects += 1;
+            done.already += usize::from(m.already);
+            manifests.push(m);
         }
         done.platforms = platforms.iter().map(ToString::to_string).collect();
     } else {
@@ -865,16 +873,13 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<ExitCode> {
                 let r = warm(backend, item, platforms, jobs, &progress).await;
                 match &r {
                     Ok(d) => progress.finish(&format!("ok: {} objects, {}", d.objects, HumanBytes(d.bytes))),
-                    Err(f) => progress.finish(&format!("FAILED: {}", f.message)),
+                    Err(f) => progress.finish(if f.transient { "failed (transient)" } else { "FAILED" }),
                 }
                 (item.clone(), r)
             }
         });
         futures::future::join_all(work).await
     });
-    if let Some(m) = &multi {
-        let _ = m.clear();
-    }
     print_summary(&outcomes, started.elapsed(), matches!(backend, Backend::Local(_)));
     let failed: Vec<&Failed> = outcomes.iter().filter_map(|(_, r)| r.as_ref().err()).collect();
     if failed.is_empty() {
@@ -903,7 +908,7 @@ fn print_summary(outcomes: &[(Item, Result<Done, Failed>)], took: Duration, loca
             }
             Err(f) => {
                 let kind = if f.transient { "transient" } else { "failed" };
-                println!("{kind:<9}{item}: {}", f.message);
+                println!("{kind:<9}{}", f.message);
             }
         }
     }
