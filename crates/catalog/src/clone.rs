@@ -32,6 +32,8 @@ pub struct CloneRequest {
     pub to: PathBuf,
     pub format: Format,
     pub allow_copy: bool,
+    /// The config names this golden (so a golden with no record yet is `Pending`, not absent).
+    pub configured: bool,
 }
 
 /// What [`execute`] will do.
@@ -236,7 +238,7 @@ pub fn plan(data: &Path, req: &CloneRequest) -> Result<Plan, Refusal> {
         return Ok(Plan::Exists { to, format, worker: rec.map(|r| r.worker), size });
     }
 
-    let golden = usable_golden(data, &req.golden, record)?;
+    let golden = usable_golden(data, &req.golden, record, req.configured)?;
     let virtual_size = golden.virtual_size.unwrap_or(0);
     if req.size < virtual_size {
         return Err(Refusal::TooSmall { golden: req.golden.clone(), size: req.size, virtual_size });
@@ -276,24 +278,35 @@ pub fn plan(data: &Path, req: &CloneRequest) -> Result<Plan, Refusal> {
 }
 
 /// The golden, if a clone can be made from it now.
-fn usable_golden(data: &Path, name: &str, record: Option<GoldenRecord>) -> Result<GoldenRecord, Refusal> {
-    let Some(g) = record else {
-        return Err(Refusal::NoGolden { golden: name.to_string(), data: data.to_path_buf(), detail: String::new() });
+fn usable_golden(
+    data: &Path,
+    name: &str,
+    record: Option<GoldenRecord>,
+    configured: bool,
+) -> Result<GoldenRecord, Refusal> {
+    let phase = match &record {
+        Some(g) => g.phase,
+        None if configured => Phase::Pending,
+        None => {
+            return Err(Refusal::NoGolden { golden: name.to_string(), data: data.to_path_buf(), detail: String::new() })
+        }
     };
-    match g.phase {
-        Phase::Succeeded if g.path.is_file() => Ok(g),
-        Phase::Succeeded => Err(Refusal::NoGolden {
-            golden: name.to_string(),
-            data: data.to_path_buf(),
-            detail: format!(" (its file {} is gone)", g.path.display()),
-        }),
+    match phase {
+        Phase::Succeeded => match record {
+            Some(g) if g.path.is_file() => Ok(g),
+            g => Err(Refusal::NoGolden {
+                golden: name.to_string(),
+                data: data.to_path_buf(),
+                detail: format!(" (its file {} is gone)", g.map(|g| g.path.display().to_string()).unwrap_or_default()),
+            }),
+        },
         Phase::Failed => Err(Refusal::GoldenFailed {
             golden: name.to_string(),
-            reason: g.reason.clone().unwrap_or_else(|| "no reason recorded".into()),
+            reason: record.and_then(|g| g.reason).unwrap_or_else(|| "no reason recorded".into()),
         }),
         Phase::Pending | Phase::ImportInProgress => {
             let importer = tender_store::Store::is_locked(data);
-            let progress = match (g.phase, g.progress) {
+            let progress = match (phase, record.and_then(|g| g.progress)) {
                 (Phase::ImportInProgress, Some(p)) => format!(" ({:.0}%)", p.percent()),
                 _ => String::new(),
             };
@@ -305,7 +318,7 @@ fn usable_golden(data: &Path, name: &str, record: Option<GoldenRecord>) -> Resul
                     data.display()
                 )
             };
-            Err(Refusal::NotReady { golden: name.to_string(), phase: g.phase, progress, importer, hint })
+            Err(Refusal::NotReady { golden: name.to_string(), phase, progress, importer, hint })
         }
     }
 }

@@ -63,7 +63,7 @@ pub fn run(a: CloneArgs) -> anyhow::Result<ExitCode> {
         Failure::usage(format!("--wait {:?} is not a duration ({e}); write it like 30s or 10m", a.wait))
     })?;
     let settings = a.at.settings()?;
-    let data = settings.data;
+    let data = settings.data.clone();
     let req = CloneRequest {
         golden: a.golden.clone(),
         pool: a.pool.clone(),
@@ -75,6 +75,7 @@ pub fn run(a: CloneArgs) -> anyhow::Result<ExitCode> {
             FormatArg::Qcow2 => Format::Qcow2,
         },
         allow_copy: a.allow_copy,
+        configured: settings.catalog.entry(&a.golden).is_some(),
     };
     let started = Instant::now();
     let tty = std::io::stderr().is_terminal();

@@ -583,3 +583,141 @@ pub fn allocated(p: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(p).unwrap().blocks() * 512
 }
+
+// ---------- loop-mounted filesystems ----------
+
+/// A filesystem in a sparse image file, attached to a loop device and mounted on a temp
+/// directory; unmounted and detached on drop.
+pub struct Mount {
+    pub dir: tempfile::TempDir,
+    image_dir: tempfile::TempDir,
+    device: Option<String>,
+    mounted: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fs {
+    /// XFS with reflink=1: copy-on-write clones.
+    XfsReflink,
+    /// ext4: no reflinks.
+    Ext4,
+}
+
+fn sh(cmd: &mut Command) -> Result<String, String> {
+    let o = cmd.env("PATH", "/usr/sbin:/sbin:/usr/bin:/bin").output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if o.status.success() {
+        Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+    } else {
+        Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&o.stderr).trim()))
+    }
+}
+
+/// Why loop-mount tests cannot run here, if they cannot.
+pub fn mount_unavailable() -> Option<String> {
+    if !is_root() {
+        return Some("needs root (loop devices and mount)".into());
+    }
+    if let Some(m) = missing_tools(&["mkfs.xfs", "mkfs.ext4", "losetup", "mount", "umount", "qemu-img"]) {
+        return Some(m);
+    }
+    None
+}
+
+impl Mount {
+    pub fn new(fs: Fs) -> Result<Mount, String> {
+        let image_dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let image = image_dir.path().join("fs.img");
+        // XFS needs 300 MiB at least; the file is sparse, so this costs next to nothing.
+        std::fs::File::create(&image).and_then(|f| f.set_len(320 << 20)).map_err(|e| e.to_string())?;
+        match fs {
+            Fs::XfsReflink => sh(Command::new("mkfs.xfs").args(["-q", "-f", "-m", "reflink=1"]).arg(&image))?,
+            Fs::Ext4 => sh(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image))?,
+        };
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let mut m = Mount { dir, image_dir, device: None, mounted: false };
+        let dev = sh(Command::new("losetup").args(["--find", "--show"]).arg(&image))?;
+        m.device = Some(dev.clone());
+        sh(Command::new("mount").arg(&dev).arg(m.dir.path()))?;
+        m.mounted = true;
+        Ok(m)
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Bytes in use on the filesystem (after a sync).
+    pub fn used(&self) -> u64 {
+        rustix::fs::sync();
+        let s = rustix::fs::statvfs(self.path()).unwrap();
+        (s.f_blocks - s.f_bfree) * s.f_frsize
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if self.mounted && sh(Command::new("umount").arg(self.dir.path())).is_err() {
+            let _ = sh(Command::new("umount").arg("-l").arg(self.dir.path()));
+        }
+        if let Some(dev) = &self.device {
+            let _ = sh(Command::new("losetup").arg("-d").arg(dev));
+        }
+        let _ = &self.image_dir;
+    }
+}
+
+/// `qemu-img compare` of a golden and a disk: equal over the golden's length, zeros beyond.
+pub fn qemu_compare(golden: &Path, disk: &Path, disk_format: &str) -> Result<(), String> {
+    sh(Command::new("qemu-img").args(["compare", "-q", "-f", "raw", "-F", disk_format]).arg(golden).arg(disk))
+        .map(|_| ())
+}
+
+/// `qemu-img info --output json`
+pub fn qemu_info(disk: &Path) -> serde_json::Value {
+    let out = sh(Command::new("qemu-img").args(["info", "--output", "json", "-U"]).arg(disk)).unwrap();
+    serde_json::from_str(&out).unwrap()
+}
+
+/// The file names in a directory (to show that a refusal created nothing).
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+/// A factory and a bed (its data directory under `dir`, or a temp dir) whose one golden,
+/// v1.13.6 from xz, is imported.
+pub fn synced_bed(images: &Images, dir: Option<&Path>) -> (FakeFactory, Bed) {
+    let f = FakeFactory::start();
+    f.put("v1.13.6", "openstack-amd64.raw.xz", images.xz.clone());
+    let bed = match dir {
+        Some(d) => Bed::in_dir(d, &f.url()),
+        None => Bed::new(&f.url()),
+    };
+    bed.config(&[Image { version: "v1.13.6", format: "raw.xz", extra: "" }], "");
+    expect_code(&bed.run(&["catalog", "sync"]), 0);
+    (f, bed)
+}
+
+impl Bed {
+    pub fn gold(&self) -> String {
+        self.golden_name("v1.13.6")
+    }
+
+    /// `tender clone <golden> --pool P --worker W --size S --to T [more]`
+    pub fn clone_disk(&self, pool: &str, worker: &str, size: &str, to: &Path, more: &[&str]) -> Output {
+        let gold = self.gold();
+        let to = to.to_str().unwrap();
+        let mut args = vec!["clone", &gold, "--pool", pool, "--worker", worker, "--size", size, "--to", to];
+        args.extend_from_slice(more);
+        self.run(&args)
+    }
+
+    /// `tender catalog refs <golden> --output json`
+    pub fn refs(&self) -> Vec<serde_json::Value> {
+        let o = self.run(&["catalog", "refs", &self.gold(), "--output", "json"]);
+        expect_code(&o, 0);
+        serde_json::from_slice::<Vec<serde_json::Value>>(&o.stdout).unwrap()
+    }
+}
