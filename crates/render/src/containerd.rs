@@ -14,7 +14,10 @@
 //! containerd always appends the `server` entry as the last host and, when `server` is absent,
 //! fills it with the registry itself. So "skip fallback" cannot be written as "no server": it is
 //! written as `server = "<mirror>"` with the mirror's settings at the top level, which leaves the
-//! mirror as the only host. Relative paths (`ca.crt`) resolve against the host directory.
+//! mirror as the only host. The mirror is also listed as a `[host."<mirror>"]` table: containerd
+//! 1.6 refuses a hosts.toml without a `host` tree ("invalid `host` tree") and then falls back to
+//! the registry itself, the very thing `--skip-fallback` must prevent; listing it twice costs one
+//! retry of the same mirror. Relative paths (`ca.crt`) resolve against the host directory.
 
 use std::collections::BTreeMap;
 
@@ -92,7 +95,11 @@ pub fn hosts_files(plan: &MirrorPlan) -> Result<Vec<OutputFile>, Error> {
         let dir = registry.containerd_dir();
         let mirror_settings = settings(plan, &plan.config);
         let file = if plan.skip_fallback {
-            HostsFile { server: Some(plan.mirror.url.to_string()), root: mirror_settings, host: BTreeMap::new() }
+            HostsFile {
+                server: Some(plan.mirror.url.to_string()),
+                root: settings(plan, &plan.config),
+                host: BTreeMap::from([(plan.mirror.url.to_string(), mirror_settings)]),
+            }
         } else {
             HostsFile {
                 server: registry.upstream(),

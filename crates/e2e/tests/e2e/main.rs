@@ -13,6 +13,7 @@ mod t3_skopeo;
 mod t4_containerd;
 mod t5_fsck;
 mod t6_crash;
+mod t7_render_containerd;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,0 +1,68 @@
+//! The containerd output of `tender render registries` used by a real containerd: the rendered
+//! `certs.d/ghcr.io/hosts.toml` (with `--skip-fallback`, so a failing mirror can never send the
+//! test to the internet) pulls a multi-arch image through tender.
+
+use std::process::Command;
+
+use tender_e2e::containerd::Containerd;
+use tender_e2e::paths::tender_bin;
+use tender_e2e::proc;
+use tender_e2e::registry::Sizes;
+
+use crate::Bed;
+
+#[test]
+fn should_pull_through_tender_with_the_rendered_containerd_hosts_toml() {
+    let bed = Bed::new("render-containerd", Sizes::SMALL);
+    let t = bed.start_tender("tender.log");
+    let ctrd = Containerd::start(&bed.path("containerd"));
+    let certs = bed.path("certs.d");
+    proc::run(Command::new(tender_bin()).args([
+        "render",
+        "registries",
+        "--format",
+        "containerd",
+        "--mirror",
+        &format!("http://{}", t.hostport()),
+        "--registry",
+        "ghcr.io",
+        "--skip-fallback",
+        "--out",
+        certs.to_str().unwrap(),
+    ]));
+    let rendered = std::fs::read_to_string(certs.join("ghcr.io/hosts.toml")).unwrap();
+    assert!(rendered.contains(&t.hostport()), "{rendered}");
+    assert!(!rendered.contains("https://ghcr.io"), "no fallback to the real registry: {rendered}");
+
+    let image = "ghcr.io/siderolabs/kubelet:v1.33.1";
+    let pull = ctrd.ctr(&[
+        "-n",
+        "e2e",
+        "images",
+        "pull",
+        "--hosts-dir",
+        certs.to_str().unwrap(),
+        "--platform",
+        "linux/amd64",
+        "--snapshotter",
+        "native",
+        image,
+    ]);
+    assert!(
+        pull.status.success(),
+        "ctr images pull with the rendered hosts.toml failed:\n{}{}",
+        String::from_utf8_lossy(&pull.stdout),
+        String::from_utf8_lossy(&pull.stderr)
+    );
+    let index = bed.images.var("KUBELET_INDEX");
+    let ls = ctrd.ctr(&["-n", "e2e", "images", "ls"]);
+    let ls = String::from_utf8_lossy(&ls.stdout).into_owned();
+    assert!(ls.lines().any(|l| l.starts_with(image) && l.contains(index)), "{image} at {index} in:\n{ls}");
+    // containerd sent ns=ghcr.io to the mirror, and every request reached the ghcr.io upstream
+    let access = t.access();
+    let registry: Vec<_> = access.iter().filter(|a| a.path.starts_with("/v2/") && a.path != "/v2/").collect();
+    assert!(!registry.is_empty());
+    for a in &registry {
+        assert_eq!((a.ns.as_str(), a.upstream.as_str(), a.status), ("ghcr.io", "ghcr.io", 200), "{a:?}");
+    }
+}
