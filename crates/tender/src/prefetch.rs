@@ -904,11 +904,11 @@ fn print_summary(outcomes: &[(Item, Result<Done, Failed>)], took: Duration, loca
                 let platforms =
                     if d.platforms.is_empty() { String::new() } else { format!(" [{}]", d.platforms.join(", ")) };
                 let already = if local { format!(", {} already stored", d.already) } else { String::new() };
-                println!("fetched  {item}{platforms}: {} objects, {}{already}", d.objects, HumanBytes(d.bytes));
+                println!("{:<10}{item}{platforms}: {} objects, {}{already}", "fetched", d.objects, HumanBytes(d.bytes));
             }
             Err(f) => {
                 let kind = if f.transient { "transient" } else { "failed" };
-                println!("{kind:<9}{}", f.message);
+                println!("{kind:<10}{}", f.message);
             }
         }
     }

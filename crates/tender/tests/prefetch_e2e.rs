@@ -362,9 +362,9 @@ fn should_warm_a_running_server_with_only_the_amd64_blobs_once() {
     ];
     let (code, stdout, stderr) = prefetch(&args);
     assert_eq!(code, 0, "prefetch failed:\n{stdout}{stderr}");
-    assert!(stdout.contains("fetched  ghcr.io/siderolabs/kubelet:v1.33.1 [linux/amd64]"), "{stdout}");
-    assert!(stdout.contains(&format!("fetched  factory.talos.dev/installer/{SCHEMATIC}:{TALOS}")), "{stdout}");
-    assert!(stdout.contains(&format!("fetched  {}", os_image_path())), "{stdout}");
+    assert!(stdout.contains("fetched   ghcr.io/siderolabs/kubelet:v1.33.1 [linux/amd64]"), "{stdout}");
+    assert!(stdout.contains(&format!("fetched   factory.talos.dev/installer/{SCHEMATIC}:{TALOS}")), "{stdout}");
+    assert!(stdout.contains(&format!("fetched   {}", os_image_path())), "{stdout}");
     let requests = reg.requests_since(offset);
     assert_amd64_once(&requests, &img);
     assert!(requests.iter().any(|r| r.ends_with(&format!("/manifests/{TALOS}")) && r.contains("installer/")));
@@ -391,8 +391,8 @@ fn should_warm_a_running_server_with_only_the_amd64_blobs_once() {
         prefetch(&["--server", &tender.url, "ghcr.io/siderolabs/kubelet:v0.0.0", "ghcr.io/siderolabs/kubelet:v1.33.1"]);
     assert_eq!(code, 1, "{stdout}");
     assert!(
-        stdout.contains("failed   ghcr.io/siderolabs/kubelet:v0.0.0")
-            && stdout.contains("fetched  ghcr.io/siderolabs/kubelet:v1.33.1"),
+        stdout.contains("failed    ghcr.io/siderolabs/kubelet:v0.0.0")
+            && stdout.contains("fetched   ghcr.io/siderolabs/kubelet:v1.33.1"),
         "{stdout}"
     );
     tender.stop();
@@ -433,7 +433,7 @@ fn should_warm_a_stopped_data_directory_in_process() {
 
     let (code, stdout, stderr) = prefetch(&args);
     assert_eq!(code, 0, "prefetch --data failed:\n{stdout}{stderr}");
-    assert!(stdout.contains("fetched  ghcr.io/siderolabs/kubelet:v1.33.1 [linux/amd64]"), "{stdout}");
+    assert!(stdout.contains("fetched   ghcr.io/siderolabs/kubelet:v1.33.1 [linux/amd64]"), "{stdout}");
     let requests = reg.requests_since(offset);
     assert_amd64_once(&requests, &img);
     assert_eq!(factory.gets.load(Ordering::SeqCst), 1);

@@ -6,12 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use sha2::Digest as _;
@@ -19,135 +18,8 @@ use sha2::Digest as _;
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
-// ---------------------------------------------------------------------------------------------
-// A tiny HTTP/1.1 server whose every answer the test decides
-
-#[derive(Debug, Clone)]
-struct Req {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-}
-
-impl Req {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-}
-
-enum Reply {
-    Respond {
-        status: u16,
-        headers: Vec<(String, String)>,
-        body: Vec<u8>,
-    },
-    /// Accept, read the request, never answer.
-    Hang,
-    /// Close the connection without a response.
-    Close,
-}
-
-fn respond(status: u16, headers: &[(&str, &str)], body: impl Into<Vec<u8>>) -> Reply {
-    Reply::Respond {
-        status,
-        headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        body: body.into(),
-    }
-}
-
-type Handler = dyn Fn(&Req) -> Reply + Send + Sync;
-
-struct Fake {
-    addr: SocketAddr,
-    hits: Arc<AtomicUsize>,
-    seen: Arc<Mutex<Vec<Req>>>,
-    stop: Arc<AtomicBool>,
-    accept: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Fake {
-    fn start(handler: impl Fn(&Req) -> Reply + Send + Sync + 'static) -> Fake {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let handler: Arc<Handler> = Arc::new(handler);
-        let hits = Arc::new(AtomicUsize::new(0));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (h, s, st) = (hits.clone(), seen.clone(), stop.clone());
-        let accept = std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                if st.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(conn) = conn else { continue };
-                let (handler, h, s) = (handler.clone(), h.clone(), s.clone());
-                std::thread::spawn(move || serve_conn(conn, &*handler, &h, &s));
-            }
-        });
-        Fake { addr, hits, seen, stop, accept: Some(accept) }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    fn hits(&self) -> usize {
-        self.hits.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for Fake {
-    fn drop(&mut self) {
-        // Stop accepting: the listener closes, so the port refuses connections afterwards.
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(self.addr);
-        if let Some(t) = self.accept.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn serve_conn(conn: TcpStream, handler: &Handler, hits: &AtomicUsize, seen: &Mutex<Vec<Req>>) {
-    let mut reader = BufReader::new(conn.try_clone().unwrap());
-    let mut line = String::new();
-    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-        return;
-    }
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or("").to_string(), parts.next().unwrap_or("").to_string());
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-            break;
-        }
-        if let Some((k, v)) = h.trim_end().split_once(':') {
-            headers.push((k.trim().to_string(), v.trim().to_string()));
-        }
-    }
-    let req = Req { method, path, headers };
-    hits.fetch_add(1, Ordering::SeqCst);
-    seen.lock().unwrap().push(req.clone());
-    let mut conn = conn;
-    match handler(&req) {
-        Reply::Respond { status, headers, body } => {
-            let mut head = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
-            for (k, v) in headers {
-                head.push_str(&format!("{k}: {v}\r\n"));
-            }
-            head.push_str("\r\n");
-            let _ = conn.write_all(head.as_bytes());
-            if req.method != "HEAD" {
-                let _ = conn.write_all(&body);
-            }
-            let _ = conn.flush();
-        }
-        Reply::Hang => {
-            std::thread::sleep(Duration::from_secs(60));
-        }
-        Reply::Close => {}
-    }
-}
+mod probe_support;
+use probe_support::{respond, Fake, Reply, Req};
 
 /// A well-behaved registry: `/v2/`, one manifest, one OS image (honouring Range when asked to).
 fn registry(ranges: bool) -> impl Fn(&Req) -> Reply + Send + Sync + 'static {
@@ -334,7 +206,7 @@ fn should_send_the_registry_host_as_ns_and_ask_for_manifest_types() {
     let reg = Fake::start(registry(true));
     let out = probe(&[&reg.url(), "--image", "ghcr.io/siderolabs/kubelet:v1.35.0"]);
     assert_outcome(&out, "yes", 0);
-    let seen = reg.seen.lock().unwrap().clone();
+    let seen = reg.seen();
     let head = seen.iter().find(|r| r.method == "HEAD").expect("a HEAD of the manifest");
     assert_eq!(head.path, "/v2/siderolabs/kubelet/manifests/v1.35.0?ns=ghcr.io");
     let accept = head.header("accept").unwrap_or("");
@@ -450,7 +322,7 @@ fn should_say_no_when_an_os_image_answers_200_instead_of_206() {
     let ranges = Fake::start(registry(true));
     let out = probe(&[&ranges.url(), "--os-image", &os]);
     assert_outcome(&out, "yes", 0);
-    let seen = ranges.seen.lock().unwrap().clone();
+    let seen = ranges.seen();
     assert!(seen.iter().any(|r| r.path == os && r.header("range") == Some("bytes=0-0")));
 
     let out = probe(&[&ranges.url(), "--os-image", &format!("/image/{SCHEMATIC}/v1.13.6/metal-amd64.iso")]);
