@@ -480,32 +480,41 @@ fn status_verdict(what: &str, resp: &Response) -> Verdict {
     }
 }
 
-/// A failure below HTTP: a refused connection and a TLS failure are definite answers;
-/// timeouts, DNS, resets and anything else mean the question could not be asked.
+/// A failure below HTTP: a refused connection and a TLS failure (an untrusted certificate, a
+/// client certificate refused) are definite answers; timeouts, DNS, resets and anything else
+/// mean the question could not be asked.
 fn transport_verdict(what: &str, e: &reqwest::Error) -> Verdict {
     let mut chain = e.to_string();
-    let mut io_kind = None;
+    let mut kinds = Vec::new();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         chain.push_str(": ");
         chain.push_str(&s.to_string());
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            io_kind.get_or_insert(io.kind());
+        // An io::Error wrapping another (hyper-rustls wraps tokio-rustls's InvalidData in
+        // Other) hides the inner one from source(): look inside.
+        let mut io = s.downcast_ref::<std::io::Error>();
+        while let Some(e) = io {
+            kinds.push(e.kind());
+            io = e.get_ref().and_then(|inner| inner.downcast_ref::<std::io::Error>());
         }
         source = s.source();
     }
     use std::io::ErrorKind as K;
-    if e.is_timeout() || io_kind == Some(K::TimedOut) {
-        return Verdict::unknown("timeout", format!("{what}: {chain}"));
-    }
-    match io_kind {
-        Some(K::ConnectionRefused) => Verdict::no("connection refused", format!("{what}: {chain}")),
-        Some(K::InvalidData) if e.is_connect() => Verdict::no("tls", format!("{what}: {chain}")),
-        Some(K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof) => {
-            Verdict::unknown("connection reset", format!("{what}: {chain}"))
-        }
-        _ if e.is_connect() => Verdict::unknown("cannot connect", format!("{what}: {chain}")),
-        _ => Verdict::unknown("transport error", format!("{what}: {chain}")),
+    let has = |k: K| kinds.contains(&k);
+    let detail = format!("{what}: {chain}");
+    if e.is_timeout() || has(K::TimedOut) {
+        Verdict::unknown("timeout", detail)
+    } else if has(K::ConnectionRefused) {
+        Verdict::no("connection refused", detail)
+    } else if has(K::InvalidData) {
+        // tokio-rustls reports every TLS failure as InvalidData
+        Verdict::no("tls", detail)
+    } else if has(K::ConnectionReset) || has(K::ConnectionAborted) || has(K::BrokenPipe) || has(K::UnexpectedEof) {
+        Verdict::unknown("connection reset", detail)
+    } else if e.is_connect() {
+        Verdict::unknown("cannot connect", detail)
+    } else {
+        Verdict::unknown("transport error", detail)
     }
 }
 
