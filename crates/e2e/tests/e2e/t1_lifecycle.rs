@@ -1,11 +1,16 @@
-//! The process around the server: the data-directory lock, config errors, SIGTERM, SIGHUP.
+//! The process around the server: the data-directory lock, config errors, SIGTERM (idle and
+//! with a download in flight), SIGHUP.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tender_e2e::containerd::UNREACHABLE;
+use tender_e2e::digest::sha256;
 use tender_e2e::http::{self, Conn};
 use tender_e2e::poll_until;
 use tender_e2e::registry::Sizes;
+use tender_e2e::slow::{noise, SlowBlobServer};
 use tender_e2e::tender::{self, write_config, Tender};
 use tender_e2e::TestDir;
 
@@ -90,6 +95,38 @@ fn should_exit_0_soon_after_sigterm_with_an_idle_client_connected() {
     let status = t.terminate(Duration::from_secs(5));
     assert_eq!(status.code(), Some(0), "SIGTERM is a clean shutdown: {status}");
     drop(idle);
+}
+
+#[test]
+fn should_finish_an_in_flight_download_on_sigterm_then_exit_0() {
+    let dir = TestDir::new("drain");
+    let body = Arc::new(noise(16 << 20));
+    let digest = sha256(&body);
+    let upstream = SlowBlobServer::start("e2e/drain", &digest, body.clone(), 16 << 20);
+    let config = dir.path().join("tender.yaml");
+    write_config(&config, &[("ghcr.io", &upstream.url())], "");
+    let t = Tender::start(&config, &dir.path().join("data"), &dir.path().join("tender.log"));
+
+    let received = Arc::new(AtomicU64::new(0));
+    let client = {
+        let (addr, path, received) = (t.addr, format!("/v2/ghcr.io/e2e/drain/blobs/{digest}"), received.clone());
+        std::thread::spawn(move || {
+            let mut body = Vec::new();
+            let head = Conn::open(addr)?.request_to("GET", &path, &[], &mut |b| {
+                received.fetch_add(b.len() as u64, Ordering::SeqCst);
+                body.extend_from_slice(b);
+            })?;
+            Ok::<_, std::io::Error>((head.status, body))
+        })
+    };
+    poll_until("the download to be under way", Duration::from_secs(20), || {
+        (received.load(Ordering::SeqCst) >= 2 << 20).then_some(())
+    });
+    let status = t.terminate(Duration::from_secs(15));
+    let (code, got) = client.join().expect("client thread").expect("the in-flight download completes after SIGTERM");
+    assert_eq!(code, 200);
+    assert_eq!(sha256(&got), digest, "the in-flight client got the whole blob");
+    assert_eq!(status.code(), Some(0), "and tender then exited cleanly: {status}");
 }
 
 #[test]

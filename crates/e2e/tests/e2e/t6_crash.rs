@@ -9,7 +9,7 @@ use sha2::{Digest as _, Sha256};
 use tender_e2e::digest::{hex_of, sha256};
 use tender_e2e::http::Conn;
 use tender_e2e::poll_until;
-use tender_e2e::slow::SlowBlobServer;
+use tender_e2e::slow::{noise, SlowBlobServer};
 use tender_e2e::tender::{self, write_config, Tender};
 use tender_e2e::TestDir;
 
@@ -17,20 +17,6 @@ const BLOB_BYTES: usize = 64 << 20;
 const RATE: u64 = 20 << 20;
 /// Kill tender once its spool holds this much.
 const KILL_AT: u64 = 6 << 20;
-
-/// Deterministic, incompressible bytes (xorshift64*).
-fn blob(len: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        out.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
 
 /// The `.part` files in the spool directory with their sizes.
 fn spool_files(data: &std::path::Path) -> Vec<(std::path::PathBuf, u64)> {
@@ -64,7 +50,7 @@ fn objects_named(data: &std::path::Path, hex: &str) -> Vec<std::path::PathBuf> {
 #[test]
 fn should_resume_a_fill_from_its_spool_after_kill_9() {
     let dir = TestDir::new("crash");
-    let body = Arc::new(blob(BLOB_BYTES));
+    let body = Arc::new(noise(BLOB_BYTES));
     let digest = sha256(&body);
     let hex = hex_of(&digest).to_string();
     let upstream = SlowBlobServer::start("e2e/big", &digest, body.clone(), RATE);
