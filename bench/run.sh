@@ -80,7 +80,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-rec() { echo "$*" | tee -a "$RES"; }
+START=$(now)
+rec() { echo "$* t=$(secs "$START" "$(now)")" | tee -a "$RES"; }   # t = seconds since the start
 kv() { tr ' ' '\n' | sed -n "s/^$1=//p" | head -1; }           # value of KEY in a "k=v k=v" line
 secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", b - a}'; }
 load() { echo "load1=$(cut -d' ' -f1 /proc/loadavg) rustc=$(pgrep -c -x rustc || true)"; }
@@ -96,8 +97,8 @@ hwm_tree() {
 # fits BYTES : true when BYTES more on disk still leave MARGIN_GB free
 fits() { [ $(( $(avail_kb) - $1 / 1024 )) -ge $((MARGIN_GB * 1048576)) ]; }
 # settle DIR UPLOG : wait (max 300 s) until for SETTLE_S (3) s the upstream log, the cache dir and (tender)
-# the active fills stop changing and no cache thread is in D state; then sync, so a cache's
-# background fill or writeback is counted and does not overlap the next run
+# the active fills stop changing and no cache thread is in D state; then fsync its files, so a
+# cache's background fill or writeback is counted and does not overlap the next run
 settle() {
   local _prev _same _n _pid _d _f _cur
   _prev='' _same=0 _n=0 _pid=$(cat "$1/pid" 2>/dev/null || echo 0)
@@ -110,7 +111,9 @@ settle() {
     _prev=$_cur; sleep 0.5; _n=$((_n + 1))
   done
   [ "$_same" -ge "$SETTLE_TICKS" ] || echo "settle: gave up after 300 s" >&2
-  sync
+  # flush the cache's files (not the whole machine's: others compile here) so its writeback
+  # does not spill into the next run
+  find "$(data_of "$1")" -type f -exec sync {} + 2>/dev/null || true
 }
 tender_metric() {  # tender_metric NAME : sum of a counter over its labels
   curl -s --max-time 5 "http://127.0.0.1:$TENDER_PORT/metrics" | awk -v n="$1" '$1 ~ "^"n"({|$)" {s += $2} END {printf "%.0f", s}'
@@ -152,9 +155,10 @@ stop_cache() {
   esac
 }
 pid_of() { cat "$(dir_of "$1")/pid" 2>/dev/null || echo 0; }
-# cpu_probe : the same CPU-bound job each time (1 s of sha256): how much CPU others leave us
+# cpu_probe : the same CPU-bound job each time (1 s of sha256 on every core, MB/s summed): how
+# much CPU others leave us (idle: nproc x the single-core speed)
 cpu_probe() {
-  openssl speed -evp sha256 -seconds 1 -bytes 1048576 2>/dev/null | awk '$1 == "sha256" {sub(/k$/, "", $2); printf "%.0f", $2 / 1000}'
+  openssl speed ${1:+-multi "$1"} -evp sha256 -seconds 1 -bytes 1048576 2>/dev/null | awk '$1 == "sha256" {sub(/k$/, "", $2); printf "%.0f", $2 / 1000}'
 }
 
 # ---------------------------------------------------------------- setup
@@ -169,7 +173,7 @@ rec "env date=$(date -u +%FT%TZ) smoke=$SMOKE nproc=$(nproc) kernel=$(uname -r)"
   "python=$(python3 -c 'import platform; print(platform.python_version())') curl=$(curl --version | awk 'NR==1{print $2}')" \
   "size_mb=$SIZE_MB rate_mbps=$RATE_MBPS reps=$REPS fanout_ns=${FANOUT_NS// /,} first_ns=${FIRST_NS// /,}" \
   "factory_ns=${FACTORY_NS// /,} factory_nginx=${FACTORY_NGINX// /,} hot_n=$HOT_N rss_n=$RSS_N parts=${PARTS// /,}" \
-  "df_avail_gb=$(( $(avail_kb) / 1048576 )) $(load) uptime=\"$(uptime | sed 's/^ *//')\""
+  "cpu_ref_MBps=$(( $(cpu_probe) * $(nproc) )) df_avail_gb=$(( $(avail_kb) / 1048576 )) $(load) uptime=\"$(uptime | sed 's/^ *//')\""
 free -h >"$W/logs/free.txt"; df -h "$W" >"$W/logs/df.txt"
 
 "$H/upstream.sh" start "$UP" "$UP_PORT" >/dev/null
@@ -186,10 +190,14 @@ RATE_MBPS=$RATE_MBPS "$BENCH/throttle.sh" start "$THR" "$THR_PORT" "$UPURL" >/de
 
 mkdir -p "$FUP/www$(dirname "$ASSET")" "$FUP/www$(dirname "$PROBE_ASSET")"
 T0=$(now)
-openssl enc -aes-256-ctr -pbkdf2 -nosalt -pass pass:tender-bench-asset </dev/zero 2>/dev/null | head -c "$SIZE" >"$FUP/www$ASSET"
-head -c 1048576 "$FUP/www$ASSET" >"$FUP/www$PROBE_ASSET"
+# incompressible content in a valid .xz container (tender checks an asset's container; mkxz.py
+# stores the data uncompressed, so the file is SIZE + 0.005 %)
+openssl enc -aes-256-ctr -pbkdf2 -nosalt -pass pass:tender-bench-asset </dev/zero 2>/dev/null |
+  head -c "$SIZE" | python3 "$BENCH/mkxz.py" >"$FUP/www$ASSET"
+head -c 1048576 "$FUP/www$ASSET" | python3 "$BENCH/mkxz.py" >"$FUP/www$PROBE_ASSET"
+ASIZE=$(stat -c %s "$FUP/www$ASSET") PROBE_SIZE=$(stat -c %s "$FUP/www$PROBE_ASSET")
 ASHA=$(openssl dgst -sha256 -r "$FUP/www$ASSET" | cut -d' ' -f1)
-rec "setup asset path=$ASSET bytes=$SIZE sha256=$ASHA image_s=$(secs "$T0" "$(now)")"
+rec "setup asset path=$ASSET bytes=$ASIZE sha256=$ASHA image_s=$(secs "$T0" "$(now)")"
 RATE_MBPS=$RATE_MBPS "$H/factory-upstream.sh" start "$FUP" "$FUP_PORT" >/dev/null
 "$BENCH/nginx-files.sh" start "$NFI" "$NFILES_PORT" "$FUP/www" >/dev/null
 BLOB=/v2/$BIG_REPO/blobs/$BIG_DIGEST
@@ -223,7 +231,7 @@ cold_run() {
 }
 case " $PARTS " in *" cold "*)
 for r in $(seq "$REPS"); do
-  rec "probe part=cold rep=$r cpu_sha256_MBps=$(cpu_probe) $(load)"
+  rec "probe part=cold rep=$r cpu_sha256_MBps=$(cpu_probe "$(nproc)") $(load)"
   cold_run direct 1 "$r"
   for n in $FANOUT_NS; do for sys in tender reg2 nginx; do cold_run "$sys" "$n" "$r"; done; done
 done ;; esac
@@ -256,7 +264,7 @@ first_run() {
 }
 case " $PARTS " in *" first "*)
 for r in $(seq "$REPS"); do
-  rec "probe part=first rep=$r cpu_sha256_MBps=$(cpu_probe) $(load)"
+  rec "probe part=first rep=$r cpu_sha256_MBps=$(cpu_probe "$(nproc)") $(load)"
   first_run direct 1 "$r"
   for n in $FIRST_NS; do for sys in tender reg2 nginx-lock; do first_run "$sys" "$n" "$r"; done; done
 done ;; esac
@@ -270,7 +278,7 @@ factory_ok() {
   stop_cache tender factory-probe
   "$H/factory-upstream.sh" reset "$FUP"
   echo "$_c" >"$W/logs/factory-probe.txt"
-  [ "$_c" = "200 1048576" ]
+  [ "$_c" = "200 $PROBE_SIZE" ]
 }
 # factory_run SYS N REP : N clients (firstbyte.py --sha256) for the asset; SYS = tender |
 # nginx-lock | nginx-off | nginx-slice | direct (the factory upstream, N=1) | files (nginx, disk)
@@ -280,8 +288,8 @@ factory_run() {
   case $_sys in
     direct) _url=$FUPURL ;;
     files)  _url=http://127.0.0.1:$NFILES_PORT; _pid=$(cat "$NFI/pid") ;;
-    *)      _need=$((2 * SIZE))   # nginx without the lock (and slice, whose upstream ignores Range) writes one copy per client
-            case $_sys in nginx-off|nginx-slice) _need=$((_n * SIZE + SIZE)) ;; esac
+    *)      _need=$((2 * ASIZE))   # nginx without the lock (and slice, whose upstream ignores Range) writes one copy per client
+            case $_sys in nginx-off|nginx-slice) _need=$((_n * ASIZE + ASIZE)) ;; esac
             if ! fits "$_need"; then
               rec "skip part=factory sys=$_sys N=$_n rep=$_r reason=df avail_gb=$(( $(avail_kb) / 1048576 )) need_gb=$(( _need / 1073741824 + MARGIN_GB ))"
               return
@@ -290,7 +298,7 @@ factory_run() {
   esac
   "$H/factory-upstream.sh" reset "$FUP"
   _l=$(load)
-  _o=$(python3 "$BENCH/firstbyte.py" "$_url$ASSET" "$_n" --expect-bytes "$SIZE" --sha256 "$ASHA" 2>&1) || true
+  _o=$(python3 "$BENCH/firstbyte.py" "$_url$ASSET" "$_n" --expect-bytes "$ASIZE" --sha256 "$ASHA" 2>&1) || true
   echo "$_o" >"$W/logs/$_tag.txt"; _s=$(echo "$_o" | tail -1)
   case $_sys in direct) _h=0 ;; files|nginx-*) _h=$(hwm_tree "$_pid") ;; *) _h=$(hwm_of "$_pid") ;; esac
   case $_sys in direct|files) ;; *) settle "$(dir_of "$_sys")" "$FUP/access.log" ;; esac
@@ -300,14 +308,14 @@ factory_run() {
   rec "factory sys=$_sys N=$_n rep=$_r wall_s=$(echo "$_s" | kv wall_s) ok=$(echo "$_s" | kv ok) fail=$(echo "$_s" | kv fail)" \
     "hdr_max_s=$(echo "$_s" | kv hdr_max_s) fbb_min_s=$(echo "$_s" | kv fbb_min_s) fbb_med_s=$(echo "$_s" | kv fbb_med_s)" \
     "fbb_max_s=$(echo "$_s" | kv fbb_max_s) up_gets=$(echo "$_u" | kv gets) up_bytes=$(echo "$_u" | kv get_bytes)" \
-    "up_full=$(echo "$_u" | kv full_gets) up_cut=$(echo "$_u" | kv cut_gets) size=$SIZE vmhwm_kb=$_h $_extra $_l"
+    "up_full=$(echo "$_u" | kv full_gets) up_cut=$(echo "$_u" | kv cut_gets) size=$ASIZE vmhwm_kb=$_h $_extra $_l"
 }
 TENDER_FACTORY=0
 case " $PARTS " in *" factory "*)
 if factory_ok; then TENDER_FACTORY=1; fi
 rec "factory_available tender=$TENDER_FACTORY probe=\"$(cat "$W/logs/factory-probe.txt")\""
 for r in $(seq "$REPS"); do
-  rec "probe part=factory rep=$r cpu_sha256_MBps=$(cpu_probe) $(load)"
+  rec "probe part=factory rep=$r cpu_sha256_MBps=$(cpu_probe "$(nproc)") $(load)"
   factory_run direct 1 "$r"
   for n in $FACTORY_NS; do
     factory_run files "$n" "$r"
@@ -333,7 +341,7 @@ RU=$(start_cache reg2 "$UPURL"); curl -sS -o /dev/null "$RU$BLOB"; settle "$REG2
 NU=http://127.0.0.1:$NSTATIC_PORT
 "$H/upstream-bytes.sh" "$UP" reset
 for r in $(seq "$REPS"); do
-  rec "probe part=hot rep=$r cpu_sha256_MBps=$(cpu_probe) $(load)"
+  rec "probe part=hot rep=$r cpu_sha256_MBps=$(cpu_probe "$(nproc)") $(load)"
   hot_run tender registry "$HOT_N" "$r" "$TU$BLOB" "$(pid_of tender)" "$BIG_SIZE"
   hot_run reg2 registry "$HOT_N" "$r" "$RU$BLOB" "$(pid_of reg2)" "$BIG_SIZE"
   hot_run nginx registry "$HOT_N" "$r" "$NU$BLOB" "$(cat "$NST/pid")" "$BIG_SIZE"
@@ -351,11 +359,11 @@ CU=$(start_cache nginx-lock "$FUPURL"); curl -sS -o /dev/null "$CU$ASSET"; settl
 FU=http://127.0.0.1:$NFILES_PORT
 "$H/factory-upstream.sh" reset "$FUP"
 for r in $(seq "$REPS"); do
-  [ "$TENDER_FACTORY" = 0 ] || hot_run tender factory "$HOT_N" "$r" "$TU$ASSET" "$(pid_of tender)" "$SIZE"
-  hot_run nginx-lock factory "$HOT_N" "$r" "$CU$ASSET" "$(pid_of nginx-lock)" "$SIZE"
-  hot_run nginx factory "$HOT_N" "$r" "$FU$ASSET" "$(cat "$NFI/pid")" "$SIZE"
+  [ "$TENDER_FACTORY" = 0 ] || hot_run tender factory "$HOT_N" "$r" "$TU$ASSET" "$(pid_of tender)" "$ASIZE"
+  hot_run nginx-lock factory "$HOT_N" "$r" "$CU$ASSET" "$(pid_of nginx-lock)" "$ASIZE"
+  hot_run nginx factory "$HOT_N" "$r" "$FU$ASSET" "$(cat "$NFI/pid")" "$ASIZE"
 done
-[ "$TENDER_FACTORY" = 0 ] || hot_run tender factory "$RSS_N" rss "$TU$ASSET" "$(pid_of tender)" "$SIZE"
+[ "$TENDER_FACTORY" = 0 ] || hot_run tender factory "$RSS_N" rss "$TU$ASSET" "$(pid_of tender)" "$ASIZE"
 rec "hot_upstream what=factory $("$H/factory-upstream.sh" stats "$FUP")"
 [ "$TENDER_FACTORY" = 0 ] || stop_cache tender hot-factory
 stop_cache nginx-lock hot-factory ;; esac
