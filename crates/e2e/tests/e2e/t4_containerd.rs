@@ -1,7 +1,7 @@
 //! containerd through tender the way a node uses a mirror: hosts.toml maps ghcr.io to tender,
 //! containerd sends `?ns=ghcr.io`, and ghcr.io itself is unreachable.
 
-use tender_e2e::containerd::Containerd;
+use tender_e2e::containerd::{Containerd, UNREACHABLE};
 use tender_e2e::digest::{hex_of, sha256_file};
 use tender_e2e::registry::Sizes;
 
@@ -18,6 +18,7 @@ fn should_serve_containerd_through_the_ns_route_with_ghcr_unreachable() {
     // The native snapshotter unpacks without overlay mounts, so this works in any container;
     // unpacking checks every layer against the config's diff_ids.
     let pull = ctrd.ctr(&[
+        "--debug",
         "-n",
         "e2e",
         "images",
@@ -36,6 +37,13 @@ fn should_serve_containerd_through_the_ns_route_with_ghcr_unreachable() {
         String::from_utf8_lossy(&pull.stdout),
         String::from_utf8_lossy(&pull.stderr)
     );
+    // ctr --debug logs every registry request: all went to tender with ns=ghcr.io, none to the
+    // fallback standing in for ghcr.io.
+    let debug = format!("{}{}", String::from_utf8_lossy(&pull.stdout), String::from_utf8_lossy(&pull.stderr));
+    let fallback = UNREACHABLE.trim_start_matches("http://");
+    assert!(debug.contains(&format!("{}/v2/", t.hostport())), "ctr --debug shows requests to tender:\n{debug}");
+    assert!(debug.contains("ns=ghcr.io"), "containerd sent ns=ghcr.io:\n{debug}");
+    assert!(!debug.contains(&format!("{fallback}/")), "containerd never fell back to the upstream:\n{debug}");
 
     // The image containerd recorded is the upstream's index.
     let index = bed.images.var("KUBELET_INDEX");
