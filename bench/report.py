@@ -146,7 +146,10 @@ def main():
     w("| cores (`nproc`) | %s |" % env.get("nproc", "?"))
     w("| memory (`free -m`) | %s MiB total, %s MiB available at start |" % (env.get("mem_total_mb", "?"), env.get("mem_avail_mb", "?")))
     w("| kernel | %s |" % env.get("kernel", "?"))
-    w("| tender | `%s`, release build of %s |" % (env.get("tender_rev", "?"), env.get("tender_bin_mtime", "?")))
+    rev = env.get("tender_rev", "?")
+    w("| tender | HEAD `%s`%s, release binary built %s, sha256 %s… |" % (
+        rev, " (+dirty: uncommitted edits in crates/ when the run started)" if rev.endswith("+dirty") else "",
+        env.get("tender_bin_mtime", "?"), env.get("tender_bin_sha256", "?")))
     w("| peers | docker-registry %s, nginx %s, Python %s, curl %s |" % (
         env.get("registry", "?"), env.get("nginx", "?"), env.get("python", "?"), env.get("curl", "?")))
     w("| `uptime` at start | %s |" % env.get("uptime", "?"))

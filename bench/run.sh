@@ -57,6 +57,8 @@ UP=$W/upstream THR=$W/throttle TEN=$W/tender REG2=$W/registry2 NST=$W/nginx-stat
 FUP=$W/factory NCA=$W/nginx-cache NFI=$W/nginx-files IMG=$W/img
 UPURL=http://127.0.0.1:$UP_PORT THRURL=http://127.0.0.1:$THR_PORT FUPURL=http://127.0.0.1:$FUP_PORT
 RES=$W/results.txt; : >"$RES"
+# a private copy: others may rebuild target/release/tender while this runs
+cp "$TENDER_BIN" "$W/tender.bin"; TENDER_SRC=$TENDER_BIN; export TENDER_BIN=$W/tender.bin
 SIZE=$((SIZE_MB * 1048576))
 SCHEMATIC=$(printf 'tender-bench-schematic' | openssl dgst -sha256 -r | cut -c1-64)
 PROBE_SCHEMATIC=$(printf 'tender-bench-probe' | openssl dgst -sha256 -r | cut -c1-64)
@@ -75,7 +77,7 @@ stop_all() {
 }
 cleanup() {
   stop_all
-  [ -n "${KEEP:-}" ] || rm -rf "$UP/data" "$IMG" "$TEN" "$REG2" "$NCA" "$FUP/www"
+  [ -n "${KEEP:-}" ] || rm -rf "$UP/data" "$IMG" "$TEN" "$REG2" "$NCA" "$FUP/www" "$W/tender.bin"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -168,7 +170,7 @@ fits "$need_bytes" || die "not enough disk in $W for 7 x ${SIZE_MB} MiB + ${MARG
 rec "env date=$(date -u +%FT%TZ) smoke=$SMOKE nproc=$(nproc) kernel=$(uname -r)" \
   "mem_total_mb=$(free -m | awk '/^Mem:/{print $2}') mem_avail_mb=$(free -m | awk '/^Mem:/{print $7}')" \
   "tender_rev=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo ?)$(git -C "$REPO" diff --quiet HEAD -- crates 2>/dev/null || echo +dirty)" \
-  "tender_bin_mtime=$(date -u -d @"$(stat -c %Y "$TENDER_BIN")" +%FT%TZ)" \
+  "tender_bin_mtime=$(date -u -d @"$(stat -c %Y "$TENDER_SRC")" +%FT%TZ) tender_bin_sha256=$(openssl dgst -sha256 -r "$TENDER_BIN" | cut -c1-12)" \
   "registry=$(docker-registry --version | awk '{print $3}') nginx=$(nginx -v 2>&1 | cut -d/ -f2)" \
   "python=$(python3 -c 'import platform; print(platform.python_version())') curl=$(curl --version | awk 'NR==1{print $2}')" \
   "size_mb=$SIZE_MB rate_mbps=$RATE_MBPS reps=$REPS fanout_ns=${FANOUT_NS// /,} first_ns=${FIRST_NS// /,}" \
