@@ -54,10 +54,6 @@ impl Registry {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    pub fn access_log(&self) -> PathBuf {
-        self.dir.join("access.log")
-    }
-
     /// The registry's access log summed by the harness's `upstream-bytes.sh`.
     pub fn stats(&self) -> UpstreamStats {
         let out = proc::run(&mut cmd(harness_script("upstream-bytes.sh"), [&self.dir]));
