@@ -26,6 +26,7 @@
 #      TENDER_BIN=<repo>/target/release/tender  HARNESS=/work/shared/harness  KEEP=1 (keep data)
 # Everything it starts is stopped on exit. Raw results: WORKDIR/results.txt, logs in WORKDIR/logs.
 set -eu
+shopt -s inherit_errexit   # a failing command inside $(...) fails the substitution too
 BENCH=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$BENCH")
 H=${HARNESS:-/work/shared/harness}
@@ -125,10 +126,10 @@ start_cache() {
   local _u
   case $1 in
     tender) "$BENCH/tender-cache.sh" stop "$TEN" >/dev/null; rm -rf "$TEN"
-            "$BENCH/tender-cache.sh" start "$TEN" "$TENDER_PORT" "$2" >/dev/null
+            "$BENCH/tender-cache.sh" start "$TEN" "$TENDER_PORT" "$2" >/dev/null || return 1
             echo "http://127.0.0.1:$TENDER_PORT" ;;
     reg2)   "$H/proxy-registry2.sh" stop "$REG2" >/dev/null; rm -rf "$REG2"
-            "$H/proxy-registry2.sh" start "$REG2" "$REG2_PORT" "$2" >/dev/null
+            "$H/proxy-registry2.sh" start "$REG2" "$REG2_PORT" "$2" >/dev/null || return 1
             echo "http://127.0.0.1:$REG2_PORT" ;;
     nginx-*) "$H/nginx-cache.sh" stop "$NCA" >/dev/null; rm -rf "$NCA"
             case $1 in
@@ -138,7 +139,7 @@ start_cache() {
               *) die "unknown system $1" ;;
             esac
             _u=$2; shift 2
-            env "$@" "$H/nginx-cache.sh" start "$NCA" "$NCACHE_PORT" "$_u" >/dev/null
+            env "$@" "$H/nginx-cache.sh" start "$NCA" "$NCACHE_PORT" "$_u" >/dev/null || return 1
             echo "http://127.0.0.1:$NCACHE_PORT" ;;
     *) die "unknown system $1" ;;
   esac
@@ -165,6 +166,10 @@ cpu_probe() {
 
 # ---------------------------------------------------------------- setup
 echo "== workdir $W (results: $RES, report: $OUT)"
+for p in $(seq "$PB" $((PB + 7))); do
+  curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$p/" 2>/dev/null && die "port $p is in use (a leftover server? PORT_BASE=)"
+  [ $? -eq 7 ] || die "port $p is in use (a leftover server? PORT_BASE=)"
+done
 need_bytes=$((SIZE * 7))
 fits "$need_bytes" || die "not enough disk in $W for 7 x ${SIZE_MB} MiB + ${MARGIN_GB} GiB margin: $(df -h "$W" | tail -1)"
 rec "env date=$(date -u +%FT%TZ) smoke=$SMOKE nproc=$(nproc) kernel=$(uname -r)" \
@@ -213,7 +218,8 @@ cold_run() {
     nginx)  _url=http://127.0.0.1:$NSTATIC_PORT; _pid=$(cat "$NST/pid") ;;
     direct) _url=$UPURL; _pid=$(cat "$UP/pid") ;;
     *)      if ! fits $((2 * BIG_SIZE)); then rec "skip part=cold sys=$_sys N=$_n rep=$_r reason=df avail_gb=$(( $(avail_kb) / 1048576 ))"; return; fi
-            _url=$(start_cache "$_sys" "$UPURL"); _pid=$(pid_of "$_sys") ;;
+            if ! _url=$(start_cache "$_sys" "$UPURL"); then rec "error part=cold sys=$_sys N=$_n rep=$_r reason=start-failed"; return; fi
+            _pid=$(pid_of "$_sys") ;;
   esac
   "$H/upstream-bytes.sh" "$UP" reset
   _l=$(load)
@@ -247,7 +253,8 @@ first_run() {
   case $_sys in
     direct) _url=$THRURL ;;
     *)      if ! fits $((2 * BIG_SIZE)); then rec "skip part=first sys=$_sys N=$_n rep=$_r reason=df avail_gb=$(( $(avail_kb) / 1048576 ))"; return; fi
-            _url=$(start_cache "$_sys" "$THRURL"); _pid=$(pid_of "$_sys") ;;
+            if ! _url=$(start_cache "$_sys" "$THRURL"); then rec "error part=first sys=$_sys N=$_n rep=$_r reason=start-failed"; return; fi
+            _pid=$(pid_of "$_sys") ;;
   esac
   "$H/upstream-bytes.sh" "$UP" reset
   _l=$(load)
@@ -275,7 +282,7 @@ done ;; esac
 # factory_ok : does tender serve /image/ yet? (a 1 MiB asset through a fresh tender)
 factory_ok() {
   local _u _c
-  _u=$(start_cache tender "$FUPURL")
+  _u=$(start_cache tender "$FUPURL") || return 1
   _c=$(curl -s -o /dev/null --max-time 60 -w '%{http_code} %{size_download}' "$_u$PROBE_ASSET" || true)
   stop_cache tender factory-probe
   "$H/factory-upstream.sh" reset "$FUP"
@@ -296,7 +303,8 @@ factory_run() {
               rec "skip part=factory sys=$_sys N=$_n rep=$_r reason=df avail_gb=$(( $(avail_kb) / 1048576 )) need_gb=$(( _need / 1073741824 + MARGIN_GB ))"
               return
             fi
-            _url=$(start_cache "$_sys" "$FUPURL"); _pid=$(pid_of "$_sys") ;;
+            if ! _url=$(start_cache "$_sys" "$FUPURL"); then rec "error part=factory sys=$_sys N=$_n rep=$_r reason=start-failed"; return; fi
+            _pid=$(pid_of "$_sys") ;;
   esac
   "$H/factory-upstream.sh" reset "$FUP"
   _l=$(load)

@@ -21,7 +21,9 @@ usage() { echo "usage: $(basename "$0") start|stop DIR PORT UPSTREAM_URL" >&2; e
 [ $# -ge 2 ] || usage
 D=$2
 case $1 in
-  stop) pid_stop "$D" "tender serve"; exit 0 ;;
+  # match on the data dir: the binary may be a copy under another name (run.sh), and the PID
+  # may have been reused
+  stop) [ ! -d "$D" ] || D=$(cd "$D" && pwd); pid_stop "$D" "serve .*--data $D/data"; exit 0 ;;
   start) [ $# -eq 4 ] || usage ;;
   *) usage ;;
 esac
@@ -43,7 +45,7 @@ nohup "$BIN" serve --listen "127.0.0.1:$PORT" --data "$D/data" \
 echo $! >"$D/pid"
 if ! wait_http "http://127.0.0.1:$PORT/v2/" 20 || ! alive "$(cat "$D/pid")"; then
   tail -5 "$D/tender.log" >&2
-  pid_stop "$D" "tender serve"
+  pid_stop "$D" "serve .*--data $D/data"
   die "tender on port $PORT did not come up"
 fi
 echo "tender pid $(cat "$D/pid") on http://127.0.0.1:$PORT (upstream and image factory $UP) dir $D"
