@@ -47,10 +47,12 @@ if [ -z "${SKIP_E2E:-}" ]; then
   fi
 fi
 
-# Stage 1: compile first, so that the time limit (a hang guard at twice the budget) is test time.
+# Stage 1: compile first, so that the time limit (a hang guard at twice the budget) is test time;
+# --no-fail-fast: one failing test binary does not hide the others' results.
 cargo test --workspace --exclude tender-e2e --no-run || failed="$failed unit-build"
 if [ -z "$failed" ]; then
-  stage "unit + in-process" 300 timeout -k 30 600 cargo test --workspace --exclude tender-e2e || failed="$failed unit"
+  stage "unit + in-process" 300 timeout -k 30 600 \
+    cargo test --workspace --exclude tender-e2e --no-fail-fast || failed="$failed unit"
 fi
 
 if [ -z "${SKIP_E2E:-}" ]; then
