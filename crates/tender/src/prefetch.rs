@@ -105,6 +105,9 @@ pub struct PrefetchArgs {
     /// Blob transfers in parallel
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub jobs: usize,
+    /// Times a transiently failed request (5xx, 429, timeout, reset, refused) is tried again
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub retries: u32,
     /// Longest silence from the server, waiting for an answer or between body bytes (with --server)
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
@@ -363,6 +366,13 @@ impl Progress {
         }
     }
 
+    /// The size, once known (bars only).
+    fn set_length(&self, total: u64) {
+        if let Some(b) = &self.bar {
+            b.set_length(total);
+        }
+    }
+
     fn inc(&self, n: u64) {
         if let Some(b) = &self.bar {
             b.inc(n);
@@ -481,9 +491,15 @@ fn manifest_blobs(img: &ImageRef, m: &Manifest) -> Result<Vec<Blob>, Failed> {
 // ---------------------------------------------------------------------------------------------
 // Where the bytes go: a running server, or the fetch layer on a data directory
 
-enum Backend {
+enum Mode {
     Server(ServerBackend),
     Local(LocalBackend),
+}
+
+/// Where the bytes go, and how often a transient failure is tried again.
+struct Backend {
+    mode: Mode,
+    retries: u32,
 }
 
 /// What fetching one object did.
@@ -493,25 +509,53 @@ struct Got {
 }
 
 impl Backend {
-    async fn manifest(&self, img: &ImageRef, reference: &Reference) -> Result<Manifest, Failed> {
-        match self {
-            Backend::Server(s) => s.manifest(img, reference).await,
-            Backend::Local(l) => l.manifest(img, reference).await,
+    /// Run `op`, again after a capped exponential backoff while it fails transiently.
+    async fn retrying<T, Fut: std::future::Future<Output = Result<T, Failed>>>(
+        &self,
+        mut op: impl FnMut() -> Fut,
+    ) -> Result<T, Failed> {
+        let mut attempt = 0u32;
+        loop {
+            match op().await {
+                Err(f) if f.transient && attempt < self.retries => {
+                    attempt += 1;
+                    let wait = Duration::from_millis(250u64 << attempt.min(5)).min(Duration::from_secs(5));
+                    tracing::info!(attempt, wait_ms = wait.as_millis() as u64, error = %f.message, "retrying");
+                    tokio::time::sleep(wait).await;
+                }
+                r => return r,
+            }
         }
+    }
+
+    async fn manifest(&self, img: &ImageRef, reference: &Reference) -> Result<Manifest, Failed> {
+        self.retrying(|| async {
+            match &self.mode {
+                Mode::Server(s) => s.manifest(img, reference).await,
+                Mode::Local(l) => l.manifest(img, reference).await,
+            }
+        })
+        .await
     }
 
     async fn blob(&self, img: &ImageRef, blob: &Blob, progress: &Progress) -> Result<Got, Failed> {
-        match self {
-            Backend::Server(s) => s.blob(img, blob, progress).await,
-            Backend::Local(l) => l.blob(img, blob, progress).await,
-        }
+        self.retrying(|| async {
+            match &self.mode {
+                Mode::Server(s) => s.blob(img, blob, progress).await,
+                Mode::Local(l) => l.blob(img, blob, progress).await,
+            }
+        })
+        .await
     }
 
     async fn os_image(&self, asset: &AssetPath, progress: &Progress) -> Result<Got, Failed> {
-        match self {
-            Backend::Server(s) => s.os_image(asset, progress).await,
-            Backend::Local(l) => l.os_image(asset, progress).await,
-        }
+        self.retrying(|| async {
+            match &self.mode {
+                Mode::Server(s) => s.os_image(asset, progress).await,
+                Mode::Local(l) => l.os_image(asset, progress).await,
+            }
+        })
+        .await
     }
 }
 
@@ -593,7 +637,8 @@ impl ServerBackend {
     async fn os_image(&self, asset: &AssetPath, progress: &Progress) -> Result<Got, Failed> {
         let what = asset.path();
         let resp = self.get(&what, &asset.path(), None).await?;
-        progress.start(resp.content_length().unwrap_or(0), "");
+        let len = resp.content_length().unwrap_or(0);
+        progress.start(len, &HumanBytes(len).to_string());
         let n = Self::drain(&what, resp, progress).await?;
         Ok(Got { bytes: n, already: false })
     }
@@ -643,10 +688,19 @@ impl LocalBackend {
     }
 
     /// Wait for a fill to commit, reporting its bytes as they arrive.
-    async fn wait(&self, fill: &Arc<Fill>, progress: &Progress, reported: &mut u64) -> Result<Digest, FetchError> {
+    async fn wait(
+        &self,
+        fill: &Arc<Fill>,
+        progress: &Progress,
+        sized_by_fill: bool,
+        reported: &mut u64,
+    ) -> Result<Digest, FetchError> {
         let give_up = Instant::now() + self.wait_limit;
         loop {
             let s = fill.state();
+            if let (Some(t), true) = (s.total, sized_by_fill) {
+                progress.set_length(t);
+            }
             if s.written > *reported {
                 progress.inc(s.written - *reported);
                 *reported = s.written;
@@ -670,12 +724,13 @@ impl LocalBackend {
         what: &str,
         claim: impl Fn() -> Result<Claim, FetchError>,
         progress: &Progress,
+        sized_by_fill: bool,
     ) -> Result<(Digest, bool), Failed> {
         let mut reported = 0u64;
         for attempt in 0..2 {
             match claim().map_err(|e| Failed::from_fetch(what, &e))? {
                 Claim::Stored(d) => return Ok((d, attempt == 0)),
-                Claim::Filling(fill) => match self.wait(&fill, progress, &mut reported).await {
+                Claim::Filling(fill) => match self.wait(&fill, progress, sized_by_fill, &mut reported).await {
                     Ok(d) => return Ok((d, false)),
                     Err(e) if e.kind == FetchErrorKind::Corrupt && attempt == 0 => {
                         reported = 0;
@@ -692,7 +747,8 @@ impl LocalBackend {
         let what = format!("{img}: blob {}", blob.digest);
         let (up, repo) = self.route(img)?;
         let before = Instant::now();
-        let (digest, already) = self.fill(&what, || self.mirror.blob(&up, &repo, &blob.digest), progress).await?;
+        let (digest, already) =
+            self.fill(&what, || self.mirror.blob(&up, &repo, &blob.digest), progress, false).await?;
         let size = self.store.object_len(&digest).unwrap_or(blob.size);
         if already {
             progress.inc(size);
@@ -706,9 +762,10 @@ impl LocalBackend {
         let what = asset.path();
         let c = container(asset.compression());
         let (path, key) = (asset.path(), asset.key());
-        let (digest, already) = self.fill(&what, || self.mirror.asset(&path, &key, c), progress).await?;
+        progress.start(0, "from the Image Factory");
+        let (digest, already) = self.fill(&what, || self.mirror.asset(&path, &key, c), progress, true).await?;
         let size = self.store.object_len(&digest).unwrap_or(0);
-        progress.start(size, "");
+        progress.set_length(size);
         if already {
             progress.inc(size);
         }
@@ -815,12 +872,13 @@ fn local_backend(args: &PrefetchArgs) -> anyhow::Result<Backend> {
     let metrics = FetchMetrics::default();
     let flights = Flights::new(store.clone(), settings.fetch.clone(), metrics.clone());
     let mirror = crate::serve::build_mirror(&settings, flights, &metrics)?;
-    Ok(Backend::Local(LocalBackend {
+    let local = LocalBackend {
         mirror,
         store,
         pin: args.pin,
         wait_limit: settings.fetch.fill_deadline + Duration::from_secs(60),
-    }))
+    };
+    Ok(Backend { mode: Mode::Local(local), retries: args.retries })
 }
 
 fn server_backend(args: &PrefetchArgs, url: &str) -> anyhow::Result<Backend> {
@@ -833,7 +891,7 @@ fn server_backend(args: &PrefetchArgs, url: &str) -> anyhow::Result<Backend> {
         connect_timeout: Duration::from_secs(10).min(args.timeout),
         read_timeout: Some(args.timeout),
     })?;
-    Ok(Backend::Server(ServerBackend { client, base }))
+    Ok(Backend { mode: Mode::Server(ServerBackend { client, base }), retries: args.retries })
 }
 
 pub fn run(args: PrefetchArgs) -> anyhow::Result<ExitCode> {
@@ -880,7 +938,7 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<ExitCode> {
         });
         futures::future::join_all(work).await
     });
-    print_summary(&outcomes, started.elapsed(), matches!(backend, Backend::Local(_)));
+    print_summary(&outcomes, started.elapsed(), matches!(backend.mode, Mode::Local(_)));
     let failed: Vec<&Failed> = outcomes.iter().filter_map(|(_, r)| r.as_ref().err()).collect();
     if failed.is_empty() {
         return Ok(ExitCode::SUCCESS);

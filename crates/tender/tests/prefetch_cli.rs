@@ -187,18 +187,37 @@ fn should_exit_3_when_only_transient_failures_remain() {
         let c = c.clone();
         move |r| if r.path.contains("/blobs/") { respond(503, &[], "") } else { serve(&c, r) }
     });
-    let (code, out) = prefetch(&["--server", &flaky.url(), "ghcr.io/a/multi:v1", "ghcr.io/a/single:v1"]);
+    let (code, out) =
+        prefetch(&["--server", &flaky.url(), "--retries", "0", "ghcr.io/a/multi:v1", "ghcr.io/a/single:v1"]);
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("transient ghcr.io/a/multi:v1"), "{out}");
 
     // one transient and one definite failure: the definite one decides
-    let (code, out) = prefetch(&["--server", &flaky.url(), "ghcr.io/a/single:v1", "ghcr.io/a/missing:v1"]);
+    let (code, out) =
+        prefetch(&["--server", &flaky.url(), "--retries", "0", "ghcr.io/a/single:v1", "ghcr.io/a/missing:v1"]);
     assert_eq!(code, 1, "{out}");
 
     // a server that answers nothing useful at all
     let rude = Fake::start(|_| Reply::Close);
-    let (code, out) = prefetch(&["--server", &rude.url(), "ghcr.io/a/single:v1"]);
+    let (code, out) = prefetch(&["--server", &rude.url(), "--retries", "1", "ghcr.io/a/single:v1"]);
     assert_eq!(code, 3, "{out}");
+    assert_eq!(rude.hits(), 2, "the manifest asked twice: once and one retry");
+}
+
+#[test]
+fn should_retry_transient_failures_and_succeed() {
+    let c = content();
+    let failed_once = std::sync::Mutex::new(std::collections::HashSet::new());
+    let flaky = Fake::start(move |r| {
+        // every path answers 503 the first time it is asked
+        if failed_once.lock().unwrap().insert(r.path.clone()) {
+            return respond(503, &[], "");
+        }
+        serve(&c, r)
+    });
+    let (code, out) = prefetch(&["--server", &flaky.url(), "ghcr.io/a/multi:v1"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(flaky.hits(), 8, "4 requests, each once more after its 503");
 }
 
 #[test]

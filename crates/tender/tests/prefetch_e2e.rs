@@ -398,7 +398,7 @@ fn should_warm_a_running_server_with_only_the_amd64_blobs_once() {
     tender.stop();
 
     // the server gone: only transient failures, exit 3
-    let (code, stdout, _) = prefetch(&["--server", &format!("http://{}", closed_port()), "alpine"]);
+    let (code, stdout, _) = prefetch(&["--server", &format!("http://{}", closed_port()), "--retries", "1", "alpine"]);
     assert_eq!(code, 3, "{stdout}");
 }
 
