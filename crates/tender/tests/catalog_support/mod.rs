@@ -2,7 +2,7 @@
 //! 127.0.0.1:0) that, like the real one, serves no ranges and answers slowly on a cold asset;
 //! real disk images (an MBR-partitioned raw image with an ext4 filesystem holding files) in
 //! xz, zstd and gzip; the real `tender` binary; and loop-mounted filesystems behind Drop
-//! guards.
+//! guards. `TIMING=1` prints how long each tender command took, with its debug log.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, reason = "test support")]
 
 use std::collections::HashMap;
@@ -148,7 +148,8 @@ pub fn images(test: &str) -> Option<&'static Images> {
         return None;
     }
     static IMAGES: OnceLock<Images> = OnceLock::new();
-    Some(IMAGES.get_or_init(|| {
+    let t0 = Instant::now();
+    let r = Some(IMAGES.get_or_init(|| {
         let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("catalog-images-v1");
         let read = |ext: &str| std::fs::read(cache.join(format!("disk.{ext}"))).ok();
         if let (Some(raw), Some(xz), Some(zst), Some(gz)) =
@@ -183,7 +184,11 @@ pub fn images(test: &str) -> Option<&'static Images> {
             let _ = std::fs::remove_dir_all(&tmp);
         }
         Images { sha256: sha256_hex(&raw), raw, xz, zst, gz }
-    }))
+    }));
+    if std::env::var_os("TIMING").is_some() {
+        eprintln!("TIMING images {:?}", t0.elapsed());
+    }
+    r
 }
 
 // ---------- the fake Image Factory ----------
@@ -332,6 +337,9 @@ where
 {
     let mut c = Command::new(tender_bin());
     c.args(args).env_remove("TENDER_LOG").stdin(Stdio::null());
+    if std::env::var_os("TIMING").is_some() {
+        c.env("TENDER_LOG", "debug");
+    }
     c
 }
 
@@ -343,8 +351,18 @@ where
 {
     let mut c = command(args);
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let t0 = Instant::now();
     let child = c.spawn().expect("starting tender");
-    output_within(child, Duration::from_secs(60))
+    let o = output_within(child, Duration::from_secs(60));
+    if std::env::var_os("TIMING").is_some() {
+        eprintln!(
+            "TIMING {:?} {:?} {}",
+            t0.elapsed(),
+            c.get_args().take(3).collect::<Vec<_>>(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    o
 }
 
 pub fn output_within(mut child: Child, limit: Duration) -> Output {
