@@ -32,7 +32,7 @@ fn should_import_in_the_background_and_show_progress_through_the_api() {
     f.put("v1.13.6", "openstack-amd64.raw.xz", images.xz.clone());
     f.put("v1.13.5", "openstack-amd64.raw.zst", images.zst.clone());
     f.put("v1.13.4", "openstack-amd64.raw.gz", images.gz.clone());
-    f.set_drip(Some((64 << 10, Duration::from_millis(15))));
+    f.set_drip(Some((32 << 10, Duration::from_millis(20))));
     let bed = Bed::new(&f.url());
     bed.config(&[Image { version: "v1.13.6", format: "raw.xz", extra: "" }], "");
     let server = bed.serve();

@@ -85,7 +85,7 @@ fn should_import_every_entry_once_into_a_sparse_raw_golden() {
 fn should_resume_after_kill_9_mid_import() {
     let Some(images) = images("should_resume_after_kill_9_mid_import") else { return };
     let f = factory_with(images);
-    f.set_drip(Some((64 << 10, Duration::from_millis(20))));
+    f.set_drip(Some((32 << 10, Duration::from_millis(25))));
     let bed = Bed::new(&f.url());
     bed.config(&three()[..1], "");
 
@@ -95,7 +95,7 @@ fn should_resume_after_kill_9_mid_import() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    eventually(Duration::from_secs(20), "the download to be under way", || f.bytes_sent() > (1 << 20));
+    eventually(Duration::from_secs(20), "the download to be under way", || f.bytes_sent() > (512 << 10));
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert!(!bed.golden("v1.13.6").exists(), "nothing visible after a crash");

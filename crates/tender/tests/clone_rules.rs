@@ -80,7 +80,7 @@ fn should_wait_for_a_golden_still_importing() {
     let Some(images) = setup("should_wait_for_a_golden_still_importing") else { return };
     let f = FakeFactory::start();
     f.put("v1.13.6", "openstack-amd64.raw.xz", images.xz.clone());
-    f.set_drip(Some((64 << 10, Duration::from_millis(15))));
+    f.set_drip(Some((32 << 10, Duration::from_millis(20))));
     let bed = Bed::new(&f.url());
     bed.config(&[Image { version: "v1.13.6", format: "raw.xz", extra: "" }], "");
     let disk = bed.tmp.path().join("w0.qcow2");
