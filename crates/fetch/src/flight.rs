@@ -14,7 +14,6 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -94,7 +93,9 @@ pub struct FillState {
 #[derive(Debug)]
 pub struct Fill {
     key: String,
-    spool: PathBuf,
+    /// The spool file, opened once: readers use this handle, never the path, so the rename
+    /// into the store cannot race with a reader opening it.
+    file: Arc<File>,
     state: watch::Sender<FillState>,
 }
 
@@ -156,7 +157,9 @@ impl Flights {
             }
             None => self.store.create_spool(key).map_err(local)?,
         };
-        let fill = Arc::new(Fill::new(key, &writer));
+        let fill = Arc::new(Fill::new(key, &writer).map_err(|e| {
+            FetchError::new(FetchErrorKind::Local, source.upstream(), format!("opening the spool: {e}"))
+        })?);
         active.insert(key.to_string(), fill.clone());
         drop(active);
         self.metrics.fills_started.get_or_create(&upstream_label(source.upstream())).inc();
@@ -226,7 +229,17 @@ impl Flights {
                         Ok(w) => w,
                         Err(se) => break Err(FetchError::new(FetchErrorKind::Local, &upstream, se.to_string())),
                     };
-                    let next = Arc::new(Fill::new(&fill.key, &fresh));
+                    let next = match Fill::new(&fill.key, &fresh) {
+                        Ok(f) => Arc::new(f),
+                        Err(e) => {
+                            fresh.discard();
+                            break Err(FetchError::new(
+                                FetchErrorKind::Local,
+                                &upstream,
+                                format!("opening the spool: {e}"),
+                            ));
+                        }
+                    };
                     if let Ok(mut active) = self.active.lock() {
                         active.insert(fill.key.clone(), next.clone());
                     }
@@ -462,9 +475,9 @@ fn result_label(upstream: &str, result: &str) -> Vec<(String, String)> {
 }
 
 impl Fill {
-    fn new(key: &str, writer: &SpoolWriter) -> Fill {
+    fn new(key: &str, writer: &SpoolWriter) -> io::Result<Fill> {
         let (state, _) = watch::channel(FillState { written: writer.len(), total: None, phase: Phase::Connecting });
-        Fill { key: key.to_string(), spool: writer.path().to_path_buf(), state }
+        Ok(Fill { key: key.to_string(), file: Arc::new(writer.read_handle()?), state })
     }
 
     fn fail(&self, e: FetchError) {
@@ -494,23 +507,11 @@ impl Fill {
     /// keeps the final byte back until the object verified (full-body responses).
     pub fn reader(
         self: &Arc<Self>,
-        store: &Store,
         start: u64,
         end: Option<u64>,
         withhold: bool,
-    ) -> io::Result<BoxStream<'static, io::Result<Bytes>>> {
-        let rx = self.state.subscribe();
-        let file = match File::open(&self.spool) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => match &self.state.borrow().phase {
-                // Committed between our claim and this open: read the stored object.
-                Phase::Committed(d) => File::open(store.object_path(d))?,
-                Phase::Failed(fe) => return Err(io::Error::other(fe.to_string())),
-                _ => return Err(e),
-            },
-            Err(e) => return Err(e),
-        };
-        Ok(read_stream(Arc::new(file), rx, start, end, withhold))
+    ) -> BoxStream<'static, io::Result<Bytes>> {
+        read_stream(self.file.clone(), self.state.subscribe(), start, end, withhold)
     }
 }
 

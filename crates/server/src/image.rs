@@ -96,7 +96,7 @@ async fn serve(
         }
         Claim::Filling(fill) => {
             info.cache = Some(CacheResult::Miss.as_str());
-            object::filling(fill, &store, &describe, headers, Subject::Blob).await
+            object::filling(fill, &describe, headers, Subject::Blob).await
         }
     }
 }

@@ -10,7 +10,6 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
 use tender_fetch::flight::{stored_reader, Fill, Phase};
 use tender_oci::{Digest, ErrorCode};
-use tender_store::Store;
 
 use crate::error::{ApiError, Subject};
 use crate::range::{self, RangeAsk};
@@ -150,18 +149,12 @@ pub fn stored(
 
 /// Serve an object that is being filled: headers as soon as the upstream answered, bytes as
 /// they arrive, the final byte of a full body only after verification.
-pub async fn filling(
-    fill: Arc<Fill>,
-    store: &Store,
-    d: &Describe,
-    req: &HeaderMap,
-    subject: Subject,
-) -> Result<Response, ApiError> {
+pub async fn filling(fill: Arc<Fill>, d: &Describe, req: &HeaderMap, subject: Subject) -> Result<Response, ApiError> {
     let state = fill.started().await;
     if let Phase::Failed(e) = &state.phase {
         return Err(ApiError::from_fetch(e, subject));
     }
-    let reader = |start, end, withhold| fill.reader(store, start, end, withhold).map_err(internal);
+    let reader = |start, end, withhold| Ok::<_, ApiError>(fill.reader(start, end, withhold));
     let Some(total) = state.total else {
         // No size from the upstream: a chunked body that only ends once the object verified.
         return d.builder().status(StatusCode::OK).body(Body::from_stream(reader(0, None, true)?)).map_err(internal);

@@ -55,6 +55,12 @@ impl SpoolWriter {
         &self.path
     }
 
+    /// A second handle on the same open file, for readers: it stays valid when the file is
+    /// renamed into the store (same inode), so a reader never looks the path up.
+    pub fn read_handle(&self) -> io::Result<File> {
+        self.file.try_clone()
+    }
+
     /// Bytes written so far.
     pub fn len(&self) -> u64 {
         self.len

@@ -175,7 +175,11 @@ fn should_route_everything_to_the_mirror_alone_with_skip_fallback() {
         toml::from_str(&std::fs::read_to_string(dir.path().join("ghcr.io/hosts.toml")).unwrap()).unwrap();
     assert_eq!(parsed["server"].as_str(), Some("http://tender:5000/v2/ghcr"));
     assert_eq!(parsed["override_path"].as_bool(), Some(true));
-    assert!(parsed.get("host").is_none());
+    // the mirror is also its only [host] (containerd 1.6 needs a host tree); no upstream anywhere
+    let hosts = parsed["host"].as_table().unwrap();
+    assert_eq!(hosts.keys().collect::<Vec<_>>(), vec!["http://tender:5000/v2/ghcr"]);
+    assert_eq!(hosts["http://tender:5000/v2/ghcr"]["override_path"].as_bool(), Some(true));
+    assert!(!std::fs::read_to_string(dir.path().join("ghcr.io/hosts.toml")).unwrap().contains("https://ghcr.io"));
 }
 
 #[test]
