@@ -40,8 +40,10 @@ fn harness_dir() -> PathBuf {
     dir
 }
 
-/// Whether the peers are installed; without them: SKIPPED, or a failure under CI.
+/// Whether the peers are installed; without them: SKIPPED, or a failure under CI. A missing
+/// harness always fails.
 fn peers_present(test: &str) -> bool {
+    harness_dir();
     let missing: Vec<&str> = ["docker-registry", "skopeo", "jq", "openssl", "curl"]
         .into_iter()
         .filter(|c| {
@@ -54,7 +56,12 @@ fn peers_present(test: &str) -> bool {
     if std::env::var_os("CI").is_some() {
         panic!("{test}: missing {} (apt-get install docker-registry skopeo jq openssl curl)", missing.join(", "));
     }
-    println!("SKIPPED {test}: missing {} (apt-get install docker-registry skopeo jq openssl curl)", missing.join(", "));
+    // Straight to the stderr handle, past libtest's capture, so a plain `cargo test` shows it.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: missing {} (apt-get install docker-registry skopeo jq openssl curl)",
+        missing.join(", ")
+    );
     false
 }
 

@@ -547,7 +547,10 @@ fn start_tls_server(dir: &Path) -> TlsServer {
 fn should_trust_a_private_ca_and_present_a_client_certificate() {
     if !Command::new("openssl").arg("version").output().is_ok_and(|o| o.status.success()) {
         assert!(std::env::var_os("CI").is_none(), "openssl is missing (apt-get install openssl)");
-        println!("SKIPPED should_trust_a_private_ca_and_present_a_client_certificate: openssl is missing");
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED should_trust_a_private_ca_and_present_a_client_certificate: openssl is missing"
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
