@@ -92,10 +92,20 @@ impl Mirror {
         flights: Arc<Flights>,
         settings: FetchSettings,
     ) -> Arc<Mirror> {
+        Mirror::build(upstreams, default_upstream, None, flights, settings)
+    }
+
+    fn build(
+        upstreams: Vec<Arc<Upstream>>,
+        default_upstream: Option<String>,
+        image_factory: Option<Arc<Upstream>>,
+        flights: Arc<Flights>,
+        settings: FetchSettings,
+    ) -> Arc<Mirror> {
         let upstreams = upstreams.into_iter().map(|u| (u.name().to_ascii_lowercase(), u)).collect();
         Arc::new(Mirror {
             upstreams,
-            image_factory: None,
+            image_factory,
             default_upstream,
             flights,
             settings,
@@ -469,15 +479,7 @@ impl Mirror {
         flights: Arc<Flights>,
         settings: FetchSettings,
     ) -> Arc<Mirror> {
-        let upstreams = upstreams.into_iter().map(|u| (u.name().to_ascii_lowercase(), u)).collect();
-        Arc::new(Mirror {
-            upstreams,
-            image_factory: Some(image_factory),
-            default_upstream,
-            flights,
-            settings,
-            manifest_flights: Mutex::new(HashMap::new()),
-        })
+        Mirror::build(upstreams, default_upstream, Some(image_factory), flights, settings)
     }
 
     pub fn image_factory(&self) -> Option<&Arc<Upstream>> {
