@@ -535,6 +535,7 @@ struct ReadState {
     end: Option<u64>,
     withhold: bool,
     done: bool,
+    pool: BufPool,
 }
 
 fn read_stream(
@@ -544,7 +545,7 @@ fn read_stream(
     end: Option<u64>,
     withhold: bool,
 ) -> BoxStream<'static, io::Result<Bytes>> {
-    let st = ReadState { file, rx, pos: start, end, withhold, done: false };
+    let st = ReadState { file, rx, pos: start, end, withhold, done: false, pool: BufPool::default() };
     futures::stream::unfold(st, |mut st| async move {
         if st.done {
             return None;
@@ -573,12 +574,7 @@ fn read_stream(
             if st.pos < limit {
                 let n = (limit - st.pos).min(READ_CHUNK) as usize;
                 let (file, pos) = (st.file.clone(), st.pos);
-                let read = tokio::task::spawn_blocking(move || {
-                    let mut buf = vec![0u8; n];
-                    file.read_exact_at(&mut buf, pos).map(|()| Bytes::from(buf))
-                })
-                .await
-                .unwrap_or_else(|e| Err(io::Error::other(e)));
+                let read = st.pool.read_at(file, pos, n).await;
                 return match read {
                     Ok(b) => {
                         st.pos += b.len() as u64;
@@ -601,4 +597,65 @@ fn read_stream(
         }
     })
     .boxed()
+}
+
+/// The read buffers of one reader. A chunk handed to the response goes back to its reader's pool
+/// once the connection wrote it, so a long read reuses a few buffers instead of allocating (and
+/// page-faulting, and zeroing) a fresh one for every chunk: on the hot path that churn cost more
+/// CPU than the copies themselves.
+#[derive(Clone, Default)]
+struct BufPool(Arc<Mutex<Vec<Vec<u8>>>>);
+
+/// A pool buffer lent to a `Bytes`; returns home when the last reference drops.
+struct Lent {
+    buf: Vec<u8>,
+    len: usize,
+    home: BufPool,
+}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        let mut free = self.home.0.lock().unwrap_or_else(|p| p.into_inner());
+        // A reader has at most a few chunks in flight; keep that many.
+        if free.len() < 4 {
+            free.push(buf);
+        }
+    }
+}
+
+impl BufPool {
+    /// `n` (at most `READ_CHUNK`) bytes at `pos`, in a pooled buffer. What the page cache holds
+    /// is copied right here (`preadv2` with `RWF_NOWAIT` never waits for the disk); only the rest
+    /// goes to the blocking pool, so a hot object costs no thread hand-off per chunk and a cold
+    /// disk never stalls the runtime.
+    async fn read_at(&self, file: Arc<File>, pos: u64, n: usize) -> io::Result<Bytes> {
+        let taken = self.0.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let mut buf = taken.unwrap_or_else(|| vec![0u8; READ_CHUNK as usize]);
+        let mut have = 0;
+        while have < n {
+            let mut iov = [io::IoSliceMut::new(&mut buf[have..n])];
+            match rustix::io::preadv2(&*file, &mut iov, pos + have as u64, rustix::io::ReadWriteFlags::NOWAIT) {
+                Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "object shorter than expected")),
+                Ok(got) => have += got,
+                Err(rustix::io::Errno::INTR) => {}
+                // Not cached (EAGAIN), or a kernel or file system without RWF_NOWAIT.
+                Err(_) => break,
+            }
+        }
+        if have < n {
+            buf = tokio::task::spawn_blocking(move || {
+                file.read_exact_at(&mut buf[have..n], pos + have as u64).map(|()| buf)
+            })
+            .await
+            .unwrap_or_else(|e| Err(io::Error::other(e)))?;
+        }
+        Ok(Bytes::from_owner(Lent { buf, len: n, home: self.clone() }))
+    }
 }

@@ -154,6 +154,11 @@ pub async fn filling(fill: Arc<Fill>, d: &Describe, req: &HeaderMap, subject: Su
     if let Phase::Failed(e) = &state.phase {
         return Err(ApiError::from_fetch(e, subject));
     }
+    // A registry object's tag is its digest, known before the first byte: a client holding it
+    // needs nothing from this fill.
+    if d.not_modified(req) {
+        return d.builder().status(StatusCode::NOT_MODIFIED).body(Body::empty()).map_err(internal);
+    }
     let reader = |start, end, withhold| Ok::<_, ApiError>(fill.reader(start, end, withhold));
     let Some(total) = state.total else {
         // No size from the upstream: a chunked body that only ends once the object verified.

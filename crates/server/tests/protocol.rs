@@ -127,6 +127,26 @@ async fn should_serve_ranges_and_refuse_unsatisfiable_ones() {
 }
 
 #[tokio::test]
+async fn should_answer_if_none_match_with_304_while_the_object_is_still_filling() {
+    let fake = FakeUpstream::start().await;
+    let blob = random_bytes(1 << 20, 3);
+    let d = fake.add_blob(blob.clone());
+    // The upstream stalls half-way: the fill stays open for the whole test.
+    fake.set_faults(vec![Fault::StallAt(1 << 19)]);
+    let tender = Tender::in_front_of(&fake).await;
+    let url = tender.url(&format!("/v2/ghcr.io/a/b/blobs/{d}"));
+    let first = client().get(&url).header("Range", "bytes=0-99").send().await.unwrap();
+    assert_eq!(first.status(), 206);
+    assert_eq!(first.bytes().await.unwrap(), blob.slice(0..100));
+    let resp = client().get(&url).header("If-None-Match", format!("W/\"{d}\"")).send().await.unwrap();
+    assert_eq!(resp.status(), 304);
+    let resp = client().get(&url).header("If-None-Match", "\"sha256:other\"").send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-length"], (1u64 << 20).to_string().as_str());
+    assert_eq!(fake.blob_gets(), 1);
+}
+
+#[tokio::test]
 async fn should_use_oci_error_bodies_with_real_statuses() {
     let fake = FakeUpstream::start().await;
     let tender = Tender::in_front_of(&fake).await;
