@@ -3,14 +3,16 @@
 #   1. unit and in-process tests:      cargo test --workspace --exclude tender-e2e   (budget < 5 min)
 #   2. end-to-end, real binary + peers: cargo build --bin tender
 #                                       cargo test -p tender-e2e -- --test-threads=1  (budget < 25 min)
-# Installs the peer packages first when any is missing (Debian 12, as root). Both stages always
-# run; the exit status is non-zero if either failed. See docs/testing.md.
-# env: SKIP_E2E=1 runs stage 1 only; E2E_FILTER=name runs only the e2e tests matching it.
+#   3. image + Kubernetes manifests:    scripts/test-image.sh, deploy/test.sh          (budget < 3 min)
+# Installs the peer packages first when any is missing (Debian 12, as root). Every stage always
+# runs; the exit status is non-zero if any failed. See docs/testing.md.
+# env: SKIP_E2E=1 runs stage 1 only; E2E_FILTER=name runs only the e2e tests matching it;
+#      SKIP_DEPLOY=1 skips stage 3.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 
-PACKAGES="docker-registry skopeo containerd nginx-light curl jq openssl xfsprogs nbdkit zstd xz-utils chromium qemu-utils"
+PACKAGES="docker-registry skopeo containerd nginx-light curl jq openssl xfsprogs nbdkit zstd xz-utils chromium qemu-utils umoci"
 
 install_peers() {
   missing=""
@@ -63,6 +65,22 @@ if [ -z "${SKIP_E2E:-}" ]; then
     failed="$failed e2e-build"
   fi
 fi
+
+# ==== Stage 3: the container image and the Kubernetes manifests (issue #8) ====================
+# scripts/test-image.sh builds the image (umoci, skopeo) from the debug binary and runs it
+# unpacked, read-only, as uid 65532; deploy/test.sh renders deploy/ with kubectl kustomize,
+# validates it (kubernetes-validate from PyPI, cached in a venv) and starts tender on its configs.
+if [ -z "${SKIP_E2E:-}" ] && [ -z "${SKIP_DEPLOY:-}" ]; then
+  if cargo build --bin tender; then
+    # shellcheck disable=SC2016 # $rc is the inner shell's
+    stage "image + deploy" 180 timeout -k 10 360 env TENDER_BIN="$ROOT/target/debug/tender" \
+      bash -c 'rc=0; bash scripts/test-image.sh || rc=1; bash deploy/test.sh || rc=1; exit $rc' \
+      || failed="$failed image+deploy"
+  else
+    failed="$failed image+deploy-build"
+  fi
+fi
+# ==== end of stage 3 ===========================================================================
 
 if [ -n "$failed" ]; then
   echo "test.sh: FAILED:$failed" >&2
