@@ -70,6 +70,7 @@ fn mirror(data: &Path, factory: &str) -> Arc<Mirror> {
         public: true,
         redirect_hosts: None,
         library_prefix: false,
+        max_object_size: None,
     };
     let factory = Arc::new(Upstream::new(up, settings.clone(), metrics).unwrap());
     Mirror::with_image_factory(Vec::new(), None, factory, flights, settings)

@@ -26,6 +26,8 @@ pub enum FetchErrorKind {
     Refused,
     /// The body's completeness cannot be established (no length, no checksummed container).
     Unverifiable,
+    /// Larger than the upstream's `maxObjectSize`.
+    TooLarge,
     /// Our own side failed: disk full, I/O.
     Local,
 }
@@ -65,6 +67,7 @@ impl FetchError {
             | FetchErrorKind::Corrupt
             | FetchErrorKind::Refused
             | FetchErrorKind::Unverifiable
+            | FetchErrorKind::TooLarge
             | FetchErrorKind::Local => false,
         }
     }

@@ -45,6 +45,10 @@ pub struct Opened {
 pub trait Source: Send + Sync + 'static {
     fn upstream(&self) -> &str;
     fn open(&self, offset: u64) -> BoxFuture<'static, Result<Opened, FetchError>>;
+    /// Largest object this source may deliver (the upstream's `maxObjectSize`).
+    fn max_size(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// How a fill knows its bytes are right.
@@ -120,11 +124,14 @@ pub struct Flights {
     settings: FetchSettings,
     metrics: FetchMetrics,
     active: Mutex<HashMap<String, Arc<Fill>>>,
+    /// `maxConcurrentFills`: a fill holds a slot from its first upstream request to its end.
+    slots: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl Flights {
     pub fn new(store: Arc<Store>, settings: FetchSettings, metrics: FetchMetrics) -> Arc<Flights> {
-        Arc::new(Flights { store, settings, metrics, active: Mutex::new(HashMap::new()) })
+        let slots = settings.max_concurrent_fills.map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1))));
+        Arc::new(Flights { store, settings, metrics, active: Mutex::new(HashMap::new()), slots })
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -203,6 +210,21 @@ impl Flights {
     ) {
         let upstream = source.upstream().to_string();
         let label = upstream_label(&upstream);
+        let _slot = match &self.slots {
+            Some(slots) => match slots.clone().try_acquire_owned() {
+                Ok(s) => Some(s),
+                Err(_) => {
+                    // Clients of this fill wait for their headers meanwhile.
+                    self.metrics.fills_waiting.inc();
+                    tracing::info!(upstream = %upstream, key = %fill.key,
+                        "fill waiting for a slot (limits.maxConcurrentFills reached)");
+                    let s = slots.clone().acquire_owned().await.ok();
+                    self.metrics.fills_waiting.dec();
+                    s
+                }
+            },
+            None => None,
+        };
         let deadline = Instant::now() + self.settings.fill_deadline;
         let mut restarted = false;
         let outcome = loop {
@@ -321,6 +343,20 @@ impl Flights {
             }
         }
         let total = opened.total.or(known_total);
+        let too_large = |n: u64| {
+            err(
+                FetchErrorKind::TooLarge,
+                format!(
+                    "object of {n} bytes or more is over this upstream's maxObjectSize of {} bytes",
+                    source.max_size().unwrap_or(0)
+                ),
+            )
+        };
+        if let (Some(t), Some(max)) = (total, source.max_size()) {
+            if t > max {
+                return Err(too_large(t));
+            }
+        }
         if let Some(t) = total {
             if have > t {
                 return Err(err(FetchErrorKind::Corrupt, format!("have {have} bytes of an object of {t}")));
@@ -368,6 +404,9 @@ impl Flights {
                 if writer.len() + data.len() as u64 > t {
                     return Err(err(FetchErrorKind::Body, format!("body is longer than the announced {t} bytes")));
                 }
+            }
+            if source.max_size().is_some_and(|max| writer.len() + data.len() as u64 > max) {
+                return Err(too_large(writer.len() + data.len() as u64));
             }
             writer.append(data).map_err(|e| err(FetchErrorKind::Local, format!("writing spool: {e}")))?;
             pos += data.len() as u64;

@@ -26,12 +26,19 @@ pub struct FetchMetrics {
     pub fill_retries: Family<Labels, Counter>,
     /// Fills running now.
     pub fills_active: Gauge,
+    /// Fills waiting for a slot (`limits.maxConcurrentFills`).
+    pub fills_waiting: Gauge,
     /// Upstream health (1 up, 0 down) from the last transfer or request outcome.
     pub upstream_up: Family<Labels, Gauge>,
 }
 
 impl FetchMetrics {
     pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "tender_fills_waiting",
+            "Fills waiting for a slot (limits.maxConcurrentFills)",
+            self.fills_waiting.clone(),
+        );
         registry.register("tender_upstream_requests", "Requests sent to upstreams", self.upstream_requests.clone());
         registry.register("tender_upstream_errors", "Upstream failures by kind", self.upstream_errors.clone());
         registry.register("tender_upstream_bytes", "Body bytes received from upstreams", self.upstream_bytes.clone());

@@ -421,6 +421,10 @@ impl Source for PathSource {
         self.upstream.name()
     }
 
+    fn max_size(&self) -> Option<u64> {
+        self.upstream.settings().max_object_size
+    }
+
     fn open(&self, offset: u64) -> BoxFuture<'static, Result<Opened, FetchError>> {
         let (up, path, scope) = (self.upstream.clone(), self.path.clone(), self.scope.clone());
         async move {

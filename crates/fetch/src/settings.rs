@@ -36,6 +36,8 @@ pub struct UpstreamSettings {
     pub redirect_hosts: Option<Vec<String>>,
     /// One-component names get `library/` (Docker Hub).
     pub library_prefix: bool,
+    /// Largest object fetched from this upstream; larger ones are refused, not stored.
+    pub max_object_size: Option<u64>,
 }
 
 /// Timeouts, retries and cache lifetimes of fetching, shared by all upstreams.
@@ -56,6 +58,8 @@ pub struct FetchSettings {
     pub tag_ttl: Duration,
     /// How old a tag mapping may be and still be served while the upstream is down.
     pub stale_max_age: Duration,
+    /// Upstream fills running at once; more wait for a slot (None: no limit).
+    pub max_concurrent_fills: Option<usize>,
 }
 
 impl Default for FetchSettings {
@@ -70,6 +74,7 @@ impl Default for FetchSettings {
             backoff_max: Duration::from_secs(10),
             tag_ttl: Duration::from_secs(300),
             stale_max_age: Duration::from_secs(7 * 24 * 3600),
+            max_concurrent_fills: Some(64),
         }
     }
 }

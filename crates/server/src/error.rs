@@ -48,6 +48,7 @@ impl ApiError {
             | FetchErrorKind::Status
             | FetchErrorKind::Refused => ApiError::new(ErrorCode::Unavailable, e.to_string()),
             FetchErrorKind::Unverifiable => ApiError::new(ErrorCode::Unknown, e.to_string()),
+            FetchErrorKind::TooLarge => ApiError::new(ErrorCode::Denied, e.to_string()),
             FetchErrorKind::Corrupt => ApiError::new(ErrorCode::Unknown, format!("upstream sent wrong content: {e}")),
             FetchErrorKind::Local => ApiError::new(ErrorCode::Unknown, e.to_string()),
         };

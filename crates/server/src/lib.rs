@@ -3,17 +3,21 @@
 //! only crate that knows HTTP status codes.
 
 pub mod access;
+pub mod admin;
+pub mod auth;
 pub mod error;
 mod image;
+pub mod limits;
+pub mod listen;
 pub mod metrics;
 pub mod object;
 pub mod range;
 mod registry;
 pub mod served;
 mod status;
+pub mod tls;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
 use axum::extract::State;
@@ -26,6 +30,39 @@ use tokio::net::TcpListener;
 
 pub use metrics::ServerMetrics;
 
+/// Who may do what, and the limits: fixed when the server starts.
+#[derive(Default)]
+pub struct Security {
+    /// Client authentication for pulls (off: everyone who reaches tender may pull); replaced
+    /// on a config reload.
+    pub auth: RwLock<Option<Arc<auth::ClientAuth>>>,
+    /// The admin endpoints (absent: they do not exist).
+    pub admin: Option<admin::Admin>,
+    pub limits: limits::Limits,
+}
+
+impl Security {
+    pub fn auth(&self) -> Option<Arc<auth::ClientAuth>> {
+        self.auth.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// New users and tokens (SIGHUP); requests in flight keep what they were checked against.
+    pub fn set_auth(&self, auth: Option<Arc<auth::ClientAuth>>) {
+        *self.auth.write().unwrap_or_else(|p| p.into_inner()) = auth;
+    }
+}
+
+/// Which endpoints a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// Everything on one listener.
+    All,
+    /// The pull endpoints (`/v2/`, `/image/`) and the health probes.
+    Pull,
+    /// `/metrics`, the status page, `/api/v1/` and the health probes (`--admin-listen`).
+    Admin,
+}
+
 /// What every request handler sees. The mirror is swapped whole on a config reload; fills in
 /// progress belong to the shared fill registry and are not disturbed.
 pub struct AppState {
@@ -33,11 +70,13 @@ pub struct AppState {
     metrics: Arc<ServerMetrics>,
     catalog: Option<Arc<dyn tender_catalog::CatalogApi>>,
     sizes: status::SizeCache,
+    pub(crate) security: Security,
+    pub(crate) client_counts: Arc<limits::ClientCounts>,
 }
 
 impl AppState {
     pub fn new(mirror: Arc<Mirror>, metrics: Arc<ServerMetrics>) -> Arc<AppState> {
-        Arc::new(AppState { mirror: RwLock::new(mirror), catalog: None, metrics, sizes: status::SizeCache::default() })
+        AppState::full(mirror, metrics, None, Security::default())
     }
 
     /// With the golden catalog behind `/api/v1/catalog` and `/api/v1/admin/catalog/sync`.
@@ -46,11 +85,28 @@ impl AppState {
         metrics: Arc<ServerMetrics>,
         catalog: Arc<dyn tender_catalog::CatalogApi>,
     ) -> Arc<AppState> {
-        let mut app = AppState::new(mirror, metrics);
-        if let Some(a) = Arc::get_mut(&mut app) {
-            a.catalog = Some(catalog);
-        }
-        app
+        AppState::full(mirror, metrics, Some(catalog), Security::default())
+    }
+
+    /// Everything: catalog (optional), authentication, admin endpoints and limits.
+    pub fn full(
+        mirror: Arc<Mirror>,
+        metrics: Arc<ServerMetrics>,
+        catalog: Option<Arc<dyn tender_catalog::CatalogApi>>,
+        security: Security,
+    ) -> Arc<AppState> {
+        Arc::new(AppState {
+            mirror: RwLock::new(mirror),
+            catalog,
+            metrics,
+            sizes: status::SizeCache::default(),
+            security,
+            client_counts: Arc::default(),
+        })
+    }
+
+    pub fn security(&self) -> &Security {
+        &self.security
     }
 
     pub fn catalog(&self) -> Option<&Arc<dyn tender_catalog::CatalogApi>> {
@@ -87,22 +143,42 @@ impl AppState {
     }
 }
 
-/// The whole HTTP surface.
+/// The whole HTTP surface on one listener.
 pub fn router(app: Arc<AppState>) -> Router {
+    router_for(app, Surface::All)
+}
+
+/// The endpoints of one listener. Client authentication (when configured) covers every
+/// endpoint of a listener that serves pulls, the health probes excepted; the admin-only
+/// listener relies on where it is bound, and its admin endpoints on the admin token.
+pub fn router_for(app: Arc<AppState>, surface: Surface) -> Router {
     let metrics = app.metrics.clone();
-    Router::new()
-        .route("/v2", get(registry::handle).head(registry::handle))
-        .route("/v2/", get(registry::handle).head(registry::handle))
-        .route("/v2/{*rest}", axum::routing::any(registry::handle))
-        .route("/image/{*rest}", axum::routing::any(image::handle))
-        .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/api/v1/catalog", get(catalog_view))
-        .route("/api/v1/admin/catalog/sync", axum::routing::post(catalog_sync))
-        .route("/", get(status::page))
-        .route("/api/v1/served", get(served_handler))
-        .fallback(not_found)
+    let mut r = Router::new().route("/healthz", get(|| async { "ok\n" })).route("/readyz", get(readyz));
+    if surface != Surface::Admin {
+        r = r
+            .route("/v2", get(registry::handle).head(registry::handle))
+            .route("/v2/", get(registry::handle).head(registry::handle))
+            .route("/v2/{*rest}", axum::routing::any(registry::handle))
+            .route("/image/{*rest}", axum::routing::any(image::handle));
+    }
+    if surface != Surface::Pull {
+        r = r
+            .route("/metrics", get(metrics_handler))
+            .route("/api/v1/catalog", get(catalog_view))
+            .route("/", get(status::page))
+            .route("/api/v1/served", get(served_handler));
+        if app.security.admin.is_some() {
+            r = r
+                .route("/api/v1/admin/catalog/sync", axum::routing::post(admin::catalog_sync))
+                .route("/api/v1/admin/gc", axum::routing::post(admin::gc))
+                .route("/api/v1/admin/fsck", axum::routing::post(admin::fsck));
+        }
+    }
+    let mut r = r.fallback(not_found);
+    if surface != Surface::Admin {
+        r = r.layer(axum::middleware::from_fn_with_state(app.clone(), auth::layer));
+    }
+    r.layer(axum::middleware::from_fn_with_state(app.clone(), limits::layer))
         .with_state(app)
         .layer(axum::middleware::from_fn_with_state(metrics, access::layer))
 }
@@ -125,13 +201,6 @@ async fn served_handler(
     }
 }
 
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CatalogSyncQuery {
-    #[serde(default)]
-    retry_failed: bool,
-}
-
 fn catalog_error(status: StatusCode, message: String) -> axum::response::Response {
     (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
 }
@@ -145,21 +214,6 @@ async fn catalog_view(State(app): State<Arc<AppState>>) -> axum::response::Respo
         Ok(Ok(view)) => axum::Json(view).into_response(),
         Ok(Err(e)) => catalog_error(StatusCode::INTERNAL_SERVER_ERROR, e),
         Err(e) => catalog_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
-}
-
-/// `POST /api/v1/admin/catalog/sync[?retryFailed=true]`: import pending entries now, in the
-/// background (202); `retryFailed` gives failed ones another try.
-async fn catalog_sync(
-    State(app): State<Arc<AppState>>,
-    axum::extract::Query(q): axum::extract::Query<CatalogSyncQuery>,
-) -> axum::response::Response {
-    let Some(catalog) = app.catalog.clone() else {
-        return catalog_error(StatusCode::NOT_FOUND, "this tender has no catalog".into());
-    };
-    match catalog.request_sync(q.retry_failed) {
-        Ok(accepted) => (StatusCode::ACCEPTED, axum::Json(accepted)).into_response(),
-        Err(e) => catalog_error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
@@ -183,14 +237,14 @@ async fn readyz(State(app): State<Arc<AppState>>) -> impl IntoResponse {
     }
 }
 
-/// Serve on `listener` until `shutdown` resolves, then finish in-flight requests.
+/// Serve on `listener` until `shutdown` resolves, then finish in-flight requests: plain HTTP,
+/// every endpoint, the limits of the app's [`Security`].
 pub async fn serve(
     listener: TcpListener,
     app: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let router = router(app);
-    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
+    let opts = listen::ListenOptions { tls: None, limits: app.security.limits.clone() };
+    let metrics = app.metrics.clone();
+    listen::run(listener, router(app), opts, metrics, shutdown).await
 }

@@ -19,6 +19,11 @@ pub struct ServerMetrics {
     bytes_served: Family<Labels, Counter>,
     cache: Family<Labels, Counter>,
     duration: Family<Labels, Histogram>,
+    limit_refusals: Family<Labels, Counter>,
+    /// Requests refused for wrong credentials.
+    pub auth_failures: Counter,
+    /// TLS handshakes that failed (no or untrusted client certificate, protocol errors).
+    pub tls_handshake_failures: Counter,
     registry: Registry,
 }
 
@@ -38,8 +43,32 @@ impl ServerMetrics {
             "Time to serve a request, body included",
             duration.clone(),
         );
+        let limit_refusals = Family::<Labels, Counter>::default();
+        registry.register(
+            "tender_limit_refusals",
+            "Requests or connections refused by a limit (url, client_requests, connections, handshake_timeout, accept)",
+            limit_refusals.clone(),
+        );
+        let auth_failures = Counter::default();
+        registry.register("tender_auth_failures", "Requests refused for wrong credentials", auth_failures.clone());
+        let tls_handshake_failures = Counter::default();
+        registry.register(
+            "tender_tls_handshake_failures",
+            "TLS handshakes that failed",
+            tls_handshake_failures.clone(),
+        );
         fetch.register(&mut registry);
-        ServerMetrics { served: crate::served::Served::default(), requests, bytes_served, cache, duration, registry }
+        ServerMetrics {
+            served: crate::served::Served::default(),
+            requests,
+            bytes_served,
+            cache,
+            duration,
+            limit_refusals,
+            auth_failures,
+            tls_handshake_failures,
+            registry,
+        }
     }
 
     /// Like [`ServerMetrics::new`], and `hook` registers more (the catalog's metrics).
@@ -75,6 +104,11 @@ impl ServerMetrics {
                 ])
                 .inc();
         }
+    }
+
+    /// Count a refusal by the named limit.
+    pub fn limit_refusal(&self, limit: &str) {
+        self.limit_refusals.get_or_create(&vec![("limit".to_string(), limit.to_string())]).inc();
     }
 
     /// The text exposition format.

@@ -13,6 +13,7 @@ use tender_oci::media::AcceptList;
 use tender_oci::{Digest, ErrorCode, Reference, RepoName, Route, RouteError, RouteKind};
 
 use crate::access::AccessInfo;
+use crate::auth::Identity;
 use crate::error::{ApiError, Subject};
 use crate::object;
 use crate::AppState;
@@ -52,7 +53,8 @@ pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response 
     let uri = req.uri().clone();
     let headers = req.headers().clone();
     let mut info = AccessInfo { route: "other", ..AccessInfo::default() };
-    let result = dispatch(&app, &method, uri.path(), uri.query(), &headers, &mut info).await;
+    let authenticated = req.extensions().get::<Identity>().is_some_and(Identity::is_authenticated);
+    let result = dispatch(&app, &method, uri.path(), uri.query(), &headers, authenticated, &mut info).await;
     if let (true, Ok(_), Some(d)) = (info.pin, &result, info.digest.as_deref().and_then(|d| d.parse::<Digest>().ok())) {
         if let Err(e) = app.mirror().flights().store().pin(&d, "prefetch") {
             tracing::warn!(digest = %d, error = %e, "could not pin");
@@ -72,6 +74,7 @@ async fn dispatch(
     path: &str,
     query: Option<&str>,
     headers: &HeaderMap,
+    authenticated: bool,
     info: &mut AccessInfo,
 ) -> Result<Response, ApiError> {
     let route = Route::parse(path).map_err(|e| match e {
@@ -94,6 +97,11 @@ async fn dispatch(
         mirror.route(q.ns.as_deref(), &name).map_err(|e| ApiError::new(ErrorCode::NameUnknown, e.to_string()))?;
     info.upstream = Some(up.name().to_string());
     info.repository = Some(format!("{}/{}", up.name(), repo));
+    // What tender pulls with an upstream's credentials goes only to authenticated clients,
+    // unless the operator marked the upstream public.
+    if up.settings().credentials.is_some() && !up.settings().public && !authenticated {
+        return Ok(crate::auth::challenge(&format!("{} is served to authenticated clients only", up.name())));
+    }
     let flag = |h: &str| headers.get(h).is_some_and(|v| v.as_bytes() == b"1");
     info.pin = flag("x-tender-prefetch") && flag("x-tender-pin");
     let head = method == Method::HEAD;

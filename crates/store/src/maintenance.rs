@@ -5,14 +5,14 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use tender_oci::Digest;
 
 use crate::layout::{Store, StoreError};
 
 /// What `fsck` found.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FsckReport {
     pub checked: u64,
@@ -26,17 +26,21 @@ pub struct FsckReport {
 }
 
 /// One object considered by GC.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GcCandidate {
     pub digest: Digest,
     pub size: u64,
-    #[serde(skip)]
+    #[serde(skip, default = "unix_epoch")]
     pub last_used: SystemTime,
 }
 
+fn unix_epoch() -> SystemTime {
+    SystemTime::UNIX_EPOCH
+}
+
 /// What GC would do or did.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GcPlan {
     pub total_bytes: u64,
@@ -48,7 +52,7 @@ pub struct GcPlan {
     pub orphans: Vec<PathBuf>,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GcReport {
     pub freed_bytes: u64,

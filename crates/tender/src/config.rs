@@ -28,6 +28,51 @@ pub struct RawConfig {
     pub cache: RawCache,
     /// The golden image catalog; validated by the catalog code.
     pub catalog: Option<serde_norway::Value>,
+    #[serde(default)]
+    pub tls: RawTls,
+    #[serde(default)]
+    pub auth: RawAuth,
+    #[serde(default)]
+    pub admin: RawAdmin,
+    #[serde(default)]
+    pub limits: RawLimits,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawTls {
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub client_ca: Option<PathBuf>,
+    pub reload_interval: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawAuth {
+    pub htpasswd: Option<PathBuf>,
+    pub token_file: Option<PathBuf>,
+    #[serde(default)]
+    pub anonymous_pull: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawAdmin {
+    pub token_file: Option<PathBuf>,
+    pub listen: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawLimits {
+    pub max_concurrent_fills: Option<usize>,
+    pub max_client_requests: Option<usize>,
+    pub max_connections: Option<usize>,
+    pub max_header_bytes: Option<String>,
+    pub max_url_bytes: Option<String>,
+    pub header_timeout: Option<String>,
+    pub handshake_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -48,6 +93,7 @@ pub struct RawUpstream {
     pub public: bool,
     pub redirect_hosts: Option<Vec<String>>,
     pub library_prefix: Option<bool>,
+    pub max_object_size: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -81,6 +127,54 @@ pub struct Overrides {
     pub default_upstream: Option<String>,
     pub log_format: Option<String>,
     pub image_factory: Option<String>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_client_ca: Option<PathBuf>,
+    pub auth_htpasswd: Option<PathBuf>,
+    pub auth_token_file: Option<PathBuf>,
+    pub admin_token_file: Option<PathBuf>,
+    pub admin_listen: Option<String>,
+}
+
+/// TLS serving, resolved (`tls:` and the `--tls-*` flags).
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    pub files: tender_server::tls::TlsFiles,
+    pub reload_interval: Duration,
+}
+
+/// Client authentication, resolved; the files are read (and checked) here.
+#[derive(Clone)]
+pub struct AuthSettings {
+    pub users: std::collections::HashMap<String, String>,
+    pub tokens: Vec<String>,
+    pub anonymous_pull: bool,
+}
+
+impl std::fmt::Debug for AuthSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthSettings")
+            .field("users", &self.users.keys().collect::<Vec<_>>())
+            .field("tokens", &self.tokens.len())
+            .field("anonymous_pull", &self.anonymous_pull)
+            .finish()
+    }
+}
+
+/// The admin surface, resolved.
+#[derive(Clone)]
+pub struct AdminSettings {
+    pub token: Option<String>,
+    pub listen: Option<SocketAddr>,
+}
+
+impl std::fmt::Debug for AdminSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminSettings")
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("listen", &self.listen)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +199,10 @@ pub struct Settings {
     pub gc_interval: Duration,
     /// The golden image catalog (`catalog:`), validated; see docs/catalog.md.
     pub catalog: tender_catalog::CatalogSettings,
+    pub tls: Option<TlsSettings>,
+    pub auth: Option<AuthSettings>,
+    pub admin: AdminSettings,
+    pub limits: tender_server::limits::Limits,
 }
 
 /// A configuration error: names the key and the fix.
@@ -245,6 +343,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         other => return Err(err("logFormat", format!("{other:?} is not a log format; use text or json"))),
     };
 
+    let auth = resolve_auth(name, &raw.auth, o)?;
     let mut upstreams: Vec<UpstreamSettings> = Vec::new();
     for (i, u) in raw.upstreams.iter().enumerate() {
         let key = |k: &str| format!("upstreams[{i}].{k}");
@@ -295,15 +394,22 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
                 return Err(err(&key("username"), "a password is set without a username; add username".into()))
             }
         };
-        if credentials.is_some() && !u.public {
+        if credentials.is_some() && !u.public && auth.is_none() {
             return Err(err(
                 &key("public"),
                 format!(
                     "{uname} has credentials, and a pull-through cache hands its content to everyone who reaches tender; \
-                     set public: true to accept that (client authentication comes with the hardening work)"
+                     turn on client authentication (auth.htpasswd / auth.tokenFile, --auth-htpasswd / --auth-token-file) \
+                     so only authenticated clients get it, or set public: true to accept that"
                 ),
             ));
         }
+        let max_object_size = match &u.max_object_size {
+            None => None,
+            Some(s) => Some(parse_size(s).ok_or_else(|| {
+                err(&key("maxObjectSize"), format!("{s:?} is not a size; write it like 20Gi, 500M or 1073741824"))
+            })?),
+        };
         upstreams.push(UpstreamSettings {
             library_prefix: u.library_prefix.unwrap_or(uname == "docker.io"),
             name: uname,
@@ -314,6 +420,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             credentials,
             public: u.public,
             redirect_hosts: u.redirect_hosts.clone(),
+            max_object_size,
         });
     }
 
@@ -348,6 +455,11 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         backoff_max: duration(name, "fetch.backoffMax", &f.backoff_max, d.backoff_max)?,
         tag_ttl: duration(name, "fetch.tagTtl", &f.tag_ttl, d.tag_ttl)?,
         stale_max_age: duration(name, "fetch.staleMaxAge", &f.stale_max_age, d.stale_max_age)?,
+        max_concurrent_fills: match raw.limits.max_concurrent_fills {
+            Some(0) => return Err(err("limits.maxConcurrentFills", "must be at least 1".into())),
+            Some(n) => Some(n),
+            None => d.max_concurrent_fills,
+        },
     };
     let cache_max_size = match &raw.cache.max_size {
         None => None,
@@ -360,7 +472,14 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
     let gc_interval = duration(name, "cache.gcInterval", &raw.cache.gc_interval, Duration::from_secs(300))?;
     let catalog = tender_catalog::config::resolve(raw.catalog.as_ref(), &data, image_factory.as_str())
         .map_err(|p| err(&p.key, p.message))?;
+    let tls = resolve_tls(name, &raw.tls, o)?;
+    let admin = resolve_admin(name, &raw.admin, o)?;
+    let limits = resolve_limits(name, &raw.limits)?;
     Ok(Settings {
+        tls,
+        auth,
+        admin,
+        limits,
         listen,
         data,
         log_format,
@@ -372,6 +491,97 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         cache_max_size,
         gc_interval,
         catalog,
+    })
+}
+
+fn resolve_tls(name: &str, raw: &RawTls, o: &Overrides) -> Result<Option<TlsSettings>, ConfigError> {
+    let err = |key: &str, m: String| ConfigError { source_name: name.to_string(), key: key.to_string(), message: m };
+    let cert = o.tls_cert.clone().or(raw.cert.clone());
+    let key = o.tls_key.clone().or(raw.key.clone());
+    let client_ca = o.tls_client_ca.clone().or(raw.client_ca.clone());
+    let (cert, key) = match (cert, key) {
+        (None, None) if client_ca.is_none() => return Ok(None),
+        (Some(c), Some(k)) => (c, k),
+        (None, _) => {
+            return Err(err("tls.cert", "is missing; give --tls-cert with --tls-key (and --tls-client-ca)".into()))
+        }
+        (_, None) => return Err(err("tls.key", "is missing; give --tls-key with --tls-cert".into())),
+    };
+    let reload_interval = duration(name, "tls.reloadInterval", &raw.reload_interval, Duration::from_secs(10))?;
+    let files = tender_server::tls::TlsFiles { cert, key, client_ca };
+    // Fail at start, naming the file, rather than at the first handshake.
+    tender_server::tls::build(&files).map_err(|e| err(e.flag.trim_start_matches('-'), e.to_string()))?;
+    Ok(Some(TlsSettings { files, reload_interval }))
+}
+
+fn resolve_auth(name: &str, raw: &RawAuth, o: &Overrides) -> Result<Option<AuthSettings>, ConfigError> {
+    let err = |key: &str, m: String| ConfigError { source_name: name.to_string(), key: key.to_string(), message: m };
+    let htpasswd = o.auth_htpasswd.clone().or(raw.htpasswd.clone());
+    let token_file = o.auth_token_file.clone().or(raw.token_file.clone());
+    if htpasswd.is_none() && token_file.is_none() {
+        if raw.anonymous_pull {
+            return Err(err("auth.anonymousPull", "means nothing without auth.htpasswd or auth.tokenFile".into()));
+        }
+        return Ok(None);
+    }
+    let users = match &htpasswd {
+        Some(p) => tender_server::auth::read_htpasswd(p).map_err(|e| err("auth.htpasswd", e.to_string()))?,
+        None => std::collections::HashMap::new(),
+    };
+    let tokens = match &token_file {
+        Some(p) => tender_server::auth::read_tokens(p).map_err(|e| err("auth.tokenFile", e.to_string()))?,
+        None => Vec::new(),
+    };
+    Ok(Some(AuthSettings { users, tokens, anonymous_pull: raw.anonymous_pull }))
+}
+
+fn resolve_admin(name: &str, raw: &RawAdmin, o: &Overrides) -> Result<AdminSettings, ConfigError> {
+    let err = |key: &str, m: String| ConfigError { source_name: name.to_string(), key: key.to_string(), message: m };
+    let token = match o.admin_token_file.clone().or(raw.token_file.clone()) {
+        None => None,
+        Some(p) => {
+            let mut t = tender_server::auth::read_tokens(&p).map_err(|e| err("admin.tokenFile", e.to_string()))?;
+            if t.len() != 1 {
+                return Err(err(
+                    "admin.tokenFile",
+                    format!("{}: holds {} tokens; keep exactly one", p.display(), t.len()),
+                ));
+            }
+            t.pop()
+        }
+    };
+    let listen = match o.admin_listen.clone().or(raw.listen.clone()) {
+        None => None,
+        Some(s) => Some(s.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
+            err("admin.listen", format!("{s:?} is not an address; use HOST:PORT such as 127.0.0.1:5001"))
+        })?),
+    };
+    Ok(AdminSettings { token, listen })
+}
+
+fn resolve_limits(name: &str, raw: &RawLimits) -> Result<tender_server::limits::Limits, ConfigError> {
+    let err = |key: &str, m: String| ConfigError { source_name: name.to_string(), key: key.to_string(), message: m };
+    let d = tender_server::limits::Limits::default();
+    let count = |key: &str, v: Option<usize>, default: usize| match v {
+        Some(0) => Err(err(key, "must be at least 1".into())),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    };
+    let bytes = |key: &str, v: &Option<String>, default: usize, min: usize| match v {
+        None => Ok(default),
+        Some(s) => match parse_size(s).and_then(|n| usize::try_from(n).ok()) {
+            Some(n) if n >= min => Ok(n),
+            Some(_) => Err(err(key, format!("{s:?} is too small; at least {min} bytes"))),
+            None => Err(err(key, format!("{s:?} is not a size; write it like 64Ki or 8192"))),
+        },
+    };
+    Ok(tender_server::limits::Limits {
+        max_url_bytes: bytes("limits.maxUrlBytes", &raw.max_url_bytes, d.max_url_bytes, 256)?,
+        max_header_bytes: bytes("limits.maxHeaderBytes", &raw.max_header_bytes, d.max_header_bytes, 8192)?,
+        header_timeout: duration(name, "limits.headerTimeout", &raw.header_timeout, d.header_timeout)?,
+        handshake_timeout: duration(name, "limits.handshakeTimeout", &raw.handshake_timeout, d.handshake_timeout)?,
+        max_client_requests: count("limits.maxClientRequests", raw.max_client_requests, d.max_client_requests)?,
+        max_connections: count("limits.maxConnections", raw.max_connections, d.max_connections)?,
     })
 }
 

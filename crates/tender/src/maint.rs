@@ -4,8 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use tender_store::{OpenMode, Store};
+use tender_store::{GcPlan, GcReport, OpenMode, Store};
 
+use crate::client::{join, parse_base_url, ClientArgs, ClientOptions};
 use crate::config;
 use crate::exit::Failure;
 
@@ -23,6 +24,12 @@ pub struct FsckArgs {
     /// Print the report as JSON
     #[arg(long)]
     pub json: bool,
+    /// Act through this running tender (POST /api/v1/admin/fsck) instead of the data directory;
+    /// pass the admin token with --token-file
+    #[arg(long, value_name = "URL", conflicts_with = "data")]
+    pub server: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -39,6 +46,48 @@ pub struct GcArgs {
     /// Report what would be freed; change nothing
     #[arg(long)]
     pub dry_run: bool,
+    /// Act through this running tender (POST /api/v1/admin/gc) instead of the data directory;
+    /// pass the admin token with --token-file
+    #[arg(long, value_name = "URL", conflicts_with = "data")]
+    pub server: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// POST an admin endpoint of a running tender and return its JSON answer.
+fn admin_post(server: &str, client: &ClientArgs, path_and_query: &str) -> anyhow::Result<serde_json::Value> {
+    let base = parse_base_url(server)?;
+    let url = join(&base, path_and_query);
+    let c = client.client(&ClientOptions {
+        user_agent: concat!("tender/", env!("CARGO_PKG_VERSION")),
+        headers: &[],
+        connect_timeout: Duration::from_secs(10),
+        read_timeout: Some(Duration::from_secs(3600)),
+    })?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let resp = c
+            .request(reqwest::Method::POST, url.clone())
+            .send()
+            .await
+            .map_err(|e| Failure::transient(format!("{url}: {e}")))?;
+        let status = resp.status();
+        let body = resp.text().await.map_err(|e| Failure::transient(format!("{url}: {e}")))?;
+        match status.as_u16() {
+            200..=299 => {
+                serde_json::from_str(&body).map_err(|e| Failure::problem(format!("{url}: answer is not JSON: {e}")))
+            }
+            401 => Err(Failure::usage(format!(
+                "{url}: 401: the admin token is missing or wrong; pass it with --token-file"
+            ))),
+            404 => Err(Failure::usage(format!(
+                "{url}: 404: this tender has no admin endpoints; start it with --admin-token-file \
+                 (and, with --admin-listen, point --server at that address)"
+            ))),
+            s if s >= 500 => Err(Failure::transient(format!("{url}: {status}: {body}"))),
+            _ => Err(Failure::problem(format!("{url}: {status}: {body}"))),
+        }
+    })
 }
 
 fn data_dir(data: &Option<PathBuf>, cfg: &Option<PathBuf>) -> anyhow::Result<(PathBuf, Option<u64>)> {
@@ -56,9 +105,20 @@ fn open(dir: &std::path::Path, mode: OpenMode) -> anyhow::Result<Store> {
 }
 
 pub fn fsck(args: FsckArgs) -> anyhow::Result<ExitCode> {
-    let (dir, _) = data_dir(&args.data, &args.config)?;
-    let store = open(&dir, if args.repair { OpenMode::Exclusive } else { OpenMode::ReadOnly })?;
-    let report = store.fsck(args.repair).map_err(|e| Failure::problem(e.to_string()))?;
+    let report = match &args.server {
+        Some(server) => {
+            let v = admin_post(server, &args.client, &format!("/api/v1/admin/fsck?repair={}", args.repair))?;
+            serde_json::from_value(v).map_err(|e| Failure::problem(format!("{server}: not an fsck report: {e}")))?
+        }
+        None => {
+            if args.client.is_set() {
+                return Err(Failure::usage("client options (--ca, --token-file, ...) need --server"));
+            }
+            let (dir, _) = data_dir(&args.data, &args.config)?;
+            let store = open(&dir, if args.repair { OpenMode::Exclusive } else { OpenMode::ReadOnly })?;
+            store.fsck(args.repair).map_err(|e| Failure::problem(e.to_string()))?
+        }
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -73,48 +133,73 @@ pub fn fsck(args: FsckArgs) -> anyhow::Result<ExitCode> {
             println!("stray {s}");
         }
         if !report.corrupt.is_empty() && !args.repair {
-            println!("run `tender fsck --repair` (with the server stopped) to move corrupt objects to quarantine/");
+            println!(
+                "run `tender fsck --repair` (with the server stopped, or with --server) to move corrupt objects to quarantine/"
+            );
         }
     }
     Ok(if report.corrupt.is_empty() || args.repair { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
-    let (dir, cfg_cap) = data_dir(&args.data, &args.config)?;
-    let cap = match &args.max_size {
+    let max_size = match &args.max_size {
         Some(s) => Some(config::parse_size(s).ok_or_else(|| {
             Failure::usage(format!("--max-size {s:?} is not a size; write it like 500Gi, 100G or 1073741824"))
         })?),
-        None => cfg_cap,
+        None => None,
     };
+    if let Some(server) = &args.server {
+        let mut q = format!("/api/v1/admin/gc?dryRun={}", args.dry_run);
+        if let Some(m) = max_size {
+            q.push_str(&format!("&maxSize={m}"));
+        }
+        let v = admin_post(server, &args.client, &q)?;
+        let plan: GcPlan = serde_json::from_value(v["plan"].clone())
+            .map_err(|e| Failure::problem(format!("{server}: not a gc plan: {e}")))?;
+        let report: Option<GcReport> = serde_json::from_value(v["report"].clone())
+            .map_err(|e| Failure::problem(format!("{server}: not a gc report: {e}")))?;
+        print_gc(&plan, report.as_ref());
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.client.is_set() {
+        return Err(Failure::usage("client options (--ca, --token-file, ...) need --server"));
+    }
+    let (dir, cfg_cap) = data_dir(&args.data, &args.config)?;
+    let cap = max_size.or(cfg_cap);
     let store = open(&dir, if args.dry_run { OpenMode::ReadOnly } else { OpenMode::Exclusive })?;
     // No server holds the directory (the lock says so), so every spool file is an orphan.
     let pins = store.pins().map_err(|e| Failure::problem(e.to_string()))?;
     let plan =
         store.gc_plan(cap, Duration::ZERO, &|d| pins.contains(d)).map_err(|e| Failure::problem(e.to_string()))?;
-    let verb = if args.dry_run { "would free" } else { "freed" };
-    if args.dry_run {
-        for o in &plan.evict {
-            println!("would evict {} ({} bytes)", o.digest, o.size);
-        }
-        for o in &plan.orphans {
-            println!("would remove orphan {}", o.display());
-        }
-        println!(
-            "{verb} {} bytes from {} objects; store holds {} bytes",
-            plan.evict_bytes,
-            plan.evict.len(),
-            plan.total_bytes
-        );
-        return Ok(ExitCode::SUCCESS);
-    }
-    let report = store.gc_apply(&plan).map_err(|e| Failure::problem(e.to_string()))?;
-    println!(
-        "{verb} {} bytes: {} objects evicted, {} orphans removed; store holds {} bytes",
-        report.freed_bytes,
-        report.evicted,
-        report.orphans_removed,
-        plan.total_bytes - report.freed_bytes
-    );
+    let report =
+        if args.dry_run { None } else { Some(store.gc_apply(&plan).map_err(|e| Failure::problem(e.to_string()))?) };
+    print_gc(&plan, report.as_ref());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The plan of a dry run, or what a run freed.
+fn print_gc(plan: &GcPlan, report: Option<&GcReport>) {
+    match report {
+        None => {
+            for o in &plan.evict {
+                println!("would evict {} ({} bytes)", o.digest, o.size);
+            }
+            for o in &plan.orphans {
+                println!("would remove orphan {}", o.display());
+            }
+            println!(
+                "would free {} bytes from {} objects; store holds {} bytes",
+                plan.evict_bytes,
+                plan.evict.len(),
+                plan.total_bytes
+            );
+        }
+        Some(r) => println!(
+            "freed {} bytes: {} objects evicted, {} orphans removed; store holds {} bytes",
+            r.freed_bytes,
+            r.evicted,
+            r.orphans_removed,
+            plan.total_bytes - r.freed_bytes
+        ),
+    }
 }

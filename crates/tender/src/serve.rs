@@ -11,7 +11,9 @@ use tender_fetch::{FetchMetrics, FetchSettings, Flights, Mirror, Upstream, Upstr
 
 /// The upstream name of the Image Factory in logs and metrics.
 pub const IMAGE_FACTORY: &str = "image-factory";
-use tender_server::{AppState, ServerMetrics};
+use tender_server::listen::{self, ListenOptions};
+use tender_server::tls::TlsReloader;
+use tender_server::{router_for, AppState, Security, ServerMetrics, Surface};
 use tender_store::{OpenMode, Store};
 use tokio::net::TcpListener;
 
@@ -41,6 +43,27 @@ pub struct ServeArgs {
     /// Log format: text or json
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<String>,
+    /// Serve TLS with this certificate chain (PEM); reloaded when the file changes
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA bundle (PEM): mutual TLS
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Require HTTP Basic credentials from this htpasswd file (bcrypt entries, htpasswd -B)
+    #[arg(long, value_name = "FILE")]
+    pub auth_htpasswd: Option<PathBuf>,
+    /// Accept these static bearer tokens (one per line)
+    #[arg(long, value_name = "FILE")]
+    pub auth_token_file: Option<PathBuf>,
+    /// Enable the admin endpoints (POST /api/v1/admin/...), which then require this token
+    #[arg(long, value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Serve /metrics, the status page and /api/v1/ on this address instead of --listen
+    #[arg(long, value_name = "ADDR")]
+    pub admin_listen: Option<String>,
 }
 
 impl ServeArgs {
@@ -52,6 +75,13 @@ impl ServeArgs {
             default_upstream: self.default_upstream.clone(),
             log_format: self.log_format.clone(),
             image_factory: self.image_factory.clone(),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            tls_client_ca: self.tls_client_ca.clone(),
+            auth_htpasswd: self.auth_htpasswd.clone(),
+            auth_token_file: self.auth_token_file.clone(),
+            admin_token_file: self.admin_token_file.clone(),
+            admin_listen: self.admin_listen.clone(),
         }
     }
 
@@ -98,6 +128,7 @@ pub(crate) fn build_mirror(
         public: true,
         redirect_hosts: None,
         library_prefix: false,
+        max_object_size: None,
     };
     let factory = Upstream::new(factory, factory_fetch, metrics.clone())
         .map_err(|e| Failure::usage(format!("imageFactory: {}", e.message)))?;
@@ -130,19 +161,50 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     let flights = Flights::new(store.clone(), settings.fetch.clone(), fetch_metrics.clone());
     let mirror = build_mirror(&settings, flights.clone(), &fetch_metrics)?;
     let catalog = crate::catalog_cmd::start(&settings, mirror.clone(), catalog_metrics)?;
-    let app = AppState::with_catalog(mirror, server_metrics, catalog.clone());
+    let security = Security {
+        auth: std::sync::RwLock::new(client_auth(&settings)),
+        admin: settings.admin.token.as_deref().map(|t| tender_server::admin::Admin {
+            token: tender_server::auth::AdminToken::new(t),
+            gc_cap: settings.cache_max_size,
+        }),
+        limits: settings.limits.clone(),
+    };
+    let catalog_api: Arc<dyn tender_catalog::CatalogApi> = catalog.clone();
+    let app = AppState::full(mirror, server_metrics, Some(catalog_api), security);
+    raise_fd_limit();
 
-    let listener = TcpListener::bind(settings.listen)
-        .await
-        .map_err(|e| Failure::problem(format!("cannot listen on {}: {e}; choose another --listen", settings.listen)))?;
+    let tls = match &settings.tls {
+        Some(t) => {
+            let r = TlsReloader::load(t.files.clone()).map_err(|e| Failure::usage(e.to_string()))?;
+            r.spawn_watch(t.reload_interval);
+            Some(r)
+        }
+        None => None,
+    };
+    let bind = |addr: std::net::SocketAddr, flag: &'static str| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|e| Failure::problem(format!("cannot listen on {addr}: {e}; choose another {flag}")))
+    };
+    let listener = bind(settings.listen, "--listen").await?;
     let local = listener.local_addr().context("reading the listening address")?;
+    let admin_listener = match settings.admin.listen {
+        Some(a) => Some(bind(a, "--admin-listen").await?),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(
         listen = %local,
         data = %settings.data.display(),
         upstreams = ?settings.upstreams.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
         default_upstream = settings.default_upstream.as_deref().unwrap_or(""),
-        "tender serving on http://{local}"
+        tls = tls.is_some(),
+        mutual_tls = tls.as_ref().is_some_and(|t| t.mutual()),
+        client_auth = settings.auth.is_some(),
+        admin_endpoints = settings.admin.token.is_some(),
+        "tender serving on {scheme}://{local}"
     );
+    warn_exposure(&settings, local, admin_listener.as_ref().and_then(|l| l.local_addr().ok()));
 
     spawn_reload(args, settings.clone(), app.clone(), flights.clone(), fetch_metrics.clone(), catalog.clone());
     catalog.spawn_sync(false);
@@ -150,12 +212,74 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     let served_path = settings.data.join(SERVED_FILE);
     spawn_served_saver(app.clone(), served_path.clone());
 
-    tender_server::serve(listener, app.clone(), shutdown_signal()).await.context("serving")?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let opts = ListenOptions { tls, limits: settings.limits.clone() };
+    let main_surface = if admin_listener.is_some() { Surface::Pull } else { Surface::All };
+    let main =
+        listen::run(listener, router_for(app.clone(), main_surface), opts.clone(), app.metrics().clone(), stopped());
+    match admin_listener {
+        Some(l) => {
+            tracing::info!(listen = %l.local_addr().context("reading the admin address")?, "admin surface (metrics, status, /api/v1/) on its own listener");
+            let admin_opts = ListenOptions { tls: None, limits: settings.limits.clone() };
+            let admin =
+                listen::run(l, router_for(app.clone(), Surface::Admin), admin_opts, app.metrics().clone(), stopped());
+            let (a, b) = tokio::join!(main, admin);
+            a.and(b).context("serving")?;
+        }
+        None => main.await.context("serving")?,
+    }
     if let Err(e) = app.metrics().served.save(&served_path) {
         tracing::warn!(error = %e, "could not save the served statistics");
     }
     tracing::info!("tender stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Client authentication from the resolved settings.
+fn client_auth(settings: &Settings) -> Option<Arc<tender_server::auth::ClientAuth>> {
+    settings
+        .auth
+        .as_ref()
+        .map(|a| Arc::new(tender_server::auth::ClientAuth::new(a.users.clone(), &a.tokens, a.anonymous_pull)))
+}
+
+/// Say so when a non-loopback listener is open without TLS or without client authentication.
+fn warn_exposure(settings: &Settings, main: std::net::SocketAddr, admin: Option<std::net::SocketAddr>) {
+    if !main.ip().is_loopback() && settings.tls.is_none() {
+        tracing::warn!(listen = %main, "serving plain HTTP on a non-loopback address: pulls and credentials travel \
+            unencrypted; use --tls-cert/--tls-key unless this is a trusted in-cluster network");
+    }
+    if !main.ip().is_loopback() && settings.auth.is_none() {
+        tracing::info!(listen = %main, "no client authentication: everyone who reaches this address may pull");
+    }
+    if let Some(a) = admin {
+        if !a.ip().is_loopback() {
+            tracing::warn!(listen = %a, "the admin listener (metrics, status page, /api/v1/) is on a non-loopback \
+                address without TLS or client authentication; bind it to an internal address");
+        }
+    }
+}
+
+/// Many idle keep-alive connections need many descriptors: raise the soft limit to the hard one.
+fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current < lim.maximum {
+        let want = rustix::process::Rlimit { current: lim.maximum, maximum: lim.maximum };
+        if let Err(e) = setrlimit(Resource::Nofile, want) {
+            tracing::warn!(error = %e, "could not raise the open-file limit");
+        }
+    }
 }
 
 /// Where the served statistics are kept across restarts.
@@ -203,6 +327,7 @@ fn spawn_reload(
                     match build_mirror(&new, flights.clone(), &metrics) {
                         Ok(m) => {
                             app.replace_mirror(m.clone());
+                            app.security().set_auth(client_auth(&new));
                             crate::catalog_cmd::reload(&catalog, &new, m);
                             tracing::info!(
                                 upstreams = ?new.upstreams.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),

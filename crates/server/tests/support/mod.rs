@@ -16,7 +16,7 @@ use bytes::Bytes;
 use sha2::{Digest as _, Sha256};
 use tender_fetch::{FetchMetrics, FetchSettings, Flights, Mirror, Upstream, UpstreamSettings};
 
-use tender_server::{AppState, ServerMetrics};
+use tender_server::{AppState, Security, ServerMetrics, Surface};
 use tender_store::{OpenMode, Store};
 
 /// How the fake upstream misbehaves on blob GETs.
@@ -339,6 +339,7 @@ pub fn fast_settings() -> FetchSettings {
         backoff_max: Duration::from_millis(200),
         tag_ttl: Duration::from_secs(300),
         stale_max_age: Duration::from_secs(3600),
+        max_concurrent_fills: None,
     }
 }
 
@@ -353,6 +354,7 @@ pub fn upstream_settings(name: &str, url: &str) -> UpstreamSettings {
         public: false,
         redirect_hosts: None,
         library_prefix: name == "docker.io",
+        max_object_size: None,
     }
 }
 
@@ -365,6 +367,18 @@ impl Tender {
         upstreams: Vec<UpstreamSettings>,
         factory: Option<String>,
         settings: FetchSettings,
+    ) -> Tender {
+        Tender::start_full(upstreams, factory, settings, Security::default(), None, Surface::All).await
+    }
+
+    /// With authentication, admin endpoints, limits, TLS and a choice of surface.
+    pub async fn start_full(
+        upstreams: Vec<UpstreamSettings>,
+        factory: Option<String>,
+        settings: FetchSettings,
+        security: Security,
+        tls: Option<Arc<tender_server::tls::TlsReloader>>,
+        surface: Surface,
     ) -> Tender {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path(), OpenMode::Exclusive).unwrap());
@@ -383,12 +397,15 @@ impl Tender {
             }
             None => Mirror::new(ups, default, flights, settings),
         };
-        let app = AppState::new(mirror, Arc::new(ServerMetrics::new(&metrics)));
+        let app = AppState::full(mirror, Arc::new(ServerMetrics::new(&metrics)), None, security);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let a = app.clone();
+        let opts = tender_server::listen::ListenOptions { tls, limits: a.security().limits.clone() };
         tokio::spawn(async move {
-            let _ = tender_server::serve(listener, a, std::future::pending()).await;
+            let router = tender_server::router_for(a.clone(), surface);
+            let _ =
+                tender_server::listen::run(listener, router, opts, a.metrics().clone(), std::future::pending()).await;
         });
         Tender { addr, store, app, metrics, dir }
     }

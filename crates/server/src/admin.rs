@@ -1,0 +1,121 @@
+//! The admin surface: endpoints that change state. They exist only when an admin token is
+//! configured (`--admin-token-file`) and then require it (`Authorization: Bearer <token>`).
+//! `tender gc --server` and `tender fsck --server` call them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::auth::{require_admin, AdminToken};
+use crate::AppState;
+
+/// What the admin endpoints need besides the token.
+pub struct Admin {
+    pub token: AdminToken,
+    /// `cache.maxSize`: what `POST /api/v1/admin/gc` evicts down to unless the request names a size.
+    pub gc_cap: Option<u64>,
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogSyncQuery {
+    #[serde(default)]
+    retry_failed: bool,
+}
+
+/// `POST /api/v1/admin/catalog/sync[?retryFailed=true]`: import pending entries now, in the
+/// background (202); `retryFailed` gives failed ones another try.
+pub async fn catalog_sync(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<CatalogSyncQuery>,
+) -> Response {
+    if let Some(refused) = require_admin(&app, &headers) {
+        return refused;
+    }
+    let Some(catalog) = app.catalog().cloned() else {
+        return error(StatusCode::NOT_FOUND, "this tender has no catalog".into());
+    };
+    match catalog.request_sync(q.retry_failed) {
+        Ok(accepted) => (StatusCode::ACCEPTED, Json(accepted)).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcQuery {
+    /// Bytes to evict down to (default: `cache.maxSize`; none: orphans only).
+    max_size: Option<u64>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// `POST /api/v1/admin/gc[?maxSize=BYTES][&dryRun=true]`: evict least recently used objects
+/// down to the cap and remove orphaned spool files, never touching fills in progress or pinned
+/// objects. Answers the plan and, unless a dry run, what was freed.
+pub async fn gc(State(app): State<Arc<AppState>>, headers: HeaderMap, Query(q): Query<GcQuery>) -> Response {
+    if let Some(refused) = require_admin(&app, &headers) {
+        return refused;
+    }
+    let cap = q.max_size.or(app.security.admin.as_ref().and_then(|a| a.gc_cap));
+    let flights = app.mirror().flights().clone();
+    let done = tokio::task::spawn_blocking(move || {
+        let active = flights.active_keys();
+        let store = flights.store();
+        // Spool files of live fills are protected by `active`; a day-old one is an orphan.
+        let plan = store
+            .gc_plan(cap, Duration::from_secs(24 * 3600), &|d| active.contains(&d.to_string()) || store.is_pinned(d))?;
+        let report = if q.dry_run { None } else { Some(store.gc_apply(&plan)?) };
+        Ok::<_, tender_store::StoreError>((plan, report))
+    })
+    .await;
+    match done {
+        Ok(Ok((plan, report))) => {
+            if let Some(r) = &report {
+                tracing::info!(
+                    freed_bytes = r.freed_bytes,
+                    evicted = r.evicted,
+                    orphans = r.orphans_removed,
+                    "admin gc"
+                );
+            }
+            Json(serde_json::json!({ "dryRun": q.dry_run, "plan": plan, "report": report })).into_response()
+        }
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+#[derive(serde::Deserialize)]
+pub struct FsckQuery {
+    #[serde(default)]
+    repair: bool,
+}
+
+/// `POST /api/v1/admin/fsck[?repair=true]`: re-verify every stored object; with `repair`,
+/// move the ones that fail to quarantine/ (a reader that has one open keeps its handle).
+pub async fn fsck(State(app): State<Arc<AppState>>, headers: HeaderMap, Query(q): Query<FsckQuery>) -> Response {
+    if let Some(refused) = require_admin(&app, &headers) {
+        return refused;
+    }
+    let flights = app.mirror().flights().clone();
+    match tokio::task::spawn_blocking(move || flights.store().fsck(q.repair)).await {
+        Ok(Ok(report)) => {
+            if !report.corrupt.is_empty() {
+                tracing::warn!(corrupt = report.corrupt.len(), repair = q.repair, "admin fsck found corrupt objects");
+            }
+            Json(report).into_response()
+        }
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}

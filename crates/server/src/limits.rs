@@ -1,0 +1,132 @@
+//! Request limits: URL size and concurrent requests per client address. Connection-level
+//! limits (header size and time, connections, TLS handshake time) live in [`crate::listen`].
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+
+use crate::AppState;
+
+/// Every limit, with defaults an operator can start from.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Longest request target (path and query), in bytes: 414 beyond.
+    pub max_url_bytes: usize,
+    /// Largest request head (request line and headers), in bytes: 431 beyond.
+    pub max_header_bytes: usize,
+    /// Time a client has to send a whole request head (slowloris): the connection is closed after.
+    pub header_timeout: Duration,
+    /// Time a client has to finish the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// Requests in progress (streaming bodies included) per client address: 429 beyond.
+    pub max_client_requests: usize,
+    /// Open connections in all; new ones are closed at once beyond.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_url_bytes: 8 * 1024,
+            max_header_bytes: 64 * 1024,
+            header_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(10),
+            max_client_requests: 256,
+            max_connections: 10_000,
+        }
+    }
+}
+
+/// Requests in progress per client address.
+#[derive(Default)]
+pub struct ClientCounts(Mutex<HashMap<IpAddr, usize>>);
+
+/// One request in progress; counted down when the response body is done or dropped.
+struct Slot {
+    counts: Arc<ClientCounts>,
+    ip: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut m = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl ClientCounts {
+    fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<Slot> {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(Slot { counts: self.clone(), ip })
+    }
+}
+
+/// A plain error in the OCI error shape for statuses the OCI codes do not cover.
+pub fn refusal(status: StatusCode, code: &str, message: String) -> Response {
+    let body = serde_json::json!({ "errors": [{ "code": code, "message": message, "detail": null }] });
+    (status, axum::Json(body)).into_response()
+}
+
+/// URL size and per-client concurrency, before anything else looks at the request.
+pub async fn layer(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let limits = &app.security.limits;
+    let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if target_len > limits.max_url_bytes {
+        app.metrics().limit_refusal("url");
+        return refusal(
+            StatusCode::URI_TOO_LONG,
+            "UNSUPPORTED",
+            format!("request target of {target_len} bytes is over the limit of {} bytes", limits.max_url_bytes),
+        );
+    }
+    let ip = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+    let slot = match ip {
+        Some(ip) => match app.client_counts.take(ip, limits.max_client_requests) {
+            Some(s) => Some(s),
+            None => {
+                app.metrics().limit_refusal("client_requests");
+                let mut resp = refusal(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "TOOMANYREQUESTS",
+                    format!(
+                        "{ip} has {} requests in progress, the limit (limits.maxClientRequests); retry when one is done",
+                        limits.max_client_requests
+                    ),
+                );
+                resp.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("1"));
+                return resp;
+            }
+        },
+        None => None,
+    };
+    let resp = next.run(req).await;
+    match slot {
+        // The slot lives as long as the body: a 1 GiB download is one request in progress
+        // until its last byte.
+        Some(slot) => resp.map(|b| {
+            Body::new(b.map_frame(move |f| {
+                let _held = &slot;
+                f
+            }))
+        }),
+        None => resp,
+    }
+}
