@@ -146,11 +146,13 @@ pub fn parse_http_url(value: &str) -> Result<HttpUrl, String> {
         None => (rest, ""),
     };
     let authority = Authority::parse(authority)?;
+    // `//` is checked before the one trailing `/` goes, so `https://m//` cannot leave the path `/`.
+    let empty_segment = path.contains("//");
     let path = path.strip_suffix('/').unwrap_or(path);
     if !path.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'/' | b'%' | b'-')) {
         return Err("the path may only hold letters, digits and . _ ~ / % -".into());
     }
-    if path.contains("//") || path.split('/').any(|seg| seg == "..") {
+    if empty_segment || path.split('/').any(|seg| seg == "..") {
         return Err("the path has an empty or '..' segment".into());
     }
     Ok(HttpUrl { https, authority, path: path.to_string() })
@@ -443,6 +445,17 @@ mod tests {
         ] {
             assert!(parse_http_url(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// Found by the `render_registries` fuzz target: `https://m//` parsed to the path `/`, which
+    /// printed as `https://m/` (another URL) and made the mirror an `overridePath` API root.
+    #[test]
+    fn should_refuse_a_url_whose_path_is_only_slashes() {
+        for bad in ["https://m//", "http://m:5000//", "https://m///", "https://m/v2//"] {
+            assert!(parse_http_url(bad).is_err(), "{bad:?}");
+        }
+        let u = parse_http_url("https://m/").unwrap();
+        assert_eq!((u.path.as_str(), u.to_string().as_str()), ("", "https://m"));
     }
 
     #[test]
