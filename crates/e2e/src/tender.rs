@@ -107,6 +107,12 @@ impl Tender {
     /// Start `tender serve` on a free loopback port (it binds port 0 and logs the address it
     /// got) and wait until it answers `/healthz`. The JSON log goes to `log` (truncated).
     pub fn start(config: &Path, data: &Path, log: &Path) -> Tender {
+        Tender::start_with(config, data, log, &[])
+    }
+
+    /// Like [`Tender::start`] with more `serve` arguments. With `--tls-cert` it waits for the
+    /// port to accept connections instead of a plain-HTTP `/healthz`.
+    pub fn start_with(config: &Path, data: &Path, log: &Path, extra: &[&str]) -> Tender {
         let file = File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
         let mut cmd = command([
             "serve".as_ref(),
@@ -119,6 +125,7 @@ impl Tender {
             "--log-format".as_ref(),
             "json".as_ref(),
         ]);
+        cmd.args(extra);
         cmd.stdout(Stdio::null()).stderr(file);
         let mut guard = Guard::spawn("tender serve", &mut cmd);
         let addr = crate::poll_until("tender to log its listening address", START_LIMIT, || {
@@ -128,9 +135,15 @@ impl Tender {
             json_lines(log).iter().find_map(|v| v.get("listen")?.as_str()?.parse::<SocketAddr>().ok())
         });
         let t = Tender { guard, addr, log: log.to_path_buf(), data: data.to_path_buf(), config: config.to_path_buf() };
-        crate::poll_until("tender /healthz", START_LIMIT, || {
-            crate::http::get(t.addr, "/healthz").ok().filter(|r| r.status() == 200)
-        });
+        if extra.contains(&"--tls-cert") {
+            crate::poll_until("tender to accept connections", START_LIMIT, || {
+                std::net::TcpStream::connect(t.addr).ok()
+            });
+        } else {
+            crate::poll_until("tender /healthz", START_LIMIT, || {
+                crate::http::get(t.addr, "/healthz").ok().filter(|r| r.status() == 200)
+            });
+        }
         t
     }
 

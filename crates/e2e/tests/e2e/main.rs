@@ -14,6 +14,7 @@ mod t4_containerd;
 mod t5_fsck;
 mod t6_crash;
 mod t7_render_containerd;
+mod t8_security;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
