@@ -73,7 +73,7 @@ pub async fn wait_committed(fill: &Fill, mut on_state: impl FnMut(&FillState)) -
         match s.phase {
             FillPhase::Committed(d) => return Ok(d),
             FillPhase::Failed(e) => return Err(e),
-            FillPhase::Connecting | FillPhase::Streaming => {}
+            FillPhase::Connecting | FillPhase::Streaming | FillPhase::Verified(_) => {}
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -80,6 +80,9 @@ pub enum Phase {
     /// Waiting for the upstream's response headers (or retrying before any).
     Connecting,
     Streaming,
+    /// Every byte is in and verified; being made durable and visible. Readers may release the
+    /// withheld final byte now: the content is right whatever the commit does.
+    Verified(Digest),
     /// Verified and visible in the store.
     Committed(Digest),
     Failed(FetchError),
@@ -232,7 +235,7 @@ impl Flights {
             let verdict = match result {
                 Ok(()) => {
                     let total = fill.state.borrow().total;
-                    self.verify_and_commit(writer, &expect, &upstream, total).await
+                    self.verify_and_commit(&fill, writer, &expect, &upstream, total).await
                 }
                 Err(e) => Err((e, Some(writer))),
             };
@@ -429,6 +432,7 @@ impl Flights {
 
     async fn verify_and_commit(
         &self,
+        fill: &Fill,
         writer: SpoolWriter,
         expect: &Expect,
         upstream: &str,
@@ -491,6 +495,7 @@ impl Flights {
                 (got, Some(record))
             }
         };
+        fill.state.send_modify(|s| s.phase = Phase::Verified(want));
         let store = self.store.clone();
         let committed = tokio::task::spawn_blocking(move || {
             let sealed = writer.seal().map_err(|e| e.to_string())?;
@@ -574,6 +579,8 @@ struct ReadState {
     end: Option<u64>,
     withhold: bool,
     done: bool,
+    /// The fill's content verified (the final byte may go out).
+    verified: bool,
     pool: BufPool,
 }
 
@@ -584,7 +591,7 @@ fn read_stream(
     end: Option<u64>,
     withhold: bool,
 ) -> BoxStream<'static, io::Result<Bytes>> {
-    let st = ReadState { file, rx, pos: start, end, withhold, done: false, pool: BufPool::default() };
+    let st = ReadState { file, rx, pos: start, end, withhold, done: false, verified: false, pool: BufPool::default() };
     futures::stream::unfold(st, |mut st| async move {
         if st.done {
             return None;
@@ -592,6 +599,13 @@ fn read_stream(
         loop {
             let s = st.rx.borrow_and_update().clone();
             let committed = match &s.phase {
+                // The content verified before the commit failed: what the reader gets is right,
+                // and its open handle still has every byte.
+                Phase::Failed(_) if st.verified => true,
+                Phase::Verified(_) => {
+                    st.verified = true;
+                    true
+                }
                 Phase::Failed(e) => {
                     st.done = true;
                     return Some((Err(io::Error::other(format!("upstream transfer failed: {e}"))), st));

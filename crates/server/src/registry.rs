@@ -267,7 +267,10 @@ async fn blob(
             object::stored(file, len, *digest, &describe, headers, head)
         }
         Claim::Filling(fill) => {
-            info.cache = Some(CacheResult::Miss.as_str());
+            // A fill whose content already verified (its commit is under way) holds every byte:
+            // for this request it is as good as stored.
+            let verified = matches!(fill.state().phase, tender_fetch::flight::Phase::Verified(_));
+            info.cache = Some(if verified { CacheResult::Hit } else { CacheResult::Miss }.as_str());
             object::filling(fill, &describe, headers, Subject::Blob).await
         }
     }

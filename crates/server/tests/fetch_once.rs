@@ -184,6 +184,8 @@ async fn should_discard_a_corrupt_fill_and_retry_once_from_zero() {
         let url = tender.url(&format!("/v2/ghcr.io/x/blobs/{digest}"));
         let got = fan_out(&url, clients).await;
         assert_never_complete_and_wrong(&got, &digest);
+        // The restart runs on after the cut clients are gone.
+        wait_idle(&tender).await;
         assert_eq!(fake.blob_gets(), 2, "the corrupt transfer and one restart from zero");
         // whoever was cut short retries and gets the right bytes from the store
         let again = get(&url, &[]).await;

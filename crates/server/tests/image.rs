@@ -235,7 +235,9 @@ async fn should_refuse_an_asset_whose_bytes_changed_since_first_use() {
     let url = bed.tender.url(&path);
     assert_eq!(get(&url, &[]).await.body.unwrap(), first);
     let key = format!("image:{S}/v1.13.6/openstack-amd64.raw.xz");
-    let trusted = bed.tender.store.trust_get(&key).unwrap().unwrap();
+    // The client's last byte goes out once the content verified; the commit (fsync, rename,
+    // trust record) follows.
+    let trusted = poll(|| bed.tender.store.trust_get(&key).unwrap()).await;
     assert_eq!(trusted.digest.to_string(), sha(&first));
 
     // the object is evicted, and the factory now builds different bytes
@@ -290,7 +292,19 @@ async fn should_commit_a_lengthless_body_whose_container_verifies() {
     let path = bed.add("openstack-amd64.raw.xz", body.clone());
     let got = get(&bed.tender.url(&path), &[]).await;
     assert_eq!(got.body.unwrap(), body);
-    assert!(bed.tender.store.object_len(&sha(&body).parse().unwrap()).is_some());
+    poll(|| bed.tender.store.object_len(&sha(&body).parse().unwrap())).await;
+}
+
+/// Poll until `f` gives something (bounded: 10 s).
+async fn poll<T>(mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for the commit");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
 
 /// A close-delimited body cut short: the xz check fails, nothing is committed, and after the

@@ -78,6 +78,9 @@ struct SyncArgs {
     /// Try goldens whose import failed again
     #[arg(long)]
     retry_failed: bool,
+    /// With --server: TLS trust and the admin token (--token-file)
+    #[command(flatten)]
+    client: crate::client::ClientArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -324,7 +327,13 @@ fn sync_exit(failed: &[(String, String, bool)]) -> ExitCode {
 
 fn sync(a: SyncArgs) -> anyhow::Result<ExitCode> {
     if let Some(url) = &a.server {
-        return runtime()?.block_on(sync_remote(url.trim_end_matches('/').to_string(), a.retry_failed));
+        let client = a.client.client(&crate::client::ClientOptions {
+            user_agent: concat!("tender/", env!("CARGO_PKG_VERSION")),
+            headers: &[],
+            connect_timeout: Duration::from_secs(10),
+            read_timeout: Some(Duration::from_secs(30)),
+        })?;
+        return runtime()?.block_on(sync_remote(url.trim_end_matches('/').to_string(), client, a.retry_failed));
     }
     let settings = a.at.settings()?;
     if settings.catalog.entries.is_empty() {
@@ -368,13 +377,27 @@ fn sync(a: SyncArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-async fn sync_remote(url: String, retry_failed: bool) -> anyhow::Result<ExitCode> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .map_err(|e| Failure::problem(format!("HTTP client: {e}")))?;
+async fn sync_remote(url: String, client: crate::client::TenderClient, retry_failed: bool) -> anyhow::Result<ExitCode> {
     let post = format!("{url}/api/v1/admin/catalog/sync?retryFailed={retry_failed}");
-    let resp = client.post(&post).send().await.map_err(|e| Failure::transient(format!("{post}: {e}")))?;
+    let post_url = url::Url::parse(&post).map_err(|e| Failure::usage(format!("--server {url}: {e}")))?;
+    let resp = client
+        .request(reqwest::Method::POST, post_url)
+        .send()
+        .await
+        .map_err(|e| Failure::transient(format!("{post}: {e}")))?;
+    match resp.status().as_u16() {
+        401 => {
+            return Err(Failure::usage(format!(
+                "{post}: 401: the admin token is missing or wrong; pass it with --token-file"
+            )))
+        }
+        404 => {
+            return Err(Failure::usage(format!(
+                "{post}: 404: this tender has no admin endpoints; start it with --admin-token-file"
+            )))
+        }
+        _ => {}
+    }
     if !resp.status().is_success() {
         let status = resp.status();
         let body = resp.text().await.unwrap_or_default();
@@ -383,8 +406,9 @@ async fn sync_remote(url: String, retry_failed: bool) -> anyhow::Result<ExitCode
     let ui = Ui::new();
     let get = format!("{url}/api/v1/catalog");
     loop {
+        let get_url = url::Url::parse(&get).map_err(|e| Failure::usage(format!("--server {url}: {e}")))?;
         let view: CatalogView = client
-            .get(&get)
+            .request(reqwest::Method::GET, get_url)
             .send()
             .await
             .map_err(|e| Failure::transient(format!("{get}: {e}")))?

@@ -708,7 +708,7 @@ impl LocalBackend {
             match s.phase {
                 Phase::Committed(d) => return Ok(d),
                 Phase::Failed(e) => return Err(e),
-                Phase::Connecting | Phase::Streaming => {}
+                Phase::Connecting | Phase::Streaming | Phase::Verified(_) => {}
             }
             if Instant::now() >= give_up {
                 return Err(FetchError::new(FetchErrorKind::Timeout, "prefetch", "the fill did not finish in time"));

@@ -95,17 +95,24 @@ fn should_import_in_the_background_and_show_progress_through_the_api() {
     server.signal(rustix::process::Signal::HUP);
     let g4 = bed.golden_name("v1.13.4");
     eventually(Duration::from_secs(30), "the failed import", || phase_of(&api(&server), &g4) == "Failed");
+    let token = bed.admin_token_file();
+    let token = token.to_str().unwrap();
     let o = run(["catalog", "sync", "--server", &server.url]);
+    expect_code(&o, 2);
+    assert!(text(&o).contains("admin token"), "{}", text(&o));
+    let o = run(["catalog", "sync", "--server", &server.url, "--token-file", token]);
     expect_code(&o, 3);
     assert!(stdout(&o).contains(&format!("{g4} Failed")), "{}", text(&o));
     f.set_down(false);
-    let o = run(["catalog", "sync", "--server", &server.url, "--retry-failed"]);
+    let o = run(["catalog", "sync", "--server", &server.url, "--retry-failed", "--token-file", token]);
     expect_code(&o, 0);
     for g in [&g6, &g5, &g4] {
         assert!(stdout(&o).contains(&format!("{g} Succeeded")), "{}", text(&o));
     }
     assert_eq!(sha256_file(&bed.golden("v1.13.4")), images.sha256);
-    let (status, body) = http("POST", &format!("{}/api/v1/admin/catalog/sync", server.url));
+    let sync_url = format!("{}/api/v1/admin/catalog/sync", server.url);
+    assert_eq!(http("POST", &sync_url).0, 401, "the admin endpoint needs the token");
+    let (status, body) = http_as("POST", &sync_url, Some(ADMIN_TOKEN));
     assert_eq!(status, 202, "{body}");
     assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["entries"], 3);
     let (_, metrics) = http("GET", &format!("{}/metrics", server.url));

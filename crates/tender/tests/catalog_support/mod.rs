@@ -490,11 +490,20 @@ impl Bed {
     }
 
     /// Start `tender serve` on a free port; returns the guard and its URL.
+    /// The file holding [`ADMIN_TOKEN`].
+    pub fn admin_token_file(&self) -> std::path::PathBuf {
+        self.tmp.path().join("admin-token")
+    }
+
+    /// `tender serve` with this bed's config and the admin endpoints on ([`Bed::admin_token_file`]).
     pub fn serve(&self) -> Server {
         let log = self.tmp.path().join("serve.log");
         let file = std::fs::File::create(&log).unwrap();
+        std::fs::write(self.admin_token_file(), format!("{ADMIN_TOKEN}\n")).unwrap();
         let child = command(["serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--config"])
             .arg(&self.config)
+            .arg("--admin-token-file")
+            .arg(self.admin_token_file())
             .stdout(Stdio::null())
             .stderr(file)
             .spawn()
@@ -574,11 +583,23 @@ impl Drop for Server {
 
 /// GET a URL on loopback (blocking, a small client of our own).
 pub fn http(method: &str, url: &str) -> (u16, String) {
+    http_as(method, url, None)
+}
+
+/// The admin token of every [`Bed::serve`].
+pub const ADMIN_TOKEN: &str = "catalog-admin-token-0123456789";
+
+/// A request with an optional bearer token.
+pub fn http_as(method: &str, url: &str, bearer: Option<&str>) -> (u16, String) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let client = reqwest::Client::new();
         let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let resp = client.request(m, url).send().await.unwrap();
+        let mut req = client.request(m, url);
+        if let Some(t) = bearer {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.unwrap();
         let status = resp.status().as_u16();
         (status, resp.text().await.unwrap())
     })
