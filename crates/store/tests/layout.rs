@@ -34,6 +34,15 @@ fn should_refuse_a_foreign_directory() {
 }
 
 #[test]
+fn should_take_a_fresh_volume_holding_only_lost_and_found() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join("lost+found")).unwrap();
+    drop(Store::open(dir.path(), OpenMode::Exclusive).unwrap());
+    assert!(dir.path().join("tender-data.json").is_file());
+    assert!(dir.path().join("lost+found").is_dir(), "left alone");
+}
+
+#[test]
 fn should_never_make_a_mismatching_object_visible() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), OpenMode::Exclusive).unwrap();
