@@ -236,7 +236,16 @@ pub fn parse(name: &str, text: &str) -> Result<RawConfig, ConfigError> {
         return Ok(RawConfig::default());
     }
     serde_norway::from_str(text).map_err(|e| {
-        let msg = e.to_string();
+        // serde_norway leaves the position out at line 1 column 1 (and has none for some
+        // errors), and a file that is not a mapping is refused naming a Rust type: always say
+        // where, and what was expected.
+        let mut msg = e.to_string().replace("struct RawConfig", "a mapping of config keys (listen, upstreams, ...)");
+        if !msg.contains(" at line ") {
+            match e.location() {
+                Some(l) => msg.push_str(&format!(" at line {} column {}", l.line(), l.column())),
+                None => msg.push_str(" at the top level of the file"),
+            }
+        }
         // serde names the unknown or mistyped key; say what to do about it.
         let fix = if msg.contains("unknown field") {
             "; remove it or fix its spelling (see README, Configuration)"
@@ -665,6 +674,23 @@ mod tests {
             &["upstreams[0].username", "no password"],
         );
         check_err("", &Overrides { upstreams: vec!["nourl".into()], ..none.clone() }, &["--upstream[0]", "NAME=URL"]);
+    }
+
+    /// Found by config_props: a file that is a list or a scalar was refused as "invalid type:
+    /// sequence, expected struct RawConfig", with no key, no position and a Rust type name; an
+    /// error on line 1 column 1 (`bogus: 1` as the first line) had no position either.
+    #[test]
+    fn should_say_where_every_yaml_error_is() {
+        for text in ["- listen: 127.0.0.1:5000\n", "just text\n", "1\n", "[\n"] {
+            let e = parse("t.yaml", text).expect_err("not a mapping");
+            assert!(e.message.contains("expected a mapping of config keys"), "{text:?}: {e}");
+            assert!(e.message.contains(" at line 1 column 1"), "{text:?}: {e}");
+            assert!(!e.message.contains("RawConfig"), "{text:?}: {e}");
+        }
+        let e = parse("t.yaml", "bogus: 1\n").expect_err("unknown key");
+        assert!(e.message.contains("unknown field `bogus`") && e.message.contains(" at line 1 column 1"), "{e}");
+        let e = parse("t.yaml", "listen: a\nlisten: b\n").expect_err("duplicate key");
+        assert!(e.message.contains("duplicate field `listen`") && e.message.contains(" at line "), "{e}");
     }
 
     #[test]

@@ -4,6 +4,8 @@ mod catalog_cmd;
 mod client;
 mod clone_cmd;
 mod config;
+#[cfg(test)]
+mod config_props;
 mod exit;
 mod maint;
 mod prefetch;
