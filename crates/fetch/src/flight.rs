@@ -370,7 +370,7 @@ impl Flights {
             s.phase = Phase::Streaming;
         });
         let mut pos = if opened.partial { have } else { 0 };
-        let mut body = opened.body;
+        let mut body = coalesce(opened.body);
         let bytes_counter = self.metrics.upstream_bytes.get_or_create(&upstream_label(&upstream)).clone();
         loop {
             let next = match tokio::time::timeout(self.settings.stall_timeout, body.next()).await {
@@ -710,5 +710,96 @@ impl BufPool {
             .unwrap_or_else(|e| Err(io::Error::other(e)))?;
         }
         Ok(Bytes::from_owner(Lent { buf, len: n, home: self.clone() }))
+    }
+}
+
+/// Upstream chunks already received are joined up to this size before they are written and
+/// announced to readers: fewer writes and wake-ups, and readers get whole chunks to send.
+const COALESCE: usize = 256 * 1024;
+
+/// Join chunks that are ready now (never waiting for more: a slow upstream's bytes go out as
+/// they come). An error after some bytes is reported after those bytes.
+fn coalesce(body: BoxStream<'static, Result<Bytes, FetchError>>) -> BoxStream<'static, Result<Bytes, FetchError>> {
+    struct St {
+        body: BoxStream<'static, Result<Bytes, FetchError>>,
+        pending: Option<FetchError>,
+        ended: bool,
+    }
+    futures::stream::unfold(St { body, pending: None, ended: false }, |mut st| async move {
+        if let Some(e) = st.pending.take() {
+            st.ended = true;
+            return Some((Err(e), st));
+        }
+        if st.ended {
+            return None;
+        }
+        let first = match st.body.next().await {
+            None => return None,
+            Some(Err(e)) => {
+                st.ended = true;
+                return Some((Err(e), st));
+            }
+            Some(Ok(b)) => b,
+        };
+        if first.len() >= COALESCE {
+            return Some((Ok(first), st));
+        }
+        let mut buf = bytes::BytesMut::with_capacity(COALESCE);
+        buf.extend_from_slice(&first);
+        while buf.len() < COALESCE {
+            match futures::FutureExt::now_or_never(st.body.next()) {
+                Some(Some(Ok(b))) => buf.extend_from_slice(&b),
+                Some(Some(Err(e))) => {
+                    st.pending = Some(e);
+                    break;
+                }
+                Some(None) => {
+                    st.ended = true;
+                    break;
+                }
+                None => break,
+            }
+        }
+        Some((Ok(buf.freeze()), st))
+    })
+    .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+    use super::*;
+
+    fn chunk(n: usize, b: u8) -> Result<Bytes, FetchError> {
+        Ok(Bytes::from(vec![b; n]))
+    }
+
+    #[tokio::test]
+    async fn should_join_ready_chunks_and_report_an_error_after_the_bytes_before_it() {
+        let items = vec![chunk(1000, 1), chunk(2000, 2), Err(FetchError::new(FetchErrorKind::Body, "up", "reset"))];
+        let mut s = coalesce(futures::stream::iter(items).boxed());
+        let joined = s.next().await.unwrap().unwrap();
+        assert_eq!(joined.len(), 3000);
+        assert_eq!((joined[0], joined[2999]), (1, 2));
+        assert_eq!(s.next().await.unwrap().unwrap_err().kind, FetchErrorKind::Body);
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn should_cap_joined_chunks_and_never_wait_for_more() {
+        let big = futures::stream::iter((0..10).map(|i| chunk(100 * 1024, i))).boxed();
+        let sizes: Vec<usize> = coalesce(big).map(|c| c.unwrap().len()).collect().await;
+        assert_eq!(sizes.iter().sum::<usize>(), 1000 * 1024);
+        assert!(sizes.iter().all(|&n| n < COALESCE + 100 * 1024), "{sizes:?}");
+        assert!(sizes.len() < 10, "ready chunks were joined: {sizes:?}");
+        // A chunk that is not there yet is not waited for: the first one goes out alone.
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Result<Bytes, FetchError>>();
+        tx.unbounded_send(chunk(10, 7)).unwrap();
+        let mut s = coalesce(rx.boxed());
+        assert_eq!(s.next().await.unwrap().unwrap().len(), 10);
+        tx.unbounded_send(chunk(20, 8)).unwrap();
+        drop(tx);
+        assert_eq!(s.next().await.unwrap().unwrap().len(), 20);
+        assert!(s.next().await.is_none());
     }
 }
