@@ -102,10 +102,8 @@ impl Store {
                     return Err(err(e));
                 }
                 // A fresh ext4 volume mounted as the data directory holds only lost+found.
-                let non_empty = fs::read_dir(root)
-                    .map_err(err)?
-                    .filter_map(Result::ok)
-                    .any(|e| e.file_name() != "lost+found");
+                let non_empty =
+                    fs::read_dir(root).map_err(err)?.filter_map(Result::ok).any(|e| e.file_name() != "lost+found");
                 if non_empty {
                     return Err(StoreError::Foreign { dir: root.to_path_buf() });
                 }
