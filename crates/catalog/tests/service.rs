@@ -71,6 +71,8 @@ fn mirror(data: &Path, factory: &str) -> Arc<Mirror> {
         redirect_hosts: None,
         library_prefix: false,
         max_object_size: None,
+        ns_param: None,
+        client_identity: None,
     };
     let factory = Arc::new(Upstream::new(up, settings.clone(), metrics).unwrap());
     Mirror::with_image_factory(Vec::new(), None, factory, flights, settings)

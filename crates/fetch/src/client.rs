@@ -260,6 +260,15 @@ impl Upstream {
         if settings.insecure_skip_verify {
             builder = builder.danger_accept_invalid_certs(true);
         }
+        if let Some((cert, key)) = &settings.client_identity {
+            let mut pem =
+                std::fs::read(cert).map_err(|e| bad(format!("client certificate {}: {e}", cert.display())))?;
+            pem.push(b'\n');
+            pem.extend(std::fs::read(key).map_err(|e| bad(format!("client key {}: {e}", key.display())))?);
+            let id = reqwest::Identity::from_pem(&pem)
+                .map_err(|e| bad(format!("client certificate {} / key {}: {e}", cert.display(), key.display())))?;
+            builder = builder.identity(id);
+        }
         if let Some(proxy) = &settings.proxy {
             let p = reqwest::Proxy::all(proxy.as_str()).map_err(|e| bad(format!("proxy {proxy}: {e}")))?;
             builder = builder.proxy(p);
@@ -292,12 +301,17 @@ impl Upstream {
         &self.settings
     }
 
-    fn join(base: &Url, path_and_query: &str) -> Result<Url, String> {
+    fn join(&self, base: &Url, path_and_query: &str) -> Result<Url, String> {
         let base_path = base.path().trim_end_matches('/');
         let (path, query) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
         let mut u = base.clone();
         u.set_path(&format!("{base_path}{path}"));
         u.set_query(if query.is_empty() { None } else { Some(query) });
+        // Through a parent tender: name the upstream the way containerd does, so the parent
+        // routes it as if the client had asked it.
+        if let (Some(ns), true) = (&self.settings.ns_param, path.starts_with("/v2/") && path.len() > 4) {
+            u.query_pairs_mut().append_pair("ns", ns);
+        }
         Ok(u)
     }
 
@@ -312,7 +326,8 @@ impl Upstream {
     ) -> Result<reqwest::Response, FetchError> {
         let mut last: Option<FetchError> = None;
         for endpoint in &self.settings.endpoints {
-            let url = Self::join(endpoint, path_and_query)
+            let url = self
+                .join(endpoint, path_and_query)
                 .map_err(|e| FetchError::new(FetchErrorKind::Local, self.name(), e))?;
             match self.request_endpoint(&method, url, &headers, scope).await {
                 Ok(r) => return Ok(r),

@@ -486,6 +486,11 @@ impl Mirror {
         Mirror::build(upstreams, default_upstream, Some(image_factory), flights, settings)
     }
 
+    /// The upstream for names that carry neither `ns` nor a configured prefix.
+    pub fn default_upstream(&self) -> Option<&str> {
+        self.default_upstream.as_deref()
+    }
+
     pub fn image_factory(&self) -> Option<&Arc<Upstream>> {
         self.image_factory.as_ref()
     }

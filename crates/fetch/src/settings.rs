@@ -38,6 +38,10 @@ pub struct UpstreamSettings {
     pub library_prefix: bool,
     /// Largest object fetched from this upstream; larger ones are refused, not stored.
     pub max_object_size: Option<u64>,
+    /// Reached through a parent tender: every `/v2/<name>/...` request carries `ns=<this>`.
+    pub ns_param: Option<String>,
+    /// Client certificate and key (PEM) presented to the endpoints (a parent with mutual TLS).
+    pub client_identity: Option<(PathBuf, PathBuf)>,
 }
 
 /// Timeouts, retries and cache lifetimes of fetching, shared by all upstreams.

@@ -153,7 +153,11 @@ pub fn router(app: Arc<AppState>) -> Router {
 /// listener relies on where it is bound, and its admin endpoints on the admin token.
 pub fn router_for(app: Arc<AppState>, surface: Surface) -> Router {
     let metrics = app.metrics.clone();
-    let mut r = Router::new().route("/healthz", get(|| async { "ok\n" })).route("/readyz", get(readyz));
+    // The upstream names are on every listener: an edge tender (`--parent`) learns them there.
+    let mut r = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/api/v1/upstreams", get(upstreams_handler));
     if surface != Surface::Admin {
         r = r
             .route("/v2", get(registry::handle).head(registry::handle))
@@ -181,6 +185,19 @@ pub fn router_for(app: Arc<AppState>, surface: Surface) -> Router {
     r.layer(axum::middleware::from_fn_with_state(app.clone(), limits::layer))
         .with_state(app)
         .layer(axum::middleware::from_fn_with_state(metrics, access::layer))
+}
+
+/// `GET /api/v1/upstreams`: the upstream names this tender routes (`ns` values and path
+/// prefixes), its default upstream and whether it caches an Image Factory. No URLs, no
+/// credentials.
+async fn upstreams_handler(State(app): State<Arc<AppState>>) -> axum::response::Response {
+    let mirror = app.mirror();
+    axum::Json(serde_json::json!({
+        "upstreams": mirror.upstream_names(),
+        "defaultUpstream": mirror.default_upstream(),
+        "imageFactory": mirror.image_factory().is_some(),
+    }))
+    .into_response()
 }
 
 #[derive(serde::Deserialize)]

@@ -36,6 +36,21 @@ pub struct RawConfig {
     pub admin: RawAdmin,
     #[serde(default)]
     pub limits: RawLimits,
+    #[serde(default)]
+    pub parent: RawParent,
+}
+
+/// Another tender that every upstream request goes to (tiered caches).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawParent {
+    #[serde(default)]
+    pub urls: Vec<String>,
+    pub ca_file: Option<PathBuf>,
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
+    pub username: Option<String>,
+    pub password_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -134,6 +149,21 @@ pub struct Overrides {
     pub auth_token_file: Option<PathBuf>,
     pub admin_token_file: Option<PathBuf>,
     pub admin_listen: Option<String>,
+    pub parents: Vec<String>,
+    pub parent_ca: Option<PathBuf>,
+    pub parent_client_cert: Option<PathBuf>,
+    pub parent_client_key: Option<PathBuf>,
+    pub parent_username: Option<String>,
+    pub parent_password_file: Option<PathBuf>,
+}
+
+/// Tiered caches: the parent tenders (tried in order) and how to reach them.
+#[derive(Debug, Clone)]
+pub struct ParentSettings {
+    pub urls: Vec<Url>,
+    pub ca_file: Option<PathBuf>,
+    pub client_identity: Option<(PathBuf, PathBuf)>,
+    pub credentials: Option<Credentials>,
 }
 
 /// TLS serving, resolved (`tls:` and the `--tls-*` flags).
@@ -203,6 +233,8 @@ pub struct Settings {
     pub auth: Option<AuthSettings>,
     pub admin: AdminSettings,
     pub limits: tender_server::limits::Limits,
+    /// `--parent`: every upstream request goes to these tenders instead.
+    pub parent: Option<ParentSettings>,
 }
 
 /// A configuration error: names the key and the fix.
@@ -430,6 +462,8 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             public: u.public,
             redirect_hosts: u.redirect_hosts.clone(),
             max_object_size,
+            ns_param: None,
+            client_identity: None,
         });
     }
 
@@ -484,7 +518,9 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
     let tls = resolve_tls(name, &raw.tls, o)?;
     let admin = resolve_admin(name, &raw.admin, o)?;
     let limits = resolve_limits(name, &raw.limits)?;
+    let parent = resolve_parent(name, &raw.parent, o)?;
     Ok(Settings {
+        parent,
         tls,
         auth,
         admin,
@@ -566,6 +602,47 @@ fn resolve_admin(name: &str, raw: &RawAdmin, o: &Overrides) -> Result<AdminSetti
         })?),
     };
     Ok(AdminSettings { token, listen })
+}
+
+fn resolve_parent(name: &str, raw: &RawParent, o: &Overrides) -> Result<Option<ParentSettings>, ConfigError> {
+    let err = |key: &str, m: String| ConfigError { source_name: name.to_string(), key: key.to_string(), message: m };
+    let (key, list) = if o.parents.is_empty() { ("parent.urls", &raw.urls) } else { ("--parent", &o.parents) };
+    if list.is_empty() {
+        return Ok(None);
+    }
+    let mut urls = Vec::new();
+    for (i, u) in list.iter().enumerate() {
+        urls.push(http_url(name, &format!("{key}[{i}]"), u)?);
+    }
+    let ca_file = o.parent_ca.clone().or(raw.ca_file.clone());
+    if let Some(ca) = &ca_file {
+        if !ca.is_file() {
+            return Err(err("parent.caFile", format!("{} is not a readable file", ca.display())));
+        }
+    }
+    let client_identity = match (
+        o.parent_client_cert.clone().or(raw.client_cert.clone()),
+        o.parent_client_key.clone().or(raw.client_key.clone()),
+    ) {
+        (None, None) => None,
+        (Some(c), Some(k)) => Some((c, k)),
+        (Some(_), None) => return Err(err("parent.clientKey", "is missing; give it with parent.clientCert".into())),
+        (None, Some(_)) => return Err(err("parent.clientCert", "is missing; give it with parent.clientKey".into())),
+    };
+    let credentials = match (
+        o.parent_username.clone().or(raw.username.clone()),
+        o.parent_password_file.clone().or(raw.password_file.clone()),
+    ) {
+        (None, None) => None,
+        (Some(user), Some(file)) => {
+            let p = std::fs::read_to_string(&file)
+                .map_err(|e| err("parent.passwordFile", format!("{}: {e}", file.display())))?;
+            Some(Credentials { username: user, password: p.trim_end_matches(['\n', '\r']).to_string() })
+        }
+        (Some(_), None) => return Err(err("parent.passwordFile", "is missing; give it with parent.username".into())),
+        (None, Some(_)) => return Err(err("parent.username", "is missing; give it with parent.passwordFile".into())),
+    };
+    Ok(Some(ParentSettings { urls, ca_file, client_identity, credentials }))
 }
 
 fn resolve_limits(name: &str, raw: &RawLimits) -> Result<tender_server::limits::Limits, ConfigError> {

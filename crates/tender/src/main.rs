@@ -28,7 +28,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the pull-through registry mirror and Image Factory cache
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Re-verify every stored object against its digest
     Fsck(maint::FsckArgs),
     /// Evict least recently used objects down to the size cap and remove orphans
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Fsck(args) => maint::fsck(args),
         Command::Gc(args) => maint::gc(args),
         Command::Render(args) => render_cmd::run(args),

@@ -64,6 +64,25 @@ pub struct ServeArgs {
     /// Serve /metrics, the status page and /api/v1/ on this address instead of --listen
     #[arg(long, value_name = "ADDR")]
     pub admin_listen: Option<String>,
+    /// Send every upstream request to this tender instead (repeatable: tried in order);
+    /// its upstream names are learned from GET /api/v1/upstreams
+    #[arg(long = "parent", value_name = "URL")]
+    pub parents: Vec<String>,
+    /// Extra CA bundle (PEM) to trust for the parents' certificates
+    #[arg(long, value_name = "FILE")]
+    pub parent_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for parents that require mutual TLS
+    #[arg(long, value_name = "FILE", requires = "parent_client_key")]
+    pub parent_client_cert: Option<PathBuf>,
+    /// Private key (PEM) of --parent-client-cert
+    #[arg(long, value_name = "FILE", requires = "parent_client_cert")]
+    pub parent_client_key: Option<PathBuf>,
+    /// User name for parents that require HTTP Basic authentication
+    #[arg(long, value_name = "USER", requires = "parent_password_file")]
+    pub parent_username: Option<String>,
+    /// File holding the password of --parent-username
+    #[arg(long, value_name = "FILE", requires = "parent_username")]
+    pub parent_password_file: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -82,6 +101,12 @@ impl ServeArgs {
             auth_token_file: self.auth_token_file.clone(),
             admin_token_file: self.admin_token_file.clone(),
             admin_listen: self.admin_listen.clone(),
+            parents: self.parents.clone(),
+            parent_ca: self.parent_ca.clone(),
+            parent_client_cert: self.parent_client_cert.clone(),
+            parent_client_key: self.parent_client_key.clone(),
+            parent_username: self.parent_username.clone(),
+            parent_password_file: self.parent_password_file.clone(),
         }
     }
 
@@ -118,17 +143,20 @@ pub(crate) fn build_mirror(
         first_byte_timeout: settings.factory_first_byte_timeout.max(settings.fetch.first_byte_timeout),
         ..settings.fetch.clone()
     };
+    let parent = settings.parent.as_ref();
     let factory = UpstreamSettings {
         name: IMAGE_FACTORY.to_string(),
-        endpoints: vec![settings.image_factory.clone()],
-        ca_file: None,
+        endpoints: parent.map_or_else(|| vec![settings.image_factory.clone()], |p| p.urls.clone()),
+        ca_file: parent.and_then(|p| p.ca_file.clone()),
         insecure_skip_verify: false,
         proxy: None,
-        credentials: None,
+        credentials: parent.and_then(|p| p.credentials.clone()),
         public: true,
         redirect_hosts: None,
         library_prefix: false,
         max_object_size: None,
+        ns_param: None,
+        client_identity: parent.and_then(|p| p.client_identity.clone()),
     };
     let factory = Upstream::new(factory, factory_fetch, metrics.clone())
         .map_err(|e| Failure::usage(format!("imageFactory: {}", e.message)))?;
@@ -139,6 +167,109 @@ pub(crate) fn build_mirror(
         flights,
         settings.fetch.clone(),
     ))
+}
+
+/// Where an edge keeps the upstream names its parent gave it, to start while the parent is down.
+pub const PARENT_FILE: &str = "parent-upstreams.json";
+
+/// What `GET /api/v1/upstreams` answers.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ParentView {
+    upstreams: Vec<String>,
+    default_upstream: Option<String>,
+}
+
+/// Ask the parents (in order) for their upstream names; fall back to the list saved the last
+/// time one answered. The edge then routes exactly those names, each through the parents.
+async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
+    let Some(p) = settings.parent.clone() else {
+        return Ok(());
+    };
+    let saved = settings.data.join(PARENT_FILE);
+    let mut b = reqwest::Client::builder().use_rustls_tls().no_proxy().timeout(Duration::from_secs(10));
+    if let Some(ca) = &p.ca_file {
+        let pem = std::fs::read(ca).map_err(|e| Failure::usage(format!("--parent-ca {}: {e}", ca.display())))?;
+        for c in reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| Failure::usage(format!("--parent-ca {}: not PEM: {e}", ca.display())))?
+        {
+            b = b.add_root_certificate(c);
+        }
+    }
+    if let Some((cert, key)) = &p.client_identity {
+        let mut pem = std::fs::read(cert).map_err(|e| Failure::usage(format!("--parent-client-cert: {e}")))?;
+        pem.push(b'\n');
+        pem.extend(std::fs::read(key).map_err(|e| Failure::usage(format!("--parent-client-key: {e}")))?);
+        b = b.identity(
+            reqwest::Identity::from_pem(&pem).map_err(|e| Failure::usage(format!("--parent-client-cert: {e}")))?,
+        );
+    }
+    let client = b.build().context("HTTP client for the parents")?;
+    let mut view = None;
+    for url in &p.urls {
+        let u = format!("{}/api/v1/upstreams", url.as_str().trim_end_matches('/'));
+        let mut req = client.get(&u);
+        if let Some(c) = &p.credentials {
+            req = req.basic_auth(&c.username, Some(&c.password));
+        }
+        match req.send().await.and_then(reqwest::Response::error_for_status) {
+            Ok(r) => match r.json::<ParentView>().await {
+                Ok(v) => {
+                    view = Some(v);
+                    break;
+                }
+                Err(e) => tracing::warn!(parent = %url, error = %e, "the parent's upstream list is not readable"),
+            },
+            Err(e) => tracing::warn!(parent = %url, error = %e, "parent did not answer"),
+        }
+    }
+    let view = match view {
+        Some(v) => {
+            if let Ok(text) = serde_json::to_vec_pretty(&v) {
+                let tmp = saved.with_extension("json.tmp");
+                if std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &saved)).is_err() {
+                    tracing::warn!(path = %saved.display(), "could not save the parent's upstream list");
+                }
+            }
+            v
+        }
+        None => {
+            let text = std::fs::read(&saved).map_err(|_| {
+                Failure::transient(format!(
+                    "no parent answered GET /api/v1/upstreams ({}) and no list was saved before in {}",
+                    p.urls.iter().map(url::Url::as_str).collect::<Vec<_>>().join(", "),
+                    saved.display()
+                ))
+            })?;
+            tracing::warn!(path = %saved.display(), "no parent answered: using the upstream list saved last time");
+            serde_json::from_slice(&text).map_err(|e| Failure::problem(format!("{}: {e}", saved.display())))?
+        }
+    };
+    if !settings.upstreams.is_empty() {
+        tracing::info!("--parent: the configured upstreams are replaced by the parent's");
+    }
+    settings.upstreams = view
+        .upstreams
+        .iter()
+        .map(|n| UpstreamSettings {
+            name: n.clone(),
+            endpoints: p.urls.clone(),
+            ca_file: p.ca_file.clone(),
+            insecure_skip_verify: false,
+            proxy: None,
+            credentials: p.credentials.clone(),
+            // The operator gave the edge the parent's credentials for its clients.
+            public: true,
+            redirect_hosts: None,
+            library_prefix: false,
+            max_object_size: None,
+            ns_param: Some(n.clone()),
+            client_identity: p.client_identity.clone(),
+        })
+        .collect();
+    settings.default_upstream = view.default_upstream;
+    tracing::info!(parents = ?p.urls.iter().map(url::Url::as_str).collect::<Vec<_>>(), upstreams = ?view.upstreams, "routing through the parent tenders");
+    Ok(())
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -152,8 +283,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(serve(args, settings))
 }
 
-async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> {
+async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCode> {
     let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
+    learn_parent(&mut settings).await?;
     let store = Arc::new(store);
     let fetch_metrics = FetchMetrics::default();
     let catalog_metrics = tender_catalog::CatalogMetrics::default();
@@ -319,7 +451,14 @@ fn spawn_reload(
             return;
         };
         while hup.recv().await.is_some() {
-            match args.load() {
+            let loaded = match args.load() {
+                Ok(mut new) => match learn_parent(&mut new).await {
+                    Ok(()) => Ok(new),
+                    Err(e) => Err(e.to_string()),
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            match loaded {
                 Ok(new) => {
                     if new.listen != initial.listen || new.data != initial.data {
                         tracing::warn!("listen and data changes need a restart; keeping the old ones");

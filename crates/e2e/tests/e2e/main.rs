@@ -15,6 +15,7 @@ mod t5_fsck;
 mod t6_crash;
 mod t7_render_containerd;
 mod t8_security;
+mod t9_tiers;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -355,6 +355,8 @@ pub fn upstream_settings(name: &str, url: &str) -> UpstreamSettings {
         redirect_hosts: None,
         library_prefix: name == "docker.io",
         max_object_size: None,
+        ns_param: None,
+        client_identity: None,
     }
 }
 
