@@ -192,15 +192,7 @@ fn auth_security(anonymous_pull: bool) -> Security {
 async fn should_challenge_and_accept_basic_users_and_bearer_tokens() {
     let fake = FakeUpstream::start().await;
     let d = fake.add_blob(random_bytes(1000, 10));
-    let tender = Tender::start_full(
-        vec![upstream_settings("ghcr.io", &fake.url())],
-        None,
-        fast_settings(),
-        auth_security(false),
-        None,
-        Surface::All,
-    )
-    .await;
+    let tender = secured(&fake, auth_security(false)).await;
     let blob = tender.url(&format!("/v2/ghcr.io/a/b/blobs/{d}"));
     for path in ["/v2/", blob.trim_start_matches(&format!("http://{}", tender.addr)), "/metrics", "/"] {
         let resp = client().get(tender.url(path)).send().await.unwrap();
@@ -271,15 +263,7 @@ async fn should_offer_admin_endpoints_only_with_a_token_and_only_to_its_holder()
 
     let security =
         Security { admin: Some(Admin { token: AdminToken::new(ADMIN), gc_cap: Some(0) }), ..Security::default() };
-    let tender = Tender::start_full(
-        vec![upstream_settings("ghcr.io", &fake.url())],
-        None,
-        fast_settings(),
-        security,
-        None,
-        Surface::All,
-    )
-    .await;
+    let tender = secured(&fake, security).await;
     assert_eq!(get(&tender.url(&format!("/v2/ghcr.io/a/b/blobs/{d}")), &[]).await.status, 200);
     for path in ["/api/v1/admin/gc", "/api/v1/admin/fsck", "/api/v1/admin/catalog/sync"] {
         let none = client().post(tender.url(path)).send().await.unwrap();
@@ -330,6 +314,12 @@ fn limited(limits: Limits) -> Security {
     Security { limits, ..Security::default() }
 }
 
+/// A plain-HTTP tender on every surface in front of `fake` (as ghcr.io), with `security`.
+async fn secured(fake: &FakeUpstream, security: Security) -> Tender {
+    let ups = vec![upstream_settings("ghcr.io", &fake.url())];
+    Tender::start_full(ups, None, fast_settings(), security, None, Surface::All).await
+}
+
 /// Read until the server closes the connection or `limit` passes; what it sent.
 async fn read_until_closed(s: &mut tokio::net::TcpStream, limit: Duration) -> Option<String> {
     let mut out = Vec::new();
@@ -351,15 +341,7 @@ async fn should_survive_slowloris_header_bombs_and_a_thousand_idle_connections()
     let blob = random_bytes(2 << 20, 14);
     let d = fake.add_blob(blob.clone());
     let limits = Limits { header_timeout: Duration::from_secs(1), max_header_bytes: 16 * 1024, ..Limits::default() };
-    let tender = Tender::start_full(
-        vec![upstream_settings("ghcr.io", &fake.url())],
-        None,
-        fast_settings(),
-        limited(limits),
-        None,
-        Surface::All,
-    )
-    .await;
+    let tender = secured(&fake, limited(limits)).await;
     // A thousand idle connections, and a slowloris that never finishes its head.
     let mut idle = Vec::new();
     for _ in 0..1000 {
@@ -395,15 +377,7 @@ async fn should_refuse_long_urls_and_too_many_requests_from_one_client() {
     // The upstream drips (about 2 s): the first two downloads stay open while the third asks.
     fake.set_faults(vec![Fault::SlowDrip(512 * 1024)]);
     let limits = Limits { max_url_bytes: 512, max_client_requests: 2, ..Limits::default() };
-    let tender = Tender::start_full(
-        vec![upstream_settings("ghcr.io", &fake.url())],
-        None,
-        fast_settings(),
-        limited(limits),
-        None,
-        Surface::All,
-    )
-    .await;
+    let tender = secured(&fake, limited(limits)).await;
     let long = tender.url(&format!("/v2/ghcr.io/{}/manifests/latest", "a/".repeat(300)));
     let resp = client().get(&long).send().await.unwrap();
     assert_eq!(resp.status(), 414);

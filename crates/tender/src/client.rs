@@ -100,30 +100,12 @@ impl ClientArgs {
         if let Some(t) = opts.read_timeout {
             builder = builder.read_timeout(t);
         }
-        if let Some(ca) = &self.ca {
-            let pem = read_file(ca, "--ca")?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| Failure::usage(format!("--ca {}: not a PEM certificate bundle: {e}", ca.display())))?;
-            if certs.is_empty() {
-                return Err(Failure::usage(format!("--ca {}: no certificate in the file", ca.display())));
-            }
-            for c in certs {
-                builder = builder.add_root_certificate(c);
-            }
-        }
-        if let (Some(cert), Some(key)) = (&self.client_cert, &self.client_key) {
-            let mut pem = read_file(cert, "--client-cert")?;
-            pem.push(b'\n');
-            pem.extend_from_slice(&read_file(key, "--client-key")?);
-            let id = reqwest::Identity::from_pem(&pem).map_err(|e| {
-                Failure::usage(format!(
-                    "--client-cert {} / --client-key {}: not a PEM certificate and key: {e}",
-                    cert.display(),
-                    key.display()
-                ))
-            })?;
-            builder = builder.identity(id);
-        }
+        builder = with_tls_files(
+            builder,
+            self.ca.as_deref(),
+            self.client_cert.as_deref().zip(self.client_key.as_deref()),
+            "",
+        )?;
         let auth = match (&self.username, &self.password_file, &self.token_file) {
             (Some(user), Some(pf), _) => {
                 let raw = read_file(pf, "--password-file")?;
@@ -146,6 +128,43 @@ impl ClientArgs {
         let http = builder.build().map_err(|e| Failure::usage(format!("cannot build the HTTP client: {e}")))?;
         Ok(TenderClient { http, auth })
     }
+}
+
+/// Trust `ca` (a PEM bundle) and present `identity` (PEM certificate and key). `flag_prefix` names
+/// the options in errors (`""` for `--ca`, `"parent-"` for `--parent-ca`).
+pub fn with_tls_files(
+    mut builder: reqwest::ClientBuilder,
+    ca: Option<&Path>,
+    identity: Option<(&Path, &Path)>,
+    flag_prefix: &str,
+) -> anyhow::Result<reqwest::ClientBuilder> {
+    if let Some(ca) = ca {
+        let flag = format!("--{flag_prefix}ca");
+        let pem = read_file(ca, &flag)?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| Failure::usage(format!("{flag} {}: not a PEM certificate bundle: {e}", ca.display())))?;
+        if certs.is_empty() {
+            return Err(Failure::usage(format!("{flag} {}: no certificate in the file", ca.display())));
+        }
+        for c in certs {
+            builder = builder.add_root_certificate(c);
+        }
+    }
+    if let Some((cert, key)) = identity {
+        let (cf, kf) = (format!("--{flag_prefix}client-cert"), format!("--{flag_prefix}client-key"));
+        let mut pem = read_file(cert, &cf)?;
+        pem.push(b'\n');
+        pem.extend_from_slice(&read_file(key, &kf)?);
+        let id = reqwest::Identity::from_pem(&pem).map_err(|e| {
+            Failure::usage(format!(
+                "{cf} {} / {kf} {}: not a PEM certificate and key: {e}",
+                cert.display(),
+                key.display()
+            ))
+        })?;
+        builder = builder.identity(id);
+    }
+    Ok(builder)
 }
 
 impl TenderClient {

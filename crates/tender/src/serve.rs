@@ -187,24 +187,11 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
         return Ok(());
     };
     let saved = settings.data.join(PARENT_FILE);
-    let mut b = reqwest::Client::builder().use_rustls_tls().no_proxy().timeout(Duration::from_secs(10));
-    if let Some(ca) = &p.ca_file {
-        let pem = std::fs::read(ca).map_err(|e| Failure::usage(format!("--parent-ca {}: {e}", ca.display())))?;
-        for c in reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| Failure::usage(format!("--parent-ca {}: not PEM: {e}", ca.display())))?
-        {
-            b = b.add_root_certificate(c);
-        }
-    }
-    if let Some((cert, key)) = &p.client_identity {
-        let mut pem = std::fs::read(cert).map_err(|e| Failure::usage(format!("--parent-client-cert: {e}")))?;
-        pem.push(b'\n');
-        pem.extend(std::fs::read(key).map_err(|e| Failure::usage(format!("--parent-client-key: {e}")))?);
-        b = b.identity(
-            reqwest::Identity::from_pem(&pem).map_err(|e| Failure::usage(format!("--parent-client-cert: {e}")))?,
-        );
-    }
-    let client = b.build().context("HTTP client for the parents")?;
+    let b = reqwest::Client::builder().use_rustls_tls().no_proxy().timeout(Duration::from_secs(10));
+    let identity = p.client_identity.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+    let client = crate::client::with_tls_files(b, p.ca_file.as_deref(), identity, "parent-")?
+        .build()
+        .context("HTTP client for the parents")?;
     let mut view = None;
     for url in &p.urls {
         let u = format!("{}/api/v1/upstreams", url.as_str().trim_end_matches('/'));
