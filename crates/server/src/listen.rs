@@ -102,6 +102,7 @@ async fn serve_connection(
         let svc = service(router, peer, false);
         let conn = builder.serve_connection(TokioIo::new(tcp), svc).into_owned();
         if let Err(e) = watcher.watch(conn).await {
+            count_refusal(metrics, &*e);
             tracing::debug!(error = %e, %peer, "connection ended with an error");
         }
         return;
@@ -123,7 +124,25 @@ async fn serve_connection(
     let svc = service(router, peer, verified);
     let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
     if let Err(e) = watcher.watch(conn).await {
+        count_refusal(metrics, &*e);
         tracing::debug!(error = %e, %peer, "connection ended with an error");
+    }
+}
+
+/// hyper ends a connection itself for a request head over `maxHeaderBytes` (after answering
+/// 431) or not complete within `headerTimeout`: count those like the other limits.
+fn count_refusal(metrics: &ServerMetrics, e: &(dyn std::error::Error + Send + Sync + 'static)) {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(h) = err.downcast_ref::<hyper::Error>() {
+            if h.is_parse_too_large() {
+                metrics.limit_refusal("headers");
+            } else if h.is_timeout() {
+                metrics.limit_refusal("header_timeout");
+            }
+            return;
+        }
+        cur = err.source();
     }
 }
 

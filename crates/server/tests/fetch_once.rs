@@ -26,15 +26,6 @@ fn assert_never_complete_and_wrong(got: &[Got], want: &str) {
     }
 }
 
-/// Wait (bounded) until no fill is running.
-async fn wait_idle(tender: &Tender) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !tender.app.mirror().flights().active_keys().is_empty() {
-        assert!(Instant::now() < deadline, "fills did not end");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 async fn fan_out(url: &str, n: usize) -> Vec<Got> {
     join_all((0..n).map(|_| get(url, &[]))).await
 }
@@ -185,7 +176,7 @@ async fn should_discard_a_corrupt_fill_and_retry_once_from_zero() {
         let got = fan_out(&url, clients).await;
         assert_never_complete_and_wrong(&got, &digest);
         // The restart runs on after the cut clients are gone.
-        wait_idle(&tender).await;
+        tender.wait_idle().await;
         assert_eq!(fake.blob_gets(), 2, "the corrupt transfer and one restart from zero");
         // whoever was cut short retries and gets the right bytes from the store
         let again = get(&url, &[]).await;
@@ -219,7 +210,7 @@ async fn should_never_serve_a_complete_wrong_body() {
         }
         assert!(tender.store.object_len(&digest.parse::<Digest>().unwrap()).is_none(), "nothing corrupt is committed");
         // fills outlive their clients: let the last corrupt one end before the upstream recovers
-        wait_idle(&tender).await;
+        tender.wait_idle().await;
         *fake.state.steady.lock().unwrap() = None;
         let again = get(&url, &[]).await;
         assert_eq!(again.status, 200);
@@ -239,7 +230,7 @@ async fn should_not_commit_a_body_shorter_than_announced() {
     let got = fan_out(&url, 8).await;
     assert_never_complete_and_wrong(&got, &digest);
     assert!(tender.store.object_len(&digest.parse().unwrap()).is_none());
-    wait_idle(&tender).await;
+    tender.wait_idle().await;
     *fake.state.steady.lock().unwrap() = None;
     let again = get(&url, &[]).await;
     assert_eq!(sha(again.body.as_ref().unwrap()), digest);
@@ -335,6 +326,8 @@ async fn should_keep_serving_when_the_upstream_is_down() {
     let burl = tender.url(&format!("/v2/ghcr.io/siderolabs/kubelet/blobs/{blob}"));
     assert_eq!(get(&murl, &[]).await.status, 200);
     assert_eq!(get(&burl, &[]).await.status, 200);
+    // The blob's fill commits just after its client got the last byte.
+    tender.wait_idle().await;
 
     *fake.state.down.lock().unwrap() = true;
     let resp = client().get(&murl).send().await.unwrap();

@@ -346,12 +346,7 @@ async fn should_expose_metrics_and_health() {
     let d = fake.add_blob(random_bytes(2048, 8));
     let tender = Tender::in_front_of(&fake).await;
     get(&tender.url(&format!("/v2/ghcr.io/a/b/blobs/{d}")), &[]).await;
-    // The client's last byte leaves once the content verified; wait (bounded) for the commit.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !tender.app.mirror().flights().active_keys().is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the fill did not commit");
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    tender.wait_idle().await;
     get(&tender.url(&format!("/v2/ghcr.io/a/b/blobs/{d}")), &[]).await;
     assert_eq!(get(&tender.url("/healthz"), &[]).await.status, 200);
     assert_eq!(get(&tender.url("/readyz"), &[]).await.status, 200);

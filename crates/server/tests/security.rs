@@ -265,6 +265,7 @@ async fn should_offer_admin_endpoints_only_with_a_token_and_only_to_its_holder()
         Security { admin: Some(Admin { token: AdminToken::new(ADMIN), gc_cap: Some(0) }), ..Security::default() };
     let tender = secured(&fake, security).await;
     assert_eq!(get(&tender.url(&format!("/v2/ghcr.io/a/b/blobs/{d}")), &[]).await.status, 200);
+    tender.wait_idle().await;
     for path in ["/api/v1/admin/gc", "/api/v1/admin/fsck", "/api/v1/admin/catalog/sync"] {
         let none = client().post(tender.url(path)).send().await.unwrap();
         assert_eq!(none.status(), 401, "{path}");
@@ -367,6 +368,18 @@ async fn should_survive_slowloris_header_bombs_and_a_thousand_idle_connections()
     assert!(closed.is_some(), "the slow client is disconnected");
     assert!(started.elapsed() < Duration::from_secs(5));
     drop(idle);
+    // Both refusals are counted (bounded poll: the connection tasks end just after the close).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = String::from_utf8_lossy(&get(&tender.url("/metrics"), &[]).await.body.unwrap()).into_owned();
+        if text.contains("tender_limit_refusals_total{limit=\"headers\"} 1")
+            && text.contains("tender_limit_refusals_total{limit=\"header_timeout\"}")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "refusals not counted:\n{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test]

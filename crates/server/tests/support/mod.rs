@@ -419,6 +419,16 @@ impl Tender {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
+
+    /// Wait (bounded) until no fill is running: a client has its last byte once the content
+    /// verified, the commit follows.
+    pub async fn wait_idle(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !self.app.mirror().flights().active_keys().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "fills did not end");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 }
 
 pub fn client() -> reqwest::Client {
