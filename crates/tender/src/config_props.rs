@@ -1,7 +1,8 @@
 //! Properties of the config loader (`config.rs`), with proptest: a fuzz target cannot link the
 //! binary crate. See docs/fuzzing.md.
 //!
-//! - arbitrary YAML-ish text never panics, and every error names a config key, or is a YAML
+//! - arbitrary YAML-ish text, and the embedded default cut short or with a line dropped,
+//!   doubled or re-indented, never panics, and every error names a config key, or is a YAML
 //!   error that gives a position (line and column);
 //! - a valid config, generated key by key, resolves, and the settings say what the file said
 //!   (durations, sizes, URLs and names checked against values written here, not re-derived
@@ -195,6 +196,37 @@ fn should_never_panic_and_name_a_key_or_a_position_for_any_text() {
         .run(&yaml_ish(), |text| match load(&text, &o) {
             Ok(_) => Ok(()),
             Err(e) => check_error(&e),
+        })
+        .unwrap();
+}
+
+/// The embedded default, cut short at any byte, with a line dropped, doubled or re-indented:
+/// it either still resolves or is refused naming a key or a position.
+#[test]
+fn should_resolve_or_name_the_problem_for_any_edit_of_the_default() {
+    let o = Overrides { listen: Some("127.0.0.1:0".into()), ..Overrides::default() };
+    let lines: Vec<&str> = crate::config::DEFAULT_CONFIG.lines().collect();
+    let edit = (0..lines.len(), 0usize..4, 0..=crate::config::DEFAULT_CONFIG.len());
+    runner()
+        .run(&edit, |(i, kind, cut)| {
+            let mut edited: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+            match kind {
+                0 => {
+                    edited.remove(i);
+                }
+                1 => edited.insert(i, lines[i].to_string()),
+                2 => edited[i] = format!("  {}", lines[i]),
+                _ => {}
+            }
+            let mut text = edited.join("\n");
+            if kind == 3 {
+                let cut = (0..=cut.min(text.len())).rev().find(|&c| text.is_char_boundary(c)).unwrap_or(0);
+                text.truncate(cut);
+            }
+            match load(&text, &o) {
+                Ok(_) => Ok(()),
+                Err(e) => check_error(&e),
+            }
         })
         .unwrap();
 }
