@@ -532,6 +532,11 @@ impl Fill {
         self.state.borrow().clone()
     }
 
+    /// Every byte is in and verified (the commit may still be under way): as good as stored.
+    pub fn is_verified(&self) -> bool {
+        matches!(self.state.borrow().phase, Phase::Verified(_))
+    }
+
     /// Wait until the upstream answered (size known, or streaming without one), the object
     /// is committed, or the fill failed.
     pub async fn started(&self) -> FillState {

@@ -97,8 +97,7 @@ async fn serve(
         Claim::Filling(fill) => {
             // A fill whose content already verified (its commit is under way) holds every byte:
             // for this request it is as good as stored.
-            let verified = matches!(fill.state().phase, tender_fetch::flight::Phase::Verified(_));
-            info.cache = Some(if verified { CacheResult::Hit } else { CacheResult::Miss }.as_str());
+            info.cache = Some(if fill.is_verified() { CacheResult::Hit } else { CacheResult::Miss }.as_str());
             object::filling(fill, &describe, headers, Subject::Blob).await
         }
     }
