@@ -21,6 +21,7 @@ mod maintenance;
 mod records;
 mod spool;
 
+pub use fsutil::write_atomic;
 pub use layout::{OpenMode, Store, StoreError, FORMAT_VERSION};
 pub use maintenance::{FsckReport, GcPlan, GcReport};
 pub use records::{now_secs, ManifestMeta, TagRecord, TrustRecord};

@@ -213,8 +213,7 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
     let view = match view {
         Some(v) => {
             if let Ok(text) = serde_json::to_vec_pretty(&v) {
-                let tmp = saved.with_extension("json.tmp");
-                if std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &saved)).is_err() {
+                if tender_store::write_atomic(&saved, &text).is_err() {
                     tracing::warn!(path = %saved.display(), "could not save the parent's upstream list");
                 }
             }
