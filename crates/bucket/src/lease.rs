@@ -1,0 +1,150 @@
+//! Fill leases: the replica that creates `leases/<sha256(key)>.json` first (S3 conditional
+//! create, `If-None-Match: *`) fetches the object from upstream; the others wait for its index.
+//! The holder renews the lease every third of its TTL (`If-Match` on the lease's ETag); a
+//! lease not renewed within its TTL (the holder died) is taken over by a conditional
+//! overwrite, which exactly one waiter wins.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use object_store::path::Path as ObjectPath;
+use object_store::{PutMode, PutOptions, PutPayload, UpdateVersion};
+use serde::{Deserialize, Serialize};
+
+use crate::{key_hash, Bucket, BucketError};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeaseRecord {
+    key: String,
+    owner: String,
+    /// Milliseconds since the Unix epoch, by the holder's clock.
+    expires_at: u64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// What asking for a lease gave.
+#[derive(Debug)]
+pub enum LeaseOutcome {
+    /// This replica fetches; drop or [`Lease::release`] the lease when the object is in the bucket.
+    Won(Lease),
+    /// Another replica fetches; ask again after `retry_in` (at most until its lease expires).
+    Held { owner: String, retry_in: Duration },
+}
+
+/// A lease this replica holds; a background task renews it until released or dropped.
+#[derive(Debug)]
+pub struct Lease {
+    bucket: Arc<Bucket>,
+    path: ObjectPath,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+impl Lease {
+    /// Give the lease up (after the object's index is written, or when the fill failed).
+    pub async fn release(self) {
+        self.renewer.abort();
+        if let Err(e) = self.bucket.store.delete(&self.path).await {
+            tracing::warn!(lease = %self.path, error = %e, "could not delete a fill lease; it expires by itself");
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.renewer.abort();
+    }
+}
+
+impl Bucket {
+    pub(crate) fn lease_path(&self, key: &str) -> ObjectPath {
+        self.path(&format!("leases/{}.json", key_hash(key)))
+    }
+
+    fn lease_record(&self, key: &str) -> LeaseRecord {
+        LeaseRecord {
+            key: key.to_string(),
+            owner: self.settings.replica.clone(),
+            expires_at: now_ms() + self.settings.lease_ttl.as_millis() as u64,
+        }
+    }
+
+    async fn put_lease(&self, p: &ObjectPath, key: &str, mode: PutMode) -> Result<Option<String>, object_store::Error> {
+        let body = serde_json::to_vec(&self.lease_record(key))
+            .map_err(|e| object_store::Error::Generic { store: "lease", source: Box::new(e) })?;
+        let r = self.store.put_opts(p, PutPayload::from(body), PutOptions { mode, ..PutOptions::default() }).await?;
+        Ok(r.e_tag)
+    }
+
+    /// Try to become the replica that fetches `key` from upstream.
+    pub async fn lease(self: &Arc<Self>, key: &str) -> Result<LeaseOutcome, BucketError> {
+        let p = self.lease_path(key);
+        match self.put_lease(&p, key, PutMode::Create).await {
+            Ok(etag) => {
+                self.metrics.lease("won");
+                return Ok(LeaseOutcome::Won(self.hold(p, key, etag)));
+            }
+            Err(object_store::Error::AlreadyExists { .. }) | Err(object_store::Error::Precondition { .. }) => {}
+            Err(e) => return Err(self.store_err("lease", &p, e)),
+        }
+        // Held by someone: read it; take it over if its holder stopped renewing it.
+        let got = match self.store.get(&p).await {
+            Ok(g) => g,
+            // Released between our create and this read: try again at once.
+            Err(object_store::Error::NotFound { .. }) => {
+                return Ok(LeaseOutcome::Held { owner: String::new(), retry_in: Duration::ZERO })
+            }
+            Err(e) => return Err(self.store_err("lease", &p, e)),
+        };
+        let etag = got.meta.e_tag.clone();
+        let bytes = got.bytes().await.map_err(|e| self.store_err("lease", &p, e))?;
+        let record: Option<LeaseRecord> = serde_json::from_slice(&bytes).ok();
+        let (owner, expires_at) = record.map(|r| (r.owner, r.expires_at)).unwrap_or_default();
+        let now = now_ms();
+        if expires_at > now {
+            self.metrics.lease("waited");
+            let left = Duration::from_millis(expires_at - now);
+            return Ok(LeaseOutcome::Held { owner, retry_in: left.min(Duration::from_millis(500)) });
+        }
+        let mode = PutMode::Update(UpdateVersion { e_tag: etag, version: None });
+        match self.put_lease(&p, key, mode).await {
+            Ok(etag) => {
+                tracing::warn!(key, previous = %owner, "took over an expired fill lease (its replica stopped renewing it)");
+                self.metrics.lease("taken_over");
+                Ok(LeaseOutcome::Won(self.hold(p, key, etag)))
+            }
+            Err(object_store::Error::Precondition { .. }) | Err(object_store::Error::AlreadyExists { .. }) => {
+                Ok(LeaseOutcome::Held { owner, retry_in: Duration::from_millis(200) })
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(LeaseOutcome::Held { owner, retry_in: Duration::ZERO }),
+            Err(e) => Err(self.store_err("lease", &p, e)),
+        }
+    }
+
+    fn hold(self: &Arc<Self>, p: ObjectPath, key: &str, etag: Option<String>) -> Lease {
+        let (me, path, key) = (self.clone(), p.clone(), key.to_string());
+        let every = self.settings.lease_ttl / 3;
+        let renewer = tokio::spawn(async move {
+            let mut etag = etag;
+            loop {
+                tokio::time::sleep(every).await;
+                let mode = PutMode::Update(UpdateVersion { e_tag: etag.clone(), version: None });
+                match me.put_lease(&path, &key, mode).await {
+                    Ok(t) => etag = t,
+                    Err(object_store::Error::Precondition { .. }) | Err(object_store::Error::NotFound { .. }) => {
+                        tracing::warn!(
+                            key,
+                            "fill lease lost (renewed too late); another replica may fetch this object too"
+                        );
+                        return;
+                    }
+                    Err(e) => tracing::warn!(key, error = %e, "renewing a fill lease failed; retrying"),
+                }
+            }
+        });
+        Lease { bucket: self.clone(), path: p, renewer }
+    }
+}

@@ -1,0 +1,389 @@
+//! Shared storage in an S3-compatible bucket, in front of which each replica's data directory
+//! is a spool and read cache.
+//!
+//! Layout under the configured prefix:
+//! ```text
+//! objects/sha256/<hex>          committed content (uploaded whole or in parts of chunkSize)
+//! index/sha256/<hex>.json       size, chunk size and the sha256 of every chunk; written last,
+//!                               after the content was re-hashed and uploaded: an object
+//!                               without its index does not exist for readers
+//! trust/<sha256(key)>.json      first verified digest of an Image Factory asset
+//! leases/<sha256(key)>.json     the replica fetching `key` from upstream now (conditional create)
+//! quarantine/sha256/<hex>       content `tender fsck --repair` found corrupt (moved, never deleted)
+//! ```
+//! Every read, whole or ranged, fetches whole chunks and checks each against the index before
+//! a byte of it is handed on.
+
+mod index;
+mod lease;
+mod maintenance;
+mod metrics;
+mod settings;
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use futures::stream::{self, BoxStream, StreamExt};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
+use sha2::{Digest as _, Sha256};
+use tender_oci::Digest;
+use tender_store::TrustRecord;
+
+pub use index::ChunkIndex;
+pub use lease::{Lease, LeaseOutcome};
+pub use maintenance::{BucketFsckReport, BucketProblem};
+pub use metrics::BucketMetrics;
+pub use settings::{BucketSettings, Credentials, MIN_CHUNK_SIZE};
+
+/// Indexes kept in memory (they never change once written); the map is cleared when full.
+const INDEX_CACHE: usize = 8192;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BucketError {
+    #[error("bucket {bucket}: {op} {key}: {source}")]
+    Store {
+        bucket: String,
+        op: &'static str,
+        key: String,
+        #[source]
+        source: object_store::Error,
+    },
+    #[error("bucket {bucket}: {key}: {message}")]
+    Corrupt { bucket: String, key: String, message: String },
+    #[error("bucket {bucket}: {message}")]
+    Setup { bucket: String, message: String },
+    #[error("bucket {bucket}: reading {path}: {source}")]
+    Local {
+        bucket: String,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl BucketError {
+    /// Content that does not match its index (never retried, never served).
+    pub fn is_corrupt(&self) -> bool {
+        matches!(self, BucketError::Corrupt { .. })
+    }
+}
+
+/// A bucket shared by the replicas.
+pub struct Bucket {
+    store: Arc<dyn ObjectStore>,
+    settings: BucketSettings,
+    indexes: Mutex<HashMap<Digest, Arc<ChunkIndex>>>,
+    metrics: BucketMetrics,
+}
+
+impl std::fmt::Debug for Bucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bucket").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+fn key_hash(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+impl Bucket {
+    /// A client for the configured bucket (no request is made yet; see [`Bucket::check`]).
+    pub fn new(settings: BucketSettings, metrics: BucketMetrics) -> Result<Arc<Bucket>, BucketError> {
+        let store = settings.build()?;
+        Ok(Arc::new(Bucket { store, settings, indexes: Mutex::new(HashMap::new()), metrics }))
+    }
+
+    /// A bucket over any object store (tests use the in-memory one).
+    pub fn with_store(store: Arc<dyn ObjectStore>, settings: BucketSettings, metrics: BucketMetrics) -> Arc<Bucket> {
+        Arc::new(Bucket { store, settings, indexes: Mutex::new(HashMap::new()), metrics })
+    }
+
+    pub fn settings(&self) -> &BucketSettings {
+        &self.settings
+    }
+
+    pub fn metrics(&self) -> &BucketMetrics {
+        &self.metrics
+    }
+
+    /// The name operators know the bucket by, for messages.
+    pub fn name(&self) -> &str {
+        &self.settings.bucket
+    }
+
+    fn path(&self, rel: &str) -> ObjectPath {
+        if self.settings.prefix.is_empty() {
+            ObjectPath::from(rel)
+        } else {
+            ObjectPath::from(format!("{}/{rel}", self.settings.prefix))
+        }
+    }
+
+    fn object_path(&self, d: &Digest) -> ObjectPath {
+        self.path(&format!("objects/sha256/{}", d.hex()))
+    }
+
+    fn index_path(&self, d: &Digest) -> ObjectPath {
+        self.path(&format!("index/sha256/{}.json", d.hex()))
+    }
+
+    fn trust_path(&self, key: &str) -> ObjectPath {
+        self.path(&format!("trust/{}.json", key_hash(key)))
+    }
+
+    fn store_err(&self, op: &'static str, key: &ObjectPath, source: object_store::Error) -> BucketError {
+        self.metrics.errors.get_or_create(&vec![("op".to_string(), op.to_string())]).inc();
+        BucketError::Store { bucket: self.settings.bucket.clone(), op, key: key.to_string(), source }
+    }
+
+    fn corrupt(&self, key: &ObjectPath, message: String) -> BucketError {
+        self.metrics.corrupt.inc();
+        BucketError::Corrupt { bucket: self.settings.bucket.clone(), key: key.to_string(), message }
+    }
+
+    /// A small JSON object, or `None` when absent.
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, p: &ObjectPath) -> Result<Option<T>, BucketError> {
+        let got = match self.store.get(p).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.store_err("get", p, e)),
+        };
+        let bytes = got.bytes().await.map_err(|e| self.store_err("get", p, e))?;
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| self.corrupt(p, format!("not a valid record: {e}")))
+    }
+
+    async fn put_json<T: serde::Serialize>(&self, p: &ObjectPath, value: &T, mode: PutMode) -> Result<(), BucketError> {
+        let bytes = serde_json::to_vec_pretty(value).map_err(|e| self.corrupt(p, e.to_string()))?;
+        let opts = PutOptions { mode, ..PutOptions::default() };
+        match self.store.put_opts(p, PutPayload::from(bytes), opts).await {
+            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(self.store_err("put", p, e)),
+        }
+    }
+
+    /// Reach the bucket with the configured credentials; with leases on, make sure it refuses a
+    /// second conditional create (an S3 server without conditional writes would let two replicas
+    /// fetch the same object, silently).
+    pub async fn check(&self) -> Result<(), BucketError> {
+        let probe = self.path(&format!("leases/.probe-{}-{}", self.settings.replica, rand::random::<u64>()));
+        let create = || PutOptions { mode: PutMode::Create, ..PutOptions::default() };
+        self.store
+            .put_opts(&probe, PutPayload::from_static(b"{}"), create())
+            .await
+            .map_err(|e| self.store_err("put", &probe, e))?;
+        let second = self.store.put_opts(&probe, PutPayload::from_static(b"{}"), create()).await;
+        let _ = self.store.delete(&probe).await;
+        match second {
+            Err(object_store::Error::AlreadyExists { .. }) | Err(object_store::Error::Precondition { .. }) => Ok(()),
+            _ if !self.settings.lease => Ok(()),
+            Ok(_) => Err(BucketError::Setup {
+                bucket: self.settings.bucket.clone(),
+                message: "the S3 server ignored If-None-Match on a second create, so fill leases cannot work; \
+                          use a server with conditional writes or set storage.s3.lease: false (then each \
+                          replica may fetch a cold object once)"
+                    .into(),
+            }),
+            Err(e) => Err(self.store_err("put", &probe, e)),
+        }
+    }
+
+    /// The index of a committed object, if the bucket holds one.
+    pub async fn index(&self, d: &Digest) -> Result<Option<Arc<ChunkIndex>>, BucketError> {
+        if let Some(i) = self.indexes.lock().ok().and_then(|m| m.get(d).cloned()) {
+            return Ok(Some(i));
+        }
+        let p = self.index_path(d);
+        let Some(index) = self.get_json::<ChunkIndex>(&p).await? else { return Ok(None) };
+        index.validate().map_err(|m| self.corrupt(&p, m))?;
+        let index = Arc::new(index);
+        if let Ok(mut m) = self.indexes.lock() {
+            if m.len() >= INDEX_CACHE {
+                m.clear();
+            }
+            m.insert(*d, index.clone());
+        }
+        Ok(Some(index))
+    }
+
+    /// The trust record of an asset key, if a replica recorded one.
+    pub async fn trust(&self, key: &str) -> Result<Option<TrustRecord>, BucketError> {
+        let p = self.trust_path(key);
+        let r: Option<TrustRecord> = self.get_json(&p).await?;
+        match r {
+            Some(r) if r.key != key => Err(self.corrupt(&p, format!("trust record names {:?}, not {key:?}", r.key))),
+            r => Ok(r),
+        }
+    }
+
+    /// Record an asset's first verified digest; an existing record is never replaced.
+    pub async fn put_trust(&self, r: &TrustRecord) -> Result<(), BucketError> {
+        self.put_json(&self.trust_path(&r.key), r, PutMode::Create).await
+    }
+
+    /// Upload a committed local object: re-hash it while reading (a local copy that rotted since
+    /// its commit never reaches the bucket), upload its content, then write its index.
+    pub async fn upload(&self, d: &Digest, local: &std::path::Path) -> Result<Arc<ChunkIndex>, BucketError> {
+        if let Some(i) = self.index(d).await? {
+            return Ok(i);
+        }
+        let started = std::time::Instant::now();
+        let p = self.object_path(d);
+        let chunk = self.settings.chunk_size;
+        let local_err = |e: std::io::Error| BucketError::Local {
+            bucket: self.settings.bucket.clone(),
+            path: local.display().to_string(),
+            source: e,
+        };
+        let file = tokio::fs::File::open(local).await.map_err(local_err)?;
+        let size = file.metadata().await.map_err(local_err)?.len();
+        let mut file = tokio::io::BufReader::with_capacity(1 << 20, file);
+        let mut whole = Sha256::new();
+        let mut chunks = Vec::new();
+        let mut upload = if size > chunk {
+            Some(self.store.put_multipart(&p).await.map_err(|e| self.store_err("upload", &p, e))?)
+        } else {
+            None
+        };
+        let mut single = None;
+        let mut pending = futures::stream::FuturesOrdered::new();
+        let mut left = size;
+        while left > 0 || (size == 0 && single.is_none()) {
+            let n = left.min(chunk) as usize;
+            let mut buf = vec![0u8; n];
+            tokio::io::AsyncReadExt::read_exact(&mut file, &mut buf).await.map_err(local_err)?;
+            left -= n as u64;
+            whole.update(&buf);
+            chunks.push(hex::encode(Sha256::digest(&buf)));
+            match upload.as_mut() {
+                Some(u) => {
+                    pending.push_back(u.put_part(PutPayload::from(buf)));
+                    // Two parts in flight: enough to keep the link busy, 2 chunks of memory.
+                    if pending.len() >= 2 {
+                        if let Some(r) = pending.next().await {
+                            if let Err(e) = r {
+                                return Err(self.abort(upload, "upload", &p, e).await);
+                            }
+                        }
+                    }
+                }
+                None => single = Some(buf),
+            }
+        }
+        while let Some(r) = pending.next().await {
+            if let Err(e) = r {
+                return Err(self.abort(upload, "upload", &p, e).await);
+            }
+        }
+        let got = Digest::from_bytes(whole.finalize().into());
+        if got != *d {
+            self.metrics.corrupt.inc();
+            let e = BucketError::Corrupt {
+                bucket: self.settings.bucket.clone(),
+                key: local.display().to_string(),
+                message: format!("local copy is {got}, not {d}; not uploaded (run tender fsck)"),
+            };
+            if let Some(mut u) = upload {
+                let _ = u.abort().await;
+            }
+            return Err(e);
+        }
+        match (upload, single) {
+            (Some(mut u), _) => {
+                u.complete().await.map_err(|e| self.store_err("complete upload", &p, e))?;
+            }
+            (None, buf) => {
+                let payload = PutPayload::from(buf.unwrap_or_default());
+                self.store.put(&p, payload).await.map_err(|e| self.store_err("put", &p, e))?;
+            }
+        }
+        let index = ChunkIndex::new(size, chunk, chunks, &self.settings.replica);
+        self.put_json(&self.index_path(d), &index, PutMode::Overwrite).await?;
+        self.metrics.uploaded_bytes.inc_by(size);
+        self.metrics.uploads.inc();
+        tracing::info!(bucket = %self.settings.bucket, digest = %d, bytes = size,
+            ms = started.elapsed().as_millis() as u64, "uploaded to the bucket");
+        let index = Arc::new(index);
+        if let Ok(mut m) = self.indexes.lock() {
+            m.insert(*d, index.clone());
+        }
+        Ok(index)
+    }
+
+    async fn abort(
+        &self,
+        upload: Option<Box<dyn object_store::MultipartUpload>>,
+        op: &'static str,
+        p: &ObjectPath,
+        e: object_store::Error,
+    ) -> BucketError {
+        if let Some(mut u) = upload {
+            let _ = u.abort().await;
+        }
+        self.store_err(op, p, e)
+    }
+
+    /// One chunk, fetched and checked against the index.
+    async fn chunk(&self, d: &Digest, index: &ChunkIndex, i: usize) -> Result<Bytes, BucketError> {
+        let p = self.object_path(d);
+        let range: Range<u64> = index.chunk_range(i);
+        let bytes = self.store.get_range(&p, range.clone()).await.map_err(|e| self.store_err("get", &p, e))?;
+        let got = hex::encode(Sha256::digest(&bytes));
+        if bytes.len() as u64 != range.end - range.start || got != index.chunks[i] {
+            return Err(self.corrupt(
+                &p,
+                format!(
+                    "chunk {i} (bytes {}-{}) does not match its index ({} bytes, sha256 {got}); not served",
+                    range.start,
+                    range.end.saturating_sub(1),
+                    bytes.len()
+                ),
+            ));
+        }
+        self.metrics.read_bytes.inc_by(bytes.len() as u64);
+        Ok(bytes)
+    }
+
+    /// Bytes `start..end` of a committed object. Each chunk is verified before any of it is
+    /// yielded; a mismatch ends the stream with an error. One chunk is read ahead.
+    pub fn read(
+        self: &Arc<Self>,
+        d: Digest,
+        index: Arc<ChunkIndex>,
+        start: u64,
+        end: u64,
+    ) -> BoxStream<'static, Result<Bytes, BucketError>> {
+        let end = end.min(index.size);
+        if start >= end {
+            return stream::empty().boxed();
+        }
+        let cs = index.chunk_size;
+        let (first, last) = ((start / cs) as usize, ((end - 1) / cs) as usize);
+        let me = self.clone();
+        stream::iter(first..=last)
+            .map(move |i| {
+                let (me, index) = (me.clone(), index.clone());
+                async move {
+                    let bytes = me.chunk(&d, &index, i).await?;
+                    let base = i as u64 * cs;
+                    let from = start.saturating_sub(base) as usize;
+                    let to = ((end - base) as usize).min(bytes.len());
+                    Ok(bytes.slice(from..to))
+                }
+            })
+            .buffered(2)
+            .boxed()
+    }
+
+    /// Forget what this process remembers of an object (after fsck moved it aside).
+    fn forget(&self, d: &Digest) {
+        if let Ok(mut m) = self.indexes.lock() {
+            m.remove(d);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,117 @@
+//! `tender fsck` over the bucket: every indexed object re-read chunk by chunk and hashed whole.
+
+use futures::TryStreamExt;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+use tender_oci::Digest;
+
+use crate::{Bucket, BucketError};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketProblem {
+    pub digest: String,
+    pub problem: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketFsckReport {
+    pub bucket: String,
+    pub objects_checked: u64,
+    pub bytes_checked: u64,
+    /// Objects whose content does not match their index or their digest.
+    pub corrupt: Vec<BucketProblem>,
+    /// Content without an index: an upload that never finished (invisible to readers).
+    pub unindexed: Vec<String>,
+    /// Corrupt objects moved to `quarantine/` (with `--repair`).
+    pub quarantined: u64,
+}
+
+impl BucketFsckReport {
+    pub fn is_clean(&self) -> bool {
+        self.corrupt.is_empty()
+    }
+}
+
+impl Bucket {
+    async fn list_names(&self, dir: &str, suffix: &str) -> Result<Vec<String>, BucketError> {
+        let p = self.path(dir);
+        let metas: Vec<_> = self.store.list(Some(&p)).try_collect().await.map_err(|e| self.store_err("list", &p, e))?;
+        Ok(metas
+            .into_iter()
+            .filter_map(|m| m.location.filename().and_then(|f| f.strip_suffix(suffix)).map(str::to_string))
+            .collect())
+    }
+
+    /// Check one indexed object: every chunk against the index, the whole against the digest.
+    async fn check_object(&self, d: &Digest) -> Result<Option<String>, BucketError> {
+        let index = match self.index(d).await {
+            Ok(Some(i)) => i,
+            Ok(None) => return Ok(Some("index vanished during the check".into())),
+            Err(e) if e.is_corrupt() => return Ok(Some(e.to_string())),
+            Err(e) => return Err(e),
+        };
+        let mut whole = Sha256::new();
+        for i in 0..index.chunks.len() {
+            match self.chunk(d, &index, i).await {
+                Ok(bytes) => whole.update(&bytes),
+                Err(e) if e.is_corrupt() => return Ok(Some(e.to_string())),
+                Err(BucketError::Store { source: object_store::Error::NotFound { .. }, .. }) => {
+                    return Ok(Some("content missing under its index".into()))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let got = Digest::from_bytes(whole.finalize().into());
+        if got != *d {
+            self.metrics.corrupt.inc();
+            return Ok(Some(format!("chunks match the index but the content is {got}; the index was rewritten")));
+        }
+        Ok(None)
+    }
+
+    /// Re-verify every object in the bucket; with `repair`, move the corrupt ones to
+    /// `quarantine/` (index first, so no replica serves them meanwhile).
+    pub async fn fsck(&self, repair: bool) -> Result<BucketFsckReport, BucketError> {
+        let mut report = BucketFsckReport { bucket: self.settings.bucket.clone(), ..BucketFsckReport::default() };
+        let indexed = self.list_names("index/sha256", ".json").await?;
+        let content = self.list_names("objects/sha256", "").await?;
+        for hex in &indexed {
+            let Ok(d) = Digest::from_hex(hex) else {
+                report
+                    .corrupt
+                    .push(BucketProblem { digest: hex.clone(), problem: "index name is not a sha256".into() });
+                continue;
+            };
+            report.objects_checked += 1;
+            if let Some(problem) = self.check_object(&d).await? {
+                tracing::error!(bucket = %self.settings.bucket, digest = %d, %problem, "bucket object fails verification");
+                if repair {
+                    self.quarantine(&d).await?;
+                    report.quarantined += 1;
+                }
+                report.corrupt.push(BucketProblem { digest: d.to_string(), problem });
+            } else if let Some(i) = self.index(&d).await? {
+                report.bytes_checked += i.size;
+            }
+        }
+        let indexed: std::collections::HashSet<&String> = indexed.iter().collect();
+        report.unindexed = content.into_iter().filter(|c| !indexed.contains(c)).collect();
+        Ok(report)
+    }
+
+    async fn quarantine(&self, d: &Digest) -> Result<(), BucketError> {
+        let (index, content) = (self.index_path(d), self.object_path(d));
+        let aside = self.path(&format!("quarantine/sha256/{}", d.hex()));
+        self.store.delete(&index).await.map_err(|e| self.store_err("delete", &index, e))?;
+        self.forget(d);
+        match self.store.copy(&content, &aside).await {
+            Ok(()) => self.store.delete(&content).await.map_err(|e| self.store_err("delete", &content, e))?,
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(self.store_err("copy", &content, e)),
+        }
+        tracing::warn!(bucket = %self.settings.bucket, digest = %d, to = %aside, "quarantined a corrupt bucket object");
+        Ok(())
+    }
+}

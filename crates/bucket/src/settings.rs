@@ -1,0 +1,112 @@
+//! What the `storage.s3` configuration resolves to, and the S3 client built from it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
+use object_store::{ClientOptions, ObjectStore, RetryConfig};
+
+use crate::BucketError;
+
+/// S3 multipart parts must be at least 5 MiB (the last excepted); a chunk is one part.
+pub const MIN_CHUNK_SIZE: u64 = 5 << 20;
+
+/// Static keys read from files or the environment. `Debug` never shows them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credentials(<redacted>)")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BucketSettings {
+    /// `https://s3.example.net` or `http://127.0.0.1:9000`; `None` is AWS itself, by region.
+    pub endpoint: Option<String>,
+    pub bucket: String,
+    pub region: String,
+    /// Key prefix inside the bucket (no leading or trailing `/`), so one bucket can hold
+    /// several tender fleets.
+    pub prefix: String,
+    /// `None`: the SDK chain of the environment (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`,
+    /// web identity, instance metadata).
+    pub credentials: Option<Credentials>,
+    /// Path-style requests (`endpoint/bucket/key`), which most S3-compatible servers need.
+    pub path_style: bool,
+    pub chunk_size: u64,
+    /// Take a lease in the bucket before fetching a cold object from upstream (one upstream
+    /// fetch in total across replicas); off: at most one per replica.
+    pub lease: bool,
+    pub lease_ttl: Duration,
+    /// This replica's name in leases and indexes.
+    pub replica: String,
+    pub request_timeout: Duration,
+}
+
+impl BucketSettings {
+    pub fn new(bucket: &str) -> BucketSettings {
+        BucketSettings {
+            endpoint: None,
+            bucket: bucket.to_string(),
+            region: "us-east-1".into(),
+            prefix: String::new(),
+            credentials: None,
+            path_style: true,
+            chunk_size: 8 << 20,
+            lease: true,
+            lease_ttl: Duration::from_secs(30),
+            replica: "tender".into(),
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+
+    pub(crate) fn build(&self) -> Result<Arc<dyn ObjectStore>, BucketError> {
+        let mut b = AmazonS3Builder::new()
+            .with_bucket_name(&self.bucket)
+            .with_region(&self.region)
+            .with_virtual_hosted_style_request(!self.path_style)
+            .with_conditional_put(S3ConditionalPut::ETagMatch)
+            .with_client_options(
+                ClientOptions::new().with_timeout(self.request_timeout).with_connect_timeout(Duration::from_secs(10)),
+            )
+            .with_retry(RetryConfig {
+                max_retries: 4,
+                retry_timeout: Duration::from_secs(60),
+                ..RetryConfig::default()
+            });
+        if let Some(e) = &self.endpoint {
+            b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));
+        }
+        match &self.credentials {
+            Some(c) => {
+                b = b.with_access_key_id(&c.access_key_id).with_secret_access_key(&c.secret_access_key);
+                if let Some(t) = &c.session_token {
+                    b = b.with_token(t);
+                }
+            }
+            None => {
+                // The environment's credential chain, as the AWS SDKs read it.
+                for (var, key) in [
+                    ("AWS_ACCESS_KEY_ID", object_store::aws::AmazonS3ConfigKey::AccessKeyId),
+                    ("AWS_SECRET_ACCESS_KEY", object_store::aws::AmazonS3ConfigKey::SecretAccessKey),
+                    ("AWS_SESSION_TOKEN", object_store::aws::AmazonS3ConfigKey::Token),
+                    ("AWS_WEB_IDENTITY_TOKEN_FILE", object_store::aws::AmazonS3ConfigKey::WebIdentityTokenFile),
+                    ("AWS_ROLE_ARN", object_store::aws::AmazonS3ConfigKey::RoleArn),
+                ] {
+                    if let Ok(v) = std::env::var(var) {
+                        b = b.with_config(key, v);
+                    }
+                }
+            }
+        }
+        let store =
+            b.build().map_err(|e| BucketError::Setup { bucket: self.bucket.clone(), message: e.to_string() })?;
+        Ok(Arc::new(store))
+    }
+}

@@ -1,0 +1,186 @@
+use std::sync::Arc;
+
+use futures::StreamExt;
+use object_store::memory::InMemory;
+use object_store::{ObjectStore, PutPayload};
+
+use super::*;
+
+fn bucket_on(store: &Arc<InMemory>, replica: &str) -> Arc<Bucket> {
+    let mut s = BucketSettings::new("test");
+    s.chunk_size = 1024;
+    s.prefix = "fleet".into();
+    s.replica = replica.into();
+    Bucket::with_store(store.clone(), s, BucketMetrics::default())
+}
+
+fn content(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + i / 1000) as u8).collect()
+}
+
+async fn uploaded(b: &Bucket, bytes: &[u8]) -> Digest {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("obj");
+    std::fs::write(&f, bytes).unwrap();
+    let d = Digest::of(bytes);
+    b.upload(&d, &f).await.unwrap();
+    d
+}
+
+async fn read_all(b: &Arc<Bucket>, d: Digest, start: u64, end: u64) -> Result<Vec<u8>, BucketError> {
+    let index = b.index(&d).await?.expect("indexed");
+    let mut s = b.read(d, index, start, end);
+    let mut out = Vec::new();
+    while let Some(c) = s.next().await {
+        out.extend_from_slice(&c?);
+    }
+    Ok(out)
+}
+
+#[tokio::test]
+async fn should_serve_any_range_of_an_uploaded_object_verified() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let bytes = content(10 * 1024 + 17);
+    let d = uploaded(&b, &bytes).await;
+    let index = b.index(&d).await.unwrap().unwrap();
+    assert_eq!(index.chunks.len(), 11);
+    assert_eq!(index.size, bytes.len() as u64);
+    for (s, e) in [(0, bytes.len()), (0, 1), (1023, 1025), (5000, 9000), (10 * 1024, 10 * 1024 + 17), (3, 3)] {
+        assert_eq!(read_all(&b, d, s as u64, e as u64).await.unwrap(), &bytes[s..e], "{s}..{e}");
+    }
+    // Another replica sees it through the index only.
+    let other = bucket_on(&mem, "b");
+    assert_eq!(read_all(&other, d, 0, bytes.len() as u64).await.unwrap(), bytes);
+    assert!(other.index(&Digest::of(b"absent")).await.unwrap().is_none());
+    // An empty object has one empty chunk.
+    let e = uploaded(&b, b"").await;
+    assert_eq!(read_all(&b, e, 0, 0).await.unwrap(), b"");
+}
+
+#[tokio::test]
+async fn should_refuse_a_corrupt_chunk_and_quarantine_it_with_fsck() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let bytes = content(4 * 1024);
+    let d = uploaded(&b, &bytes).await;
+    let good = uploaded(&b, &content(3000)[1000..]).await;
+    let mut bad = bytes.clone();
+    bad[2 * 1024 + 5] ^= 1;
+    let p = ObjectPath::from(format!("fleet/objects/sha256/{}", d.hex()));
+    mem.put(&p, PutPayload::from(bad)).await.unwrap();
+
+    // Chunks before the bad one are served; the bad one is not, not even in part.
+    let index = b.index(&d).await.unwrap().unwrap();
+    let mut s = b.read(d, index, 1000, 4000);
+    let mut got = Vec::new();
+    let err = loop {
+        match s.next().await {
+            Some(Ok(c)) => got.extend_from_slice(&c),
+            Some(Err(e)) => break e,
+            None => panic!("a corrupt chunk was served"),
+        }
+    };
+    assert!(err.is_corrupt(), "{err}");
+    assert_eq!(got, &bytes[1000..2048]);
+    assert_eq!(b.metrics().corrupt.get(), 1);
+
+    let report = b.fsck(false).await.unwrap();
+    assert_eq!(report.objects_checked, 2);
+    assert_eq!(report.corrupt.len(), 1, "{report:?}");
+    assert_eq!(report.corrupt[0].digest, d.to_string());
+    assert!(report.corrupt[0].problem.contains("chunk 2"), "{report:?}");
+    let repaired = b.fsck(true).await.unwrap();
+    assert_eq!(repaired.quarantined, 1);
+    assert!(b.index(&d).await.unwrap().is_none(), "a quarantined object is invisible");
+    let aside = ObjectPath::from(format!("fleet/quarantine/sha256/{}", d.hex()));
+    assert!(mem.head(&aside).await.is_ok(), "moved aside, not deleted");
+    assert!(b.fsck(false).await.unwrap().is_clean());
+    assert!(b.index(&good).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn should_find_a_rewritten_index_and_unfinished_uploads() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let d = uploaded(&b, &content(2048)).await;
+    // Someone replaces content and index consistently: the chunks match, the digest does not.
+    let other = content(2048).iter().map(|x| x.wrapping_add(1)).collect::<Vec<u8>>();
+    let chunks = other.chunks(1024).map(|c| hex::encode(Sha256::digest(c))).collect();
+    let forged = ChunkIndex::new(2048, 1024, chunks, "x");
+    mem.put(&ObjectPath::from(format!("fleet/objects/sha256/{}", d.hex())), PutPayload::from(other)).await.unwrap();
+    let fresh = bucket_on(&mem, "b");
+    mem.put(
+        &ObjectPath::from(format!("fleet/index/sha256/{}.json", d.hex())),
+        PutPayload::from(serde_json::to_vec(&forged).unwrap()),
+    )
+    .await
+    .unwrap();
+    mem.put(&ObjectPath::from(format!("fleet/objects/sha256/{}", "ab".repeat(32))), PutPayload::from_static(b"x"))
+        .await
+        .unwrap();
+    let r = fresh.fsck(false).await.unwrap();
+    assert!(r.corrupt[0].problem.contains("index was rewritten"), "{r:?}");
+    assert_eq!(r.unindexed, vec!["ab".repeat(32)]);
+}
+
+#[tokio::test]
+async fn should_not_upload_a_local_copy_that_rotted() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("obj");
+    std::fs::write(&f, content(3000)).unwrap();
+    let claimed = Digest::of(b"something else");
+    let e = b.upload(&claimed, &f).await.expect_err("hash differs");
+    assert!(e.is_corrupt() && e.to_string().contains("not uploaded"), "{e}");
+    assert!(b.index(&claimed).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn should_give_a_lease_to_one_replica_and_take_over_an_expired_one() {
+    let mem = Arc::new(InMemory::new());
+    let (a, b) = (bucket_on(&mem, "a"), bucket_on(&mem, "b"));
+    let won = match a.lease("sha256:x").await.unwrap() {
+        LeaseOutcome::Won(l) => l,
+        o => panic!("{o:?}"),
+    };
+    match b.lease("sha256:x").await.unwrap() {
+        LeaseOutcome::Held { owner, .. } => assert_eq!(owner, "a"),
+        o => panic!("{o:?}"),
+    }
+    assert!(matches!(b.lease("sha256:other").await.unwrap(), LeaseOutcome::Won(_)));
+    won.release().await;
+    assert!(matches!(b.lease("sha256:x").await.unwrap(), LeaseOutcome::Won(_)));
+
+    // A holder that died: its lease expired (written here with a past expiry).
+    let p = a.lease_path("sha256:dead");
+    let stale = serde_json::json!({"key": "sha256:dead", "owner": "gone", "expiresAt": 1});
+    mem.put(&p, PutPayload::from(serde_json::to_vec(&stale).unwrap())).await.unwrap();
+    assert!(matches!(a.lease("sha256:dead").await.unwrap(), LeaseOutcome::Won(_)));
+    assert!(matches!(b.lease("sha256:dead").await.unwrap(), LeaseOutcome::Held { .. }));
+    assert_eq!(a.metrics().leases.get_or_create(&vec![("outcome".into(), "taken_over".into())]).get(), 1);
+}
+
+#[tokio::test]
+async fn should_share_trust_records_and_keep_the_first() {
+    let mem = Arc::new(InMemory::new());
+    let (a, b) = (bucket_on(&mem, "a"), bucket_on(&mem, "b"));
+    let r = TrustRecord { key: "/image/x/v1/a.raw.xz".into(), digest: Digest::of(b"1"), size: 1, first_seen: 5 };
+    a.put_trust(&r).await.unwrap();
+    let mut other = r.clone();
+    other.digest = Digest::of(b"2");
+    b.put_trust(&other).await.unwrap();
+    assert_eq!(b.trust(&r.key).await.unwrap(), Some(r));
+    assert_eq!(b.trust("/image/y").await.unwrap(), None);
+}
+
+#[test]
+fn should_never_show_credentials() {
+    let c =
+        Credentials { access_key_id: "AKIAEXAMPLE".into(), secret_access_key: "s3cr3t".into(), session_token: None };
+    let mut s = BucketSettings::new("b");
+    s.credentials = Some(c);
+    let shown = format!("{s:?}");
+    assert!(!shown.contains("s3cr3t") && !shown.contains("AKIAEXAMPLE"), "{shown}");
+}
