@@ -49,7 +49,7 @@ pub enum BucketError {
         op: &'static str,
         key: String,
         #[source]
-        source: object_store::Error,
+        source: Box<object_store::Error>,
     },
     #[error("bucket {bucket}: {key}: {message}")]
     Corrupt { bucket: String, key: String, message: String },
@@ -136,7 +136,7 @@ impl Bucket {
 
     fn store_err(&self, op: &'static str, key: &ObjectPath, source: object_store::Error) -> BucketError {
         self.metrics.errors.get_or_create(&vec![("op".to_string(), op.to_string())]).inc();
-        BucketError::Store { bucket: self.settings.bucket.clone(), op, key: key.to_string(), source }
+        BucketError::Store { bucket: self.settings.bucket.clone(), op, key: key.to_string(), source: Box::new(source) }
     }
 
     fn corrupt(&self, key: &ObjectPath, message: String) -> BucketError {
@@ -262,10 +262,8 @@ impl Bucket {
                     pending.push_back(u.put_part(PutPayload::from(buf)));
                     // Two parts in flight: enough to keep the link busy, 2 chunks of memory.
                     if pending.len() >= 2 {
-                        if let Some(r) = pending.next().await {
-                            if let Err(e) = r {
-                                return Err(self.abort(upload, "upload", &p, e).await);
-                            }
+                        if let Some(Err(e)) = pending.next().await {
+                            return Err(self.abort(upload, "upload", &p, e).await);
                         }
                     }
                 }

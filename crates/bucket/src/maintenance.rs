@@ -57,7 +57,7 @@ impl Bucket {
             match self.chunk(d, &index, i).await {
                 Ok(bytes) => whole.update(&bytes),
                 Err(e) if e.is_corrupt() => return Ok(Some(e.to_string())),
-                Err(BucketError::Store { source: object_store::Error::NotFound { .. }, .. }) => {
+                Err(BucketError::Store { source, .. }) if matches!(*source, object_store::Error::NotFound { .. }) => {
                     return Ok(Some("content missing under its index".into()))
                 }
                 Err(e) => return Err(e),

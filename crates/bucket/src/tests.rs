@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
 use std::sync::Arc;
 
 use futures::StreamExt;
