@@ -28,6 +28,8 @@ pub use crate::container::Container;
 use crate::error::{FetchError, FetchErrorKind};
 use crate::metrics::{upstream_label, FetchMetrics};
 use crate::settings::FetchSettings;
+use crate::shared::{self, BucketSource, Plan};
+use tender_bucket::Bucket;
 
 /// Bytes handed to a client per read.
 const READ_CHUNK: u64 = 256 * 1024;
@@ -129,12 +131,42 @@ pub struct Flights {
     active: Mutex<HashMap<String, Arc<Fill>>>,
     /// `maxConcurrentFills`: a fill holds a slot from its first upstream request to its end.
     slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// The bucket shared with other replicas (`storage.s3`), if any.
+    shared: Option<Arc<Bucket>>,
 }
 
 impl Flights {
     pub fn new(store: Arc<Store>, settings: FetchSettings, metrics: FetchMetrics) -> Arc<Flights> {
+        Flights::with_bucket(store, settings, metrics, None)
+    }
+
+    /// Fills that look in (and publish to) a bucket shared with other replicas.
+    pub fn with_bucket(
+        store: Arc<Store>,
+        settings: FetchSettings,
+        metrics: FetchMetrics,
+        shared: Option<Arc<Bucket>>,
+    ) -> Arc<Flights> {
         let slots = settings.max_concurrent_fills.map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1))));
-        Arc::new(Flights { store, settings, metrics, active: Mutex::new(HashMap::new()), slots })
+        Arc::new(Flights { store, settings, metrics, active: Mutex::new(HashMap::new()), slots, shared })
+    }
+
+    /// The shared bucket, if configured.
+    pub fn shared(&self) -> Option<&Arc<Bucket>> {
+        self.shared.as_ref()
+    }
+
+    /// The object `expect` asks for, if the shared bucket holds it (for HEAD and ranges served
+    /// straight from the bucket). A bucket error reads as absent: the caller fills instead.
+    pub async fn shared_lookup(&self, expect: &Expect) -> Option<shared::SharedObject> {
+        let bucket = self.shared.as_ref()?;
+        match shared::lookup(bucket, &self.store, expect).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "shared bucket lookup failed");
+                None
+            }
+        }
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -172,7 +204,6 @@ impl Flights {
         })?);
         active.insert(key.to_string(), fill.clone());
         drop(active);
-        self.metrics.fills_started.get_or_create(&upstream_label(source.upstream())).inc();
         self.metrics.fills_active.inc();
         let me = self.clone();
         let first = fill.clone();
@@ -208,18 +239,17 @@ impl Flights {
         self: Arc<Self>,
         mut fill: Arc<Fill>,
         mut writer: SpoolWriter,
-        expect: Expect,
-        source: Arc<dyn Source>,
+        mut expect: Expect,
+        mut source: Arc<dyn Source>,
     ) {
-        let upstream = source.upstream().to_string();
-        let label = upstream_label(&upstream);
+        let origin = (source.clone(), expect.clone());
         let _slot = match &self.slots {
             Some(slots) => match slots.clone().try_acquire_owned() {
                 Ok(s) => Some(s),
                 Err(_) => {
                     // Clients of this fill wait for their headers meanwhile.
                     self.metrics.fills_waiting.inc();
-                    tracing::info!(upstream = %upstream, key = %fill.key,
+                    tracing::info!(upstream = %source.upstream(), key = %fill.key,
                         "fill waiting for a slot (limits.maxConcurrentFills reached)");
                     let s = slots.clone().acquire_owned().await.ok();
                     self.metrics.fills_waiting.dec();
@@ -229,6 +259,23 @@ impl Flights {
             None => None,
         };
         let deadline = Instant::now() + self.settings.fill_deadline;
+        // With a shared bucket: copy what another replica committed, or wait for the replica
+        // holding the lease, or fetch (holding it ourselves).
+        let mut lease = None;
+        let mut from_bucket = None;
+        if let Some(bucket) = &self.shared {
+            match shared::plan(bucket, &self.store, &fill.key, &expect, deadline).await {
+                Plan::Bucket(found) => {
+                    expect = Expect::Digest(found.digest);
+                    from_bucket = Some(found.clone());
+                    let label = shared::source_label(bucket);
+                    source = Arc::new(BucketSource { bucket: bucket.clone(), label, object: found });
+                }
+                Plan::Upstream(l) => lease = l,
+            }
+        }
+        let mut upstream = source.upstream().to_string();
+        self.metrics.fills_started.get_or_create(&upstream_label(&upstream)).inc();
         let mut restarted = false;
         let outcome = loop {
             let result = self.transfer_with_retries(&fill, &mut writer, source.as_ref(), deadline).await;
@@ -270,6 +317,12 @@ impl Flights {
                     }
                     fill = next;
                     writer = fresh;
+                    if from_bucket.take().is_some() {
+                        // The bucket's copy is bad (fsck will find it): go to the upstream instead.
+                        (source, expect) = origin.clone();
+                        upstream = source.upstream().to_string();
+                        self.metrics.fills_started.get_or_create(&upstream_label(&upstream)).inc();
+                    }
                 }
                 Err((e, w)) => {
                     if let Some(w) = w {
@@ -283,12 +336,28 @@ impl Flights {
             }
         };
         self.metrics.fills_active.dec();
+        let label = upstream_label(&upstream);
         match outcome {
             Ok(digest) => {
                 self.metrics.fills_finished.get_or_create(&result_label(&upstream, "committed")).inc();
-                self.metrics.upstream_up.get_or_create(&label).set(1);
+                if from_bucket.is_none() {
+                    self.metrics.upstream_up.get_or_create(&label).set(1);
+                }
+                if let Some(t) = from_bucket.as_ref().and_then(|f| f.trust.as_ref()) {
+                    if let Err(e) = self.store.trust_put(t) {
+                        tracing::warn!(key = %fill.key, error = %e, "could not record the bucket's trust record locally");
+                    }
+                }
                 fill.state.send_modify(|s| s.phase = Phase::Committed(digest));
                 self.finish(&fill);
+                if let (Some(bucket), None) = (&self.shared, &from_bucket) {
+                    let trust = match &expect {
+                        Expect::Tofu { key, .. } => self.store.trust_get(key).ok().flatten(),
+                        Expect::Digest(_) => None,
+                    };
+                    let path = self.store.object_path(&digest);
+                    shared::publish(bucket.clone(), digest, path, trust, lease.take()).await;
+                }
             }
             Err(e) => {
                 let result = if e.kind == FetchErrorKind::Corrupt { "corrupt" } else { "failed" };
@@ -299,6 +368,9 @@ impl Flights {
                 tracing::warn!(%upstream, key = %fill.key, error = %e, "fill failed");
                 self.finish(&fill);
                 fill.fail(e);
+                if let Some(l) = lease.take() {
+                    l.release().await;
+                }
             }
         }
     }

@@ -16,6 +16,7 @@ pub mod flight;
 pub mod metrics;
 pub mod mirror;
 pub mod settings;
+pub mod shared;
 
 pub use client::Upstream;
 pub use container::Container;

@@ -33,6 +33,8 @@ pub enum CacheResult {
     Stale,
     /// Not cached: passed through.
     Pass,
+    /// Served from the bucket shared with other replicas (a HEAD or a range).
+    Shared,
 }
 
 impl CacheResult {
@@ -43,6 +45,7 @@ impl CacheResult {
             CacheResult::Miss => "miss",
             CacheResult::Stale => "stale",
             CacheResult::Pass => "pass",
+            CacheResult::Shared => "shared",
         }
     }
 }

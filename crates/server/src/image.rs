@@ -9,7 +9,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use tender_catalog::asset::{safe_filename, AssetPath, Compression};
-use tender_fetch::flight::Claim;
+use tender_fetch::flight::{Claim, Expect};
 use tender_fetch::mirror::CacheResult;
 use tender_fetch::Container;
 use tender_oci::ErrorCode;
@@ -71,6 +71,22 @@ async fn serve(
             describe.etag_digest = Some(t.digest);
             describe.last_modified = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(t.first_seen));
             return object::stored(file, len, t.digest, &describe, headers, head);
+        }
+    }
+    if let Some(bucket) = mirror.flights().shared() {
+        let expect = Expect::Tofu { key: key.clone(), container: container(asset.compression()) };
+        if let Some(found) = mirror.flights().shared_lookup(&expect).await {
+            describe.etag_digest = Some(found.digest);
+            if let Some(t) = &found.trust {
+                describe.last_modified = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(t.first_seen));
+            }
+            if let Some(resp) = object::shared(bucket, &found, &describe, headers, head) {
+                info.cache = Some(CacheResult::Shared.as_str());
+                info.digest = Some(found.digest.to_string());
+                return resp;
+            }
+            describe.etag_digest = None;
+            describe.last_modified = None;
         }
     }
     if head {

@@ -8,7 +8,10 @@ use std::time::SystemTime;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
+use futures::StreamExt;
+use tender_bucket::Bucket;
 use tender_fetch::flight::{stored_reader, Fill, Phase};
+use tender_fetch::shared::SharedObject;
 use tender_oci::{Digest, ErrorCode};
 
 use crate::error::{ApiError, Subject};
@@ -179,5 +182,40 @@ pub async fn filling(fill: Arc<Fill>, d: &Describe, req: &HeaderMap, subject: Su
             .header(header::CONTENT_LENGTH, total)
             .body(Body::from_stream(reader(0, Some(total), true)?))
             .map_err(internal),
+    }
+}
+
+/// Serve an object this replica does not hold but the shared bucket does, when that needs no
+/// local copy: a `HEAD`, a `304`, or a range (fetched as whole chunks, each verified before a
+/// byte of it goes out). `None`: a full body, which the caller fills into the local cache.
+pub fn shared(
+    bucket: &Arc<Bucket>,
+    found: &SharedObject,
+    d: &Describe,
+    req: &HeaderMap,
+    is_head: bool,
+) -> Option<Result<Response, ApiError>> {
+    let size = found.index.size;
+    if d.not_modified(req) {
+        return Some(d.builder().status(StatusCode::NOT_MODIFIED).body(Body::empty()).map_err(internal));
+    }
+    if is_head {
+        return Some(head(d, Some(size)));
+    }
+    match d.ask(req, size) {
+        RangeAsk::Full => None,
+        RangeAsk::Unsatisfiable => Some(Err(unsatisfiable(size))),
+        RangeAsk::Partial { start, end } => {
+            let body =
+                bucket.read(found.digest, found.index.clone(), start, end).map(|r| r.map_err(std::io::Error::other));
+            Some(
+                d.builder()
+                    .status(StatusCode::PARTIAL_CONTENT)
+                    .header(header::CONTENT_LENGTH, end - start)
+                    .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{size}", end - 1))
+                    .body(Body::from_stream(body))
+                    .map_err(internal),
+            )
+        }
     }
 }

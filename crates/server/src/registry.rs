@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use tender_fetch::flight::Claim;
+use tender_fetch::flight::{Claim, Expect};
 use tender_fetch::mirror::CacheResult;
 use tender_fetch::Upstream;
 use tender_oci::media::AcceptList;
@@ -251,6 +251,14 @@ async fn blob(
     if let Some((file, len)) = store.open_object(digest).map_err(local)? {
         info.cache = Some(CacheResult::Hit.as_str());
         return object::stored(file, len, *digest, &describe, headers, head);
+    }
+    if let Some(bucket) = mirror.flights().shared() {
+        if let Some(found) = mirror.flights().shared_lookup(&Expect::Digest(*digest)).await {
+            if let Some(resp) = object::shared(bucket, &found, &describe, headers, head) {
+                info.cache = Some(CacheResult::Shared.as_str());
+                return resp;
+            }
+        }
     }
     if head {
         info.cache = Some(CacheResult::Pass.as_str());

@@ -38,6 +38,33 @@ pub struct RawConfig {
     pub limits: RawLimits,
     #[serde(default)]
     pub parent: RawParent,
+    #[serde(default)]
+    pub storage: RawStorage,
+}
+
+/// Where committed objects live besides the data directory.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawStorage {
+    pub s3: Option<RawS3>,
+}
+
+/// A bucket shared by replicas; the data directory becomes a spool and read cache.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawS3 {
+    pub endpoint: Option<String>,
+    pub bucket: Option<String>,
+    pub region: Option<String>,
+    pub prefix: Option<String>,
+    pub access_key_id_file: Option<PathBuf>,
+    pub secret_access_key_file: Option<PathBuf>,
+    pub path_style: Option<bool>,
+    pub chunk_size: Option<String>,
+    pub lease: Option<bool>,
+    pub lease_ttl: Option<String>,
+    pub replica: Option<String>,
+    pub request_timeout: Option<String>,
 }
 
 /// Another tender that every upstream request goes to (tiered caches).
@@ -235,6 +262,8 @@ pub struct Settings {
     pub limits: tender_server::limits::Limits,
     /// `--parent`: every upstream request goes to these tenders instead.
     pub parent: Option<ParentSettings>,
+    /// `storage.s3`: the bucket shared with other replicas.
+    pub storage: Option<tender_bucket::BucketSettings>,
 }
 
 /// A configuration error: names the key and the fix.
@@ -519,8 +548,13 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
     let admin = resolve_admin(name, &raw.admin, o)?;
     let limits = resolve_limits(name, &raw.limits)?;
     let parent = resolve_parent(name, &raw.parent, o)?;
+    let storage = match &raw.storage.s3 {
+        Some(s3) => Some(resolve_s3(name, s3)?),
+        None => None,
+    };
     Ok(Settings {
         parent,
+        storage,
         tls,
         auth,
         admin,
@@ -643,6 +677,92 @@ fn resolve_parent(name: &str, raw: &RawParent, o: &Overrides) -> Result<Option<P
         (None, Some(_)) => return Err(err("parent.username", "is missing; give it with parent.passwordFile".into())),
     };
     Ok(Some(ParentSettings { urls, ca_file, client_identity, credentials }))
+}
+
+fn resolve_s3(name: &str, raw: &RawS3) -> Result<tender_bucket::BucketSettings, ConfigError> {
+    let err = |key: &str, m: String| ConfigError { source_name: name.to_string(), key: key.to_string(), message: m };
+    let bucket = match raw.bucket.as_deref().map(str::trim) {
+        Some(b) if !b.is_empty() => b,
+        _ => return Err(err("storage.s3.bucket", "is missing; name the bucket the replicas share".into())),
+    };
+    if bucket.len() < 3
+        || bucket.len() > 63
+        || !bucket.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'.')
+    {
+        return Err(err("storage.s3.bucket", format!("{bucket:?} is not an S3 bucket name (3-63 of a-z 0-9 . -)")));
+    }
+    let mut s = tender_bucket::BucketSettings::new(bucket);
+    if let Some(e) = &raw.endpoint {
+        let u = http_url(name, "storage.s3.endpoint", e)?;
+        if u.scheme() == "http" && !u.host_str().is_some_and(is_loopback_host) {
+            tracing::warn!(
+                "storage.s3.endpoint {e} is plain http: credentials are signed, but objects travel unencrypted"
+            );
+        }
+        s.endpoint = Some(e.trim_end_matches('/').to_string());
+    }
+    if let Some(r) = &raw.region {
+        s.region = r.clone();
+    }
+    if let Some(p) = &raw.prefix {
+        let p = p.trim_matches('/');
+        if p.split('/').any(|c| c.is_empty() || c == "." || c == "..") && !p.is_empty() {
+            return Err(err("storage.s3.prefix", format!("{p:?} has an empty, . or .. component")));
+        }
+        s.prefix = p.to_string();
+    }
+    let read = |key: &str, f: &PathBuf| {
+        std::fs::read_to_string(f).map(|v| v.trim().to_string()).map_err(|e| err(key, format!("{}: {e}", f.display())))
+    };
+    s.credentials = match (&raw.access_key_id_file, &raw.secret_access_key_file) {
+        (None, None) => None,
+        (Some(a), Some(k)) => Some(tender_bucket::Credentials {
+            access_key_id: read("storage.s3.accessKeyIdFile", a)?,
+            secret_access_key: read("storage.s3.secretAccessKeyFile", k)?,
+            session_token: None,
+        }),
+        (Some(_), None) => {
+            return Err(err("storage.s3.secretAccessKeyFile", "is missing; give it with accessKeyIdFile".into()))
+        }
+        (None, Some(_)) => {
+            return Err(err("storage.s3.accessKeyIdFile", "is missing; give it with secretAccessKeyFile".into()))
+        }
+    };
+    if let Some(v) = raw.path_style {
+        s.path_style = v;
+    }
+    if let Some(c) = &raw.chunk_size {
+        s.chunk_size = match parse_size(c) {
+            Some(n) if (tender_bucket::MIN_CHUNK_SIZE..=1 << 30).contains(&n) => n,
+            _ => {
+                return Err(err(
+                    "storage.s3.chunkSize",
+                    format!("{c:?} is not a size from 5Mi (the S3 multipart minimum) to 1Gi; write it like 8Mi"),
+                ))
+            }
+        };
+    }
+    if let Some(l) = raw.lease {
+        s.lease = l;
+    }
+    s.lease_ttl = duration(name, "storage.s3.leaseTtl", &raw.lease_ttl, s.lease_ttl)?;
+    if s.lease_ttl < Duration::from_secs(3) {
+        return Err(err("storage.s3.leaseTtl", "must be at least 3s (the holder renews every third of it)".into()));
+    }
+    s.request_timeout = duration(name, "storage.s3.requestTimeout", &raw.request_timeout, s.request_timeout)?;
+    s.replica = match &raw.replica {
+        Some(r) => r.clone(),
+        None => std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| format!("tender-{}", std::process::id())),
+    };
+    Ok(s)
+}
+
+fn is_loopback_host(h: &str) -> bool {
+    h == "localhost" || h.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 fn resolve_limits(name: &str, raw: &RawLimits) -> Result<tender_server::limits::Limits, ConfigError> {

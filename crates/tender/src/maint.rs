@@ -18,9 +18,14 @@ pub struct FsckArgs {
     /// Config file naming the data directory
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Move objects that fail verification to quarantine/ (needs the data directory to itself)
+    /// Move objects that fail verification to quarantine/ (needs the data directory to itself;
+    /// with --bucket, the bucket's quarantine/, safe while replicas run)
     #[arg(long)]
     pub repair: bool,
+    /// Check the bucket of storage.s3 (from --config) instead of the data directory: every
+    /// chunk against its index, every object against its digest
+    #[arg(long, requires = "config", conflicts_with_all = ["data", "server"])]
+    pub bucket: bool,
     /// Print the report as JSON
     #[arg(long)]
     pub json: bool,
@@ -104,7 +109,47 @@ fn open(dir: &std::path::Path, mode: OpenMode) -> anyhow::Result<Store> {
     Store::open(dir, mode).map_err(|e| Failure::problem(e.to_string()))
 }
 
+/// `tender fsck --bucket`: the shared bucket, which needs no lock (quarantine hides an object's
+/// index before moving its content).
+fn fsck_bucket(args: &FsckArgs) -> anyhow::Result<ExitCode> {
+    let (name, raw) = config::read(args.config.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
+    let s = config::resolve(&name, raw, &config::Overrides::default()).map_err(|e| Failure::usage(e.to_string()))?;
+    let Some(settings) = s.storage else {
+        return Err(Failure::usage(format!("{name} has no storage.s3 section; --bucket checks that bucket")));
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let report = rt.block_on(async {
+        let bucket = tender_bucket::Bucket::new(settings, tender_bucket::BucketMetrics::default())
+            .map_err(|e| Failure::usage(e.to_string()))?;
+        bucket.fsck(args.repair).await.map_err(|e| Failure::transient(e.to_string()))
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "bucket {}: checked {} objects, {} bytes",
+            report.bucket, report.objects_checked, report.bytes_checked
+        );
+        for c in &report.corrupt {
+            println!("corrupt {}: {}", c.digest, c.problem);
+        }
+        for u in &report.unindexed {
+            println!("unindexed sha256:{u} (an upload that never finished; invisible to replicas)");
+        }
+        if report.quarantined > 0 {
+            println!("quarantined {} objects under quarantine/", report.quarantined);
+        }
+        if !report.corrupt.is_empty() && !args.repair {
+            println!("run `tender fsck --bucket --repair` to move corrupt objects to the bucket's quarantine/");
+        }
+    }
+    Ok(if report.is_clean() || args.repair { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
 pub fn fsck(args: FsckArgs) -> anyhow::Result<ExitCode> {
+    if args.bucket {
+        return fsck_bucket(&args);
+    }
     let report = match &args.server {
         Some(server) => {
             let v = admin_post(server, &args.client, &format!("/api/v1/admin/fsck?repair={}", args.repair))?;

@@ -258,6 +258,26 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The bucket of `storage.s3`, checked: one that cannot keep the lease promise (no conditional
+/// writes) refuses the start; one that cannot be reached now is used once it can (fills go
+/// upstream meanwhile).
+pub(crate) async fn open_bucket(
+    settings: &Settings,
+    metrics: tender_bucket::BucketMetrics,
+) -> anyhow::Result<Option<Arc<tender_bucket::Bucket>>> {
+    let Some(s) = &settings.storage else { return Ok(None) };
+    let bucket = tender_bucket::Bucket::new(s.clone(), metrics).map_err(|e| Failure::usage(e.to_string()))?;
+    match bucket.check().await {
+        Ok(()) => tracing::info!(bucket = %s.bucket, endpoint = ?s.endpoint, prefix = %s.prefix, replica = %s.replica,
+            lease = s.lease, chunk_size = s.chunk_size, "shared bucket ready"),
+        Err(e @ tender_bucket::BucketError::Setup { .. }) => return Err(Failure::usage(e.to_string())),
+        Err(e) => {
+            tracing::error!(error = %e, "shared bucket unreachable at start; fills go to upstream until it answers")
+        }
+    }
+    Ok(Some(bucket))
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let settings = args.load().map_err(|e| Failure::usage(e.to_string()))?;
     init_logging(settings.log_format);
@@ -275,8 +295,15 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
     let store = Arc::new(store);
     let fetch_metrics = FetchMetrics::default();
     let catalog_metrics = tender_catalog::CatalogMetrics::default();
-    let server_metrics = Arc::new(ServerMetrics::with_hook(&fetch_metrics, |r| catalog_metrics.register(r)));
-    let flights = Flights::new(store.clone(), settings.fetch.clone(), fetch_metrics.clone());
+    let bucket_metrics = tender_bucket::BucketMetrics::default();
+    let server_metrics = Arc::new(ServerMetrics::with_hook(&fetch_metrics, |r| {
+        catalog_metrics.register(r);
+        if settings.storage.is_some() {
+            bucket_metrics.register(r);
+        }
+    }));
+    let bucket = open_bucket(&settings, bucket_metrics).await?;
+    let flights = Flights::with_bucket(store.clone(), settings.fetch.clone(), fetch_metrics.clone(), bucket);
     let mirror = build_mirror(&settings, flights.clone(), &fetch_metrics)?;
     let catalog = crate::catalog_cmd::start(&settings, mirror.clone(), catalog_metrics)?;
     let security = Security {

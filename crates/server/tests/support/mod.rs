@@ -382,10 +382,23 @@ impl Tender {
         tls: Option<Arc<tender_server::tls::TlsReloader>>,
         surface: Surface,
     ) -> Tender {
+        Tender::start_replica(upstreams, factory, settings, security, tls, surface, None).await
+    }
+
+    /// One replica of several sharing `bucket`.
+    pub async fn start_replica(
+        upstreams: Vec<UpstreamSettings>,
+        factory: Option<String>,
+        settings: FetchSettings,
+        security: Security,
+        tls: Option<Arc<tender_server::tls::TlsReloader>>,
+        surface: Surface,
+        bucket: Option<Arc<tender_bucket::Bucket>>,
+    ) -> Tender {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path(), OpenMode::Exclusive).unwrap());
         let metrics = FetchMetrics::default();
-        let flights = Flights::new(store.clone(), settings.clone(), metrics.clone());
+        let flights = Flights::with_bucket(store.clone(), settings.clone(), metrics.clone(), bucket);
         let ups = upstreams
             .into_iter()
             .map(|u| Arc::new(Upstream::new(u, settings.clone(), metrics.clone()).unwrap()))

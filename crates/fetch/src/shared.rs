@@ -1,0 +1,166 @@
+//! A replica's side of the shared bucket (`storage.s3`): before a fill goes upstream it looks
+//! in the bucket, and with leases on it waits for the replica that already fetches; after a
+//! fill from upstream commits, its object goes to the bucket for the others.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use tender_bucket::{Bucket, BucketError, ChunkIndex, Lease, LeaseOutcome};
+use tender_oci::Digest;
+use tender_store::{Store, TrustRecord};
+
+use crate::error::{FetchError, FetchErrorKind};
+use crate::flight::{Expect, Opened, Source};
+
+/// An object the bucket holds, found by digest or by asset key.
+#[derive(Debug, Clone)]
+pub struct SharedObject {
+    pub digest: Digest,
+    pub index: Arc<ChunkIndex>,
+    /// The asset's trust record, when found by key.
+    pub trust: Option<TrustRecord>,
+}
+
+/// Where a fill gets its bytes when the bucket is configured.
+pub(crate) enum Plan {
+    /// Another replica committed it: copy it from the bucket, chunk by chunk, verified.
+    Bucket(SharedObject),
+    /// Fetch from upstream; holding the lease when one was taken.
+    Upstream(Option<Lease>),
+}
+
+/// The label a bucket-sourced fill carries in metrics and logs.
+pub fn source_label(bucket: &Bucket) -> String {
+    format!("bucket:{}", bucket.name())
+}
+
+pub(crate) fn fetch_error(bucket: &Bucket, e: BucketError) -> FetchError {
+    let kind = if e.is_corrupt() { FetchErrorKind::Corrupt } else { FetchErrorKind::Connect };
+    FetchError::new(kind, &source_label(bucket), e.to_string())
+}
+
+/// The object `expect` asks for, if the bucket holds it.
+pub async fn lookup(bucket: &Bucket, store: &Store, expect: &Expect) -> Result<Option<SharedObject>, BucketError> {
+    let (digest, trust) = match expect {
+        Expect::Digest(d) => (*d, None),
+        Expect::Tofu { key, .. } => match store.trust_get(key).ok().flatten() {
+            Some(t) => (t.digest, Some(t)),
+            None => match bucket.trust(key).await? {
+                Some(t) => (t.digest, Some(t)),
+                None => return Ok(None),
+            },
+        },
+    };
+    Ok(bucket.index(&digest).await?.map(|index| SharedObject { digest, index, trust }))
+}
+
+/// Decide where the fill of `key` gets its bytes. Waits (bounded by `deadline`) while another
+/// replica holds the lease; a bucket that cannot be reached never blocks a fill: it goes
+/// upstream.
+pub(crate) async fn plan(bucket: &Arc<Bucket>, store: &Store, key: &str, expect: &Expect, deadline: Instant) -> Plan {
+    let mut waited = false;
+    loop {
+        match lookup(bucket, store, expect).await {
+            Ok(Some(found)) => return Plan::Bucket(found),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(key, error = %e, "shared bucket unavailable; fetching from upstream");
+                return Plan::Upstream(None);
+            }
+        }
+        if !bucket.settings().lease {
+            return Plan::Upstream(None);
+        }
+        match bucket.lease(key).await {
+            Ok(LeaseOutcome::Won(lease)) => {
+                // The holder may have committed between our look and our lease.
+                if waited {
+                    if let Ok(Some(found)) = lookup(bucket, store, expect).await {
+                        lease.release().await;
+                        return Plan::Bucket(found);
+                    }
+                }
+                return Plan::Upstream(Some(lease));
+            }
+            Ok(LeaseOutcome::Held { owner, retry_in }) => {
+                if !waited {
+                    tracing::info!(key, %owner, "another replica fetches this object; waiting for it in the bucket");
+                }
+                waited = true;
+                let pause = retry_in.max(Duration::from_millis(25));
+                if Instant::now() + pause >= deadline {
+                    tracing::warn!(key, %owner, "waited for another replica until the fill deadline; fetching from upstream");
+                    return Plan::Upstream(None);
+                }
+                tokio::time::sleep(pause).await;
+            }
+            Err(e) => {
+                tracing::warn!(key, error = %e, "fill lease unavailable; fetching from upstream");
+                return Plan::Upstream(None);
+            }
+        }
+    }
+}
+
+/// Upload a committed object (and an asset's trust record), retrying a few times; then give
+/// the lease up. A failure leaves the object local only: other replicas fetch it themselves.
+pub(crate) async fn publish(
+    bucket: Arc<Bucket>,
+    digest: Digest,
+    path: std::path::PathBuf,
+    trust: Option<TrustRecord>,
+    lease: Option<Lease>,
+) {
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let result = match bucket.upload(&digest, &path).await {
+            Ok(_) => match &trust {
+                Some(t) => bucket.put_trust(t).await,
+                None => Ok(()),
+            },
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => break,
+            Err(e) if !e.is_corrupt() && attempt < 4 => {
+                let wait = Duration::from_millis(500) * 2u32.pow(attempt);
+                tracing::warn!(%digest, attempt, error = %e, "upload to the shared bucket failed; retrying");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => {
+                tracing::error!(%digest, error = %e, "upload to the shared bucket failed; the object stays on this replica only");
+                break;
+            }
+        }
+    }
+    if let Some(l) = lease {
+        l.release().await;
+    }
+}
+
+/// A fill's source that copies a committed object out of the bucket.
+pub(crate) struct BucketSource {
+    pub bucket: Arc<Bucket>,
+    pub label: String,
+    pub object: SharedObject,
+}
+
+impl Source for BucketSource {
+    fn upstream(&self) -> &str {
+        &self.label
+    }
+
+    fn open(&self, offset: u64) -> BoxFuture<'static, Result<Opened, FetchError>> {
+        let (bucket, d, index) = (self.bucket.clone(), self.object.digest, self.object.index.clone());
+        async move {
+            let total = index.size;
+            let b = bucket.clone();
+            let body = bucket.read(d, index, offset, total).map(move |r| r.map_err(|e| fetch_error(&b, e))).boxed();
+            Ok(Opened { partial: true, total: Some(total), body })
+        }
+        .boxed()
+    }
+}

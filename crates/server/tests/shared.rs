@@ -1,0 +1,162 @@
+//! Replicas sharing one bucket (`storage.s3`), in process: the object_store in-memory bucket
+//! stands in for S3 (the e2e test `t10_s3` uses a real S3 server). Fetch once across replicas
+//! with the fill lease, ranges straight from the bucket, corrupt bucket content never served.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::response::IntoResponse;
+use object_store::memory::InMemory;
+use object_store::{ObjectStore, PutPayload};
+use support::*;
+use tender_bucket::{Bucket, BucketMetrics, BucketSettings};
+use tender_server::{Security, Surface};
+
+fn bucket(mem: &Arc<InMemory>, replica: &str) -> Arc<Bucket> {
+    let mut s = BucketSettings::new("fleet");
+    s.chunk_size = 1 << 20;
+    s.replica = replica.into();
+    Bucket::with_store(mem.clone(), s, BucketMetrics::default())
+}
+
+async fn replica(fake: &FakeUpstream, factory: Option<String>, b: Arc<Bucket>) -> Tender {
+    let ups = vec![upstream_settings("ghcr.io", &fake.url())];
+    Tender::start_replica(ups, factory, fast_settings(), Security::default(), None, Surface::All, Some(b)).await
+}
+
+/// Until the bucket indexes `digest` (the upload follows the commit).
+async fn uploaded(b: &Bucket, digest: &str) {
+    let d: tender_oci::Digest = digest.parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while b.index(&d).await.unwrap().is_none() {
+        assert!(Instant::now() < deadline, "{digest} never reached the bucket");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_fetch_once_across_replicas_and_serve_ranges_from_the_bucket() {
+    let fake = FakeUpstream::start().await;
+    let body = random_bytes(5 << 20, 11);
+    let digest = fake.add_blob(body.clone());
+    let mem = Arc::new(InMemory::new());
+    let (ba, bb) = (bucket(&mem, "a"), bucket(&mem, "b"));
+    let a = replica(&fake, None, ba.clone()).await;
+    let b = replica(&fake, None, bb.clone()).await;
+    let path = format!("/v2/ghcr.io/x/blobs/{digest}");
+    let mut clients = Vec::new();
+    for i in 0..8 {
+        let url = if i % 2 == 0 { a.url(&path) } else { b.url(&path) };
+        clients.push(tokio::spawn(async move { get(&url, &[]).await }));
+    }
+    for c in clients {
+        let got = c.await.unwrap();
+        assert_eq!(got.status, 200);
+        assert_eq!(sha(&got.body.unwrap()), sha(&body), "every client gets the blob");
+    }
+    assert_eq!(fake.blob_gets(), 1, "one upstream fetch for both replicas (the lease)");
+    let won = |b: &Bucket, o: &str| b.metrics().leases.get_or_create(&vec![("outcome".into(), o.into())]).get();
+    assert_eq!(won(&ba, "won") + won(&bb, "won"), 1, "exactly one replica won the lease");
+    uploaded(&ba, &digest).await;
+
+    // A third replica serves a range and a HEAD from the bucket without a local copy.
+    let c = replica(&fake, None, bucket(&mem, "c")).await;
+    let got = get(&c.url(&path), &[("range", "bytes=1048000-3000000")]).await;
+    assert_eq!(got.status, 206);
+    assert_eq!(sha(&got.body.unwrap()), sha(&body.slice(1048000..3000001)));
+    let head = client().head(c.url(&path)).send().await.unwrap();
+    assert_eq!(head.headers()["content-length"].to_str().unwrap(), body.len().to_string());
+    let d: tender_oci::Digest = digest.parse().unwrap();
+    assert!(c.store.object_len(&d).is_none(), "a range does not download the whole object");
+    // A full GET fills its local cache from the bucket, not from upstream.
+    assert_eq!(sha(&get(&c.url(&path), &[]).await.body.unwrap()), sha(&body));
+    c.wait_idle().await;
+    assert_eq!(c.store.object_len(&d), Some(body.len() as u64));
+    assert_eq!(fake.blob_gets(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_never_serve_corrupt_bucket_content() {
+    let fake = FakeUpstream::start().await;
+    let body = random_bytes(3 << 20, 12);
+    let digest = fake.add_blob(body.clone());
+    let mem = Arc::new(InMemory::new());
+    let a = replica(&fake, None, bucket(&mem, "a")).await;
+    let path = format!("/v2/ghcr.io/x/blobs/{digest}");
+    assert_eq!(sha(&get(&a.url(&path), &[]).await.body.unwrap()), sha(&body));
+    uploaded(&bucket(&mem, "probe"), &digest).await;
+    // Bit rot in the bucket: one byte of the second chunk.
+    let key = object_store::path::Path::from(format!("objects/sha256/{}", &digest[7..]));
+    let mut bad = body.to_vec();
+    bad[(1 << 20) + 77] ^= 0x40;
+    mem.put(&key, PutPayload::from(bad)).await.unwrap();
+
+    // A range over the bad chunk is cut short; the good chunk before it is served.
+    let c = replica(&fake, None, bucket(&mem, "c")).await;
+    let got = get(&c.url(&path), &[("range", "bytes=0-2097151")]).await;
+    assert_eq!(got.status, 206);
+    assert!(got.body.is_err(), "a 206 that includes a corrupt chunk is cut short");
+    // A full GET: the copy from the bucket fails verification and the fill starts over from
+    // the upstream. The first client gets an error (502, or a body cut short) or the right bytes, never wrong ones.
+    let first = get(&c.url(&path), &[]).await;
+    if let (200, Ok(b)) = (first.status, &first.body) {
+        assert_eq!(sha(b), sha(&body), "no complete wrong body");
+    }
+    c.wait_idle().await;
+    let again = get(&c.url(&path), &[]).await;
+    assert_eq!(sha(&again.body.unwrap()), sha(&body), "after the fall back to upstream, the right bytes");
+    assert_eq!(fake.blob_gets(), 2, "the corrupt bucket copy cost one more upstream fetch");
+    let report = bucket(&mem, "fsck").fsck(false).await.unwrap();
+    assert_eq!(report.corrupt.len(), 1, "{report:?}");
+    assert!(report.corrupt[0].digest == digest);
+}
+
+#[derive(Default)]
+struct Factory {
+    gets: AtomicU64,
+}
+
+async fn factory_asset(State(f): State<Arc<Factory>>) -> axum::response::Response {
+    f.gets.fetch_add(1, Ordering::SeqCst);
+    random_bytes(3 << 20, 13).into_response()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_share_an_image_factory_asset_and_its_trust_record() {
+    let f = Arc::new(Factory::default());
+    let app = axum::Router::new().fallback(factory_asset).with_state(f.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let factory = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let fake = FakeUpstream::start().await;
+    let mem = Arc::new(InMemory::new());
+    let a = replica(&fake, Some(factory.clone()), bucket(&mem, "a")).await;
+    let b = replica(&fake, Some(factory), bucket(&mem, "b")).await;
+    let path = format!("/image/{}/v1.11.5/metal-amd64.raw", "a".repeat(64));
+    let want = random_bytes(3 << 20, 13);
+    assert_eq!(sha(&get(&a.url(&path), &[]).await.body.unwrap()), sha(&want));
+    a.wait_idle().await;
+    // b finds it by key through the shared trust record: a range, then the whole.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = get(&b.url(&path), &[("range", "bytes=10-19")]).await;
+        if got.status == 206 && f.gets.load(Ordering::SeqCst) == 1 {
+            let etag = client().head(b.url(&path)).send().await.unwrap();
+            assert!(etag.headers().contains_key("etag"));
+            assert_eq!(sha(&got.body.unwrap()), sha(&want.slice(10..20)));
+            break;
+        }
+        assert!(Instant::now() < deadline, "the asset never reached the bucket");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(sha(&get(&b.url(&path), &[]).await.body.unwrap()), sha(&want));
+    b.wait_idle().await;
+    assert_eq!(f.gets.load(Ordering::SeqCst), 1, "one factory download for both replicas");
+    let key = format!("image:{}/v1.11.5/metal-amd64.raw", "a".repeat(64));
+    assert_eq!(b.store.trust_get(&key).unwrap().unwrap(), a.store.trust_get(&key).unwrap().unwrap());
+}
