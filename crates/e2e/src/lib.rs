@@ -23,6 +23,7 @@ pub mod http;
 pub mod paths;
 pub mod proc;
 pub mod registry;
+pub mod s3;
 pub mod slow;
 pub mod tender;
 

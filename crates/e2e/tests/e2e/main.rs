@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests: a failed step fails the test")]
 
 mod t0_workspace;
+mod t10_s3;
 mod t1_lifecycle;
 mod t2_blobs;
 mod t3_skopeo;

@@ -1,0 +1,207 @@
+//! Replicas on shared S3 storage: two tenders on one bucket of a real S3 server (moto) in
+//! front of docker-registry. Clients spread over both replicas cost one upstream fetch per
+//! blob in total (the fill lease); a replica killed mid-fill is taken over by the other once
+//! its lease expires; a corrupted object in the bucket is found by `tender fsck --bucket` and
+//! never served.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest as _, Sha256};
+use tender_e2e::digest::verify_oci_layout;
+use tender_e2e::http::Conn;
+use tender_e2e::registry::Sizes;
+use tender_e2e::s3::{S3Server, SECRET_ACCESS_KEY};
+use tender_e2e::slow::{noise, SlowBlobServer};
+use tender_e2e::tender::{self, write_config, Tender};
+use tender_e2e::{poll_until, proc, TestDir};
+
+use crate::Bed;
+
+const BUCKET: &str = "tender-e2e";
+
+fn sha256(b: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(b)))
+}
+
+/// GET `path` whole: the status and the body's digest, or the error that cut it short.
+fn get_digest(t: &Tender, path: &str, headers: &[(&str, &str)]) -> std::io::Result<(u16, String, u64)> {
+    let mut h = Sha256::new();
+    let mut n = 0u64;
+    let head = Conn::open(t.addr)?.request_to("GET", path, headers, &mut |b| {
+        h.update(b);
+        n += b.len() as u64;
+    })?;
+    Ok((head.status, format!("sha256:{}", hex::encode(h.finalize())), n))
+}
+
+fn no_secret_in(log: &std::path::Path) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(!text.contains(SECRET_ACCESS_KEY), "{} shows the S3 secret key", log.display());
+}
+
+#[test]
+fn should_share_a_bucket_between_replicas_and_never_serve_a_corrupt_object() {
+    proc::need(&["skopeo"]);
+    let bed = Bed::new("s3-share", Sizes::SMALL);
+    let s3 = S3Server::start(&bed.path("moto.log"));
+    s3.create_bucket(BUCKET);
+    let upstream = [("ghcr.io", bed.registry.url())];
+    let ups: Vec<(&str, &str)> = upstream.iter().map(|(n, u)| (*n, u.as_str())).collect();
+    let mut replicas = Vec::new();
+    for name in ["a", "b", "c"] {
+        let cfg = bed.path(&format!("{name}.yaml"));
+        write_config(&cfg, &ups, &s3.storage_yaml(bed.dir.path(), BUCKET, "fleet", name));
+        replicas.push(cfg);
+    }
+    let a = Tender::start(&replicas[0], &bed.path("a-data"), &bed.path("a.log"));
+    let b = Tender::start(&replicas[1], &bed.path("b-data"), &bed.path("b.log"));
+
+    // Four skopeo clients at once, two on each replica.
+    let mut children = Vec::new();
+    for i in 0..4 {
+        let t = if i % 2 == 0 { &a } else { &b };
+        let image = format!("docker://{}/ghcr.io/siderolabs/kubelet:v1.33.1", t.hostport());
+        let dest = bed.path(&format!("pull-{i}"));
+        let child = Command::new("skopeo")
+            .args(["copy", "-q", "--all", "--preserve-digests", "--src-tls-verify=false", &image])
+            .arg(format!("oci:{}", dest.display()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        children.push((dest, child));
+    }
+    let index = bed.images.var("KUBELET_INDEX");
+    for (dest, child) in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "skopeo through a replica:\n{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(verify_oci_layout(&dest).0, [index], "every client got the upstream's index");
+    }
+    let stats = bed.registry.stats();
+    assert!(!stats.blob_gets_by_digest.is_empty(), "blobs came from the upstream");
+    for (digest, gets) in &stats.blob_gets_by_digest {
+        assert_eq!(*gets, 1, "{digest} fetched {gets} times from the upstream by two replicas (one lease)");
+    }
+
+    // A third replica answers ranges of every blob from the bucket without asking the upstream.
+    let blob = stats
+        .blob_gets_by_digest
+        .keys()
+        .max_by_key(|d| std::fs::metadata(bed.images.blob_path(d)).map(|m| m.len()).unwrap_or(0))
+        .unwrap()
+        .clone();
+    let bytes = std::fs::read(bed.images.blob_path(&blob)).unwrap();
+    let path = format!("/v2/ghcr.io/siderolabs/kubelet/blobs/{blob}");
+    // The uploads follow the commits: wait until the bucket indexes the blob.
+    let c = Tender::start(&replicas[2], &bed.path("c-data"), &bed.path("c.log"));
+    poll_until("the blob to reach the bucket", Duration::from_secs(60), || {
+        let r = Conn::open(c.addr).ok()?.request("HEAD", &path, &[]).ok()?;
+        (r.status() == 200 && c.access().iter().any(|x| x.cache == "shared")).then_some(())
+    });
+    let r = Conn::open(c.addr).unwrap().request("GET", &path, &[("Range", "bytes=100-1099")]).unwrap();
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.body, &bytes[100..1100]);
+    assert_eq!(bed.registry.stats().blob_gets_by_digest[&blob], 1, "the range came from the bucket");
+
+    // Bit rot in the bucket: fsck --bucket finds it, and no replica serves it.
+    let mut bad = bytes.clone();
+    bad[1000] ^= 0x01;
+    s3.put(BUCKET, &format!("fleet/objects/sha256/{}", &blob[7..]), &bad);
+    let fsck = tender::run(["fsck", "--bucket", "--config", replicas[2].to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&fsck.stdout);
+    assert_eq!(
+        fsck.status.code(),
+        Some(1),
+        "fsck --bucket reports the corruption:\n{out}{}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    assert!(out.contains(&format!("corrupt {blob}")), "{out}");
+    let cut = Conn::open(c.addr).unwrap().request("GET", &path, &[("Range", "bytes=0-2047")]);
+    match cut {
+        Ok(r) => assert_ne!((r.status(), r.body.as_slice()), (206, &bad[..2048]), "a corrupt range was served"),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}"),
+    }
+    // A whole GET on the replica without a copy: an error or the right bytes, never the rotten ones.
+    match get_digest(&c, &path, &[]) {
+        Ok((200, d, _)) => assert_eq!(d, blob, "a complete wrong body"),
+        Ok((status, _, _)) => assert!(status >= 500, "{status}"),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}"),
+    }
+    let again = poll_until("the right bytes after the fall back to upstream", Duration::from_secs(30), || {
+        get_digest(&c, &path, &[]).ok().filter(|(s, _, _)| *s == 200)
+    });
+    assert_eq!(again.1, blob);
+    let repair = tender::run(["fsck", "--bucket", "--repair", "--config", replicas[2].to_str().unwrap()]);
+    assert_eq!(repair.status.code(), Some(0), "{}", String::from_utf8_lossy(&repair.stdout));
+    assert!(String::from_utf8_lossy(&repair.stdout).contains("quarantined 1"));
+    let clean = tender::run(["fsck", "--bucket", "--config", replicas[2].to_str().unwrap()]);
+    assert_eq!(clean.status.code(), Some(0), "{}", String::from_utf8_lossy(&clean.stdout));
+
+    drop((a, b, c));
+    for log in ["a.log", "b.log", "c.log"] {
+        no_secret_in(&bed.path(log));
+    }
+}
+
+#[test]
+fn should_take_over_the_fill_of_a_replica_killed_mid_fill() {
+    let dir = TestDir::new("s3-kill");
+    let s3 = S3Server::start(&dir.path().join("moto.log"));
+    s3.create_bucket(BUCKET);
+    const SIZE: usize = 40 << 20;
+    let body = Arc::new(noise(SIZE));
+    let digest = sha256(&body);
+    let upstream = SlowBlobServer::start("e2e/big", &digest, body.clone(), 16 << 20);
+    let mut cfgs = Vec::new();
+    for name in ["a", "b"] {
+        let cfg = dir.path().join(format!("{name}.yaml"));
+        write_config(&cfg, &[("ghcr.io", &upstream.url())], &s3.storage_yaml(dir.path(), BUCKET, "kill", name));
+        cfgs.push(cfg);
+    }
+    let (a_data, b_data) = (dir.path().join("a-data"), dir.path().join("b-data"));
+    let mut a = Tender::start(&cfgs[0], &a_data, &dir.path().join("a.log"));
+    let b = Tender::start(&cfgs[1], &b_data, &dir.path().join("b.log"));
+    let path = format!("/v2/ghcr.io/e2e/big/blobs/{digest}");
+
+    // a starts the fill (and takes the lease); b's client waits for a.
+    let first = {
+        let (addr, path) = (a.addr, path.clone());
+        std::thread::spawn(move || Conn::open(addr)?.request_to("GET", &path, &[], &mut |_| {}))
+    };
+    poll_until("a to be filling", Duration::from_secs(30), || {
+        upstream.hits().iter().any(|h| h.method == "GET" && h.sent >= 4 << 20).then_some(())
+    });
+    let second = {
+        let (addr, path) = (b.addr, path.clone());
+        std::thread::spawn(move || {
+            let mut h = Sha256::new();
+            let head = Conn::open(addr)?.request_to("GET", &path, &[], &mut |x| h.update(x))?;
+            Ok::<_, std::io::Error>((head.status, format!("sha256:{}", hex::encode(h.finalize()))))
+        })
+    };
+    poll_until("b to wait for a's lease", Duration::from_secs(30), || {
+        tender::tail(&dir.path().join("b.log"), 50).contains("another replica fetches this object").then_some(())
+    });
+    a.kill9();
+    assert!(first.join().unwrap().is_err(), "a's client was cut short");
+
+    // b takes the expired lease over and completes its client from the upstream.
+    let (status, got) = second.join().unwrap().expect("b's client completes");
+    assert_eq!((status, got.as_str()), (200, digest.as_str()));
+    assert!(tender::tail(&dir.path().join("b.log"), 200).contains("took over an expired fill lease"));
+    let gets = || upstream.hits().iter().filter(|h| h.method == "GET").count();
+    assert_eq!(gets(), 2, "one upstream fetch per replica at most: a's cut, b's whole");
+
+    // a restarts on its data directory and gets the object from the bucket, not the upstream.
+    let a = Tender::start(&cfgs[0], &a_data, &dir.path().join("a2.log"));
+    let (status, got, n) = poll_until("a to serve the blob again", Duration::from_secs(60), || {
+        get_digest(&a, &path, &[]).ok().filter(|(s, _, _)| *s == 200)
+    });
+    assert_eq!((status, got.as_str(), n), (200, digest.as_str(), SIZE as u64));
+    assert_eq!(gets(), 2, "the restarted replica copied from the bucket");
+    let fsck = tender::run(["fsck", "--bucket", "--config", cfgs[0].to_str().unwrap()]);
+    assert_eq!(fsck.status.code(), Some(0), "{}", String::from_utf8_lossy(&fsck.stdout));
+    drop((a, b));
+}
