@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2046  # "set -- $(cmd)" splits on purpose
+# s3.sh - issue #8: two tender replicas on one S3 bucket against one tender on local disk, in one
+# run, docker-registry as upstream, moto (the S3 server of the tests) as the bucket.
+# usage: bench/s3.sh [WORKDIR]
+# For each repetition:
+#   local   one tender, local disk only: N clients (harness fanout.sh, sha256 per client) on a cold blob
+#   s3      two fresh replicas on a fresh bucket prefix: N/2 clients on each at once, cold
+#   bucket  a third fresh replica on that prefix: N clients, the blob only in the bucket (no local copy)
+#   range   the third replica after a restart with an empty disk: RANGE_N ranged GETs of 1 MiB at
+#           random offsets, straight from the bucket (chunk-verified)
+# Recorded: wall time, upstream blob GETs and bytes (upstream-bytes.sh), and the ratio of each
+# to the local run. Prints a Markdown table; with BENCH_OUT it is appended to that file.
+# env: REPS=2 SIZE_MB=512 N=8 RANGE_N=32 PORT_BASE=17300 TENDER_BIN=<repo>/target/release/tender
+#      HARNESS=/work/shared/harness  TENDER_MOTO_SERVER=<cache>/moto-venv/bin/moto_server
+set -eu
+BENCH=$(cd "$(dirname "$0")" && pwd)
+REPO=$(dirname "$BENCH")
+H=${HARNESS:-/work/shared/harness}
+[ -f "$H/lib.sh" ] || { echo "s3.sh: no harness at $H (set HARNESS=)" >&2; exit 1; }
+. "$H/lib.sh"
+need curl openssl docker-registry skopeo jq python3 awk
+TENDER_BIN=${TENDER_BIN:-$REPO/target/release/tender}
+[ -x "$TENDER_BIN" ] || die "no $TENDER_BIN: cargo build --release --bin tender"
+CACHE=${TENDER_TEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/tender-test}
+MOTO=${TENDER_MOTO_SERVER:-$CACHE/moto-venv/bin/moto_server}
+[ -x "$MOTO" ] || die "no S3 server at $MOTO: run scripts/test.sh once (it installs moto) or set TENDER_MOTO_SERVER"
+REPS=${REPS:-2} SIZE_MB=${SIZE_MB:-512} N=${N:-8} RANGE_N=${RANGE_N:-32}
+PB=${PORT_BASE:-17300}
+UP_PORT=$PB S3_PORT=$((PB + 1)) A_PORT=$((PB + 2)) B_PORT=$((PB + 3)) C_PORT=$((PB + 4)) L_PORT=$((PB + 5))
+W=${1:-$(mktemp -d /tmp/tenders3.XXXXXX)}
+mkdir -p "$W/logs"; W=$(cd "$W" && pwd)
+UP=$W/upstream UPURL=http://127.0.0.1:$UP_PORT S3URL=http://127.0.0.1:$S3_PORT
+RES=$W/results.txt; : >"$RES"
+cp "$TENDER_BIN" "$W/tender.bin"; export TENDER_BIN=$W/tender.bin
+
+stop_all() {
+  for d in "$W"/t-*; do [ -d "$d" ] && "$BENCH/tender-cache.sh" stop "$d" >/dev/null 2>&1; done
+  [ -f "$W/moto.pid" ] && kill "$(cat "$W/moto.pid")" 2>/dev/null
+  "$H/upstream.sh" stop "$UP" >/dev/null 2>&1 || true
+}
+cleanup() { stop_all; [ -n "${KEEP:-}" ] || rm -rf "$UP/data" "$W"/t-* "$W/img" "$W/tender.bin"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+rec() { echo "$*" | tee -a "$RES"; }
+kv() { tr ' ' '\n' | sed -n "s/^$1=//p" | head -1; }
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", b - a}'; }
+
+"$H/upstream.sh" start "$UP" "$UP_PORT" >/dev/null
+KUBELET_LAYERS_MB='' INSTALLER_LAYERS_MB='' BIG_MB=$SIZE_MB WORK=$W/img "$H/mkimages.sh" "127.0.0.1:$UP_PORT" >"$W/logs/mkimages.txt"
+set -a
+# shellcheck source=/dev/null  # written by mkimages.sh at run time
+. "$W/img/images.env"
+set +a
+rm -rf "$W/img"
+"$MOTO" -H 127.0.0.1 -p "$S3_PORT" >"$W/logs/moto.log" 2>&1 &
+echo $! >"$W/moto.pid"
+i=0; until [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$S3URL/")" != 000 ]; do
+  i=$((i + 1)); [ $i -le 300 ] || die "moto did not come up"; sleep 0.1
+done
+curl -fsS -X PUT "$S3URL/tender-bench" -H 'Content-Length: 0' >/dev/null
+printf 'AKIABENCH\n' >"$W/key-id"; printf 'bench-secret\n' >"$W/secret"
+
+# config PREFIX REPLICA : a config with the bucket (upstream and listen come from tender-cache.sh)
+config() {
+  cat >"$W/$2.yaml" <<EOF
+upstreams: []
+storage:
+  s3:
+    endpoint: $S3URL
+    bucket: tender-bench
+    prefix: $1
+    accessKeyIdFile: $W/key-id
+    secretAccessKeyFile: $W/secret
+    replica: $2
+EOF
+  echo "$W/$2.yaml"
+}
+# start NAME PORT [CONFIG] : a fresh tender (wiped data directory)
+start() {
+  local d=$W/t-$1
+  "$BENCH/tender-cache.sh" stop "$d" >/dev/null 2>&1 || true; rm -rf "$d"
+  TENDER_ARGS=${3:+--config $3} "$BENCH/tender-cache.sh" start "$d" "$2" "$UPURL" >/dev/null
+}
+stop() { cp "$W/t-$1/tender.log" "$W/logs/$1-$2.log" 2>/dev/null || true; "$BENCH/tender-cache.sh" stop "$W/t-$1" >/dev/null; }
+fan() { EXPECT_BYTES=$BIG_SIZE "$H/fanout.sh" "http://127.0.0.1:$1" "$BIG_REPO" "$BIG_DIGEST" "$2" 2>&1 | tail -1; }
+metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 ~ "^"n {s += $2} END {print s + 0}'; }
+# idle PORT... : wait until no fill runs on any PORT and one of them uploaded the blob (the upload
+# follows the commit; the replica that lost the lease uploads nothing)
+idle() {
+  local i=0 p a u
+  while [ $i -lt 600 ]; do
+    a=0 u=0
+    for p in "$@"; do a=$((a + $(metric "$p" tender_fills_active))); u=$((u + $(metric "$p" tender_bucket_uploads_total))); done
+    [ "$a" = 0 ] && [ "$u" -ge 1 ] && return 0
+    sleep 0.2; i=$((i + 1))
+  done
+  echo "idle: gave up" >&2
+}
+
+for r in $(seq "$REPS"); do
+  # local: one replica, local disk
+  start local "$L_PORT"
+  "$H/upstream-bytes.sh" "$UP" reset
+  t0=$(now); s=$(fan "$L_PORT" "$N"); t1=$(now)
+  u=$("$H/upstream-bytes.sh" "$UP" | head -1)
+  rec "run=local rep=$r N=$N wall_s=$(secs "$t0" "$t1") ok=$(echo "$s" | kv ok) up_gets=$(echo "$u" | kv blob_gets) up_bytes=$(echo "$u" | kv blob_bytes)"
+  stop local "r$r"
+
+  # s3: two replicas, half the clients each, at once
+  p=rep$r
+  start a "$A_PORT" "$(config "$p" a)"; start b "$B_PORT" "$(config "$p" b)"
+  "$H/upstream-bytes.sh" "$UP" reset
+  t0=$(now)
+  fan "$A_PORT" $((N / 2)) >"$W/fa.txt" & fa=$!
+  fan "$B_PORT" $((N - N / 2)) >"$W/fb.txt" & fb=$!
+  wait $fa $fb || true
+  t1=$(now)
+  idle "$A_PORT" "$B_PORT"
+  u=$("$H/upstream-bytes.sh" "$UP" | head -1)
+  ok=$(( $(kv ok <"$W/fa.txt") + $(kv ok <"$W/fb.txt") ))
+  rec "run=s3 rep=$r N=$N wall_s=$(secs "$t0" "$t1") ok=$ok up_gets=$(echo "$u" | kv blob_gets) up_bytes=$(echo "$u" | kv blob_bytes)"
+  stop a "r$r"; stop b "r$r"
+
+  # bucket: a third replica without a local copy
+  start c "$C_PORT" "$(config "$p" c)"
+  "$H/upstream-bytes.sh" "$UP" reset
+  t0=$(now); s=$(fan "$C_PORT" "$N"); t1=$(now)
+  u=$("$H/upstream-bytes.sh" "$UP" | head -1)
+  rec "run=bucket rep=$r N=$N wall_s=$(secs "$t0" "$t1") ok=$(echo "$s" | kv ok) up_gets=$(echo "$u" | kv blob_gets) up_bytes=$(echo "$u" | kv blob_bytes)"
+  stop c "r$r"
+
+  # range: the third replica again with an empty disk, 1 MiB ranges from the bucket
+  start c "$C_PORT" "$W/c.yaml"
+  t0=$(now); okr=0
+  for i in $(seq "$RANGE_N"); do
+    off=$(( (RANDOM * 32768 + RANDOM) % (BIG_SIZE - 1048576) ))
+    n=$(curl -s -o /dev/null -w '%{http_code} %{size_download}' -H "Range: bytes=$off-$((off + 1048575))" \
+      "http://127.0.0.1:$C_PORT/v2/$BIG_REPO/blobs/$BIG_DIGEST")
+    [ "$n" = "206 1048576" ] && okr=$((okr + 1))
+  done
+  t1=$(now)
+  local_bytes=$(du -sb "$W/t-c/data/objects" | cut -f1)
+  rec "run=range rep=$r N=$RANGE_N wall_s=$(secs "$t0" "$t1") ok=$okr local_object_bytes=$local_bytes"
+  stop c "r$r-range"
+done
+
+python3 - "$RES" "$SIZE_MB" "$N" "$RANGE_N" <<'EOF' | tee "$W/table.md"
+import sys, statistics as st
+res, size, n, rn = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+rows = [dict(kv.split("=", 1) for kv in l.split()) for l in open(res) if l.startswith("run=")]
+def med(run, key):
+    v = [float(r[key]) for r in rows if r["run"] == run and key in r]
+    return st.median(v) if v else float("nan")
+base = med("local", "wall_s")
+size_b = int(size) * 1048576
+print(f"| run ({size} MiB blob) | clients | wall s (median) | vs local | upstream GETs | upstream bytes / blob | ok |")
+print("|---|---|---|---|---|---|---|")
+names = {"local": "one replica, local disk", "s3": "two replicas on S3, half the clients each",
+         "bucket": "a third replica, blob only in the bucket", "range": f"ranges of 1 MiB from the bucket"}
+for run in ["local", "s3", "bucket", "range"]:
+    rs = [r for r in rows if r["run"] == run]
+    if not rs:
+        continue
+    w = med(run, "wall_s")
+    gets = "/".join(r.get("up_gets", "-") for r in rs)
+    ub = "/".join(f"{int(r['up_bytes']) / size_b:.2f}" if "up_bytes" in r else "-" for r in rs)
+    ok = "/".join(r["ok"] for r in rs)
+    clients = rn if run == "range" else n
+    vs = f"{w / base:.2f}x" if run != "range" else "-"
+    print(f"| {names[run]} | {clients} | {w:.2f} | {vs} | {gets} | {ub} | {ok} |")
+EOF
+if [ -n "${BENCH_OUT:-}" ]; then
+  { echo; echo "Run $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), \`REPS=$REPS SIZE_MB=$SIZE_MB N=$N bash bench/s3.sh\`:"; echo; cat "$W/table.md"; } >>"$BENCH_OUT"
+fi
+echo "results: $RES"
