@@ -160,3 +160,27 @@ async fn should_share_an_image_factory_asset_and_its_trust_record() {
     let key = format!("image:{}/v1.11.5/metal-amd64.raw", "a".repeat(64));
     assert_eq!(b.store.trust_get(&key).unwrap().unwrap(), a.store.trust_get(&key).unwrap().unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_fill_from_upstream_when_the_bucket_is_unreachable() {
+    let fake = FakeUpstream::start().await;
+    let body = random_bytes(1 << 20, 14);
+    let digest = fake.add_blob(body.clone());
+    // Nothing listens there: every bucket request fails to connect.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut s = BucketSettings::new("fleet");
+    s.endpoint = Some(format!("http://{}", closed.local_addr().unwrap()));
+    drop(closed);
+    s.credentials = Some(tender_bucket::Credentials {
+        access_key_id: "k".into(),
+        secret_access_key: "s".into(),
+        session_token: None,
+    });
+    let b = Bucket::new(s, BucketMetrics::default()).unwrap();
+    let t = replica(&fake, None, b.clone()).await;
+    let got = get(&t.url(&format!("/v2/ghcr.io/x/blobs/{digest}")), &[]).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(sha(&got.body.unwrap()), sha(&body), "served from upstream while the bucket is down");
+    assert_eq!(fake.blob_gets(), 1);
+    assert!(b.metrics().errors.get_or_create(&vec![("op".into(), "get".into())]).get() >= 1);
+}
