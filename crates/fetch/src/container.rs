@@ -6,6 +6,8 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
+use bytes::Bytes;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Container {
     None,
@@ -34,7 +36,11 @@ impl Container {
 
 /// Decode the whole file, which fails on any integrity error or truncation.
 pub fn check(path: &Path, c: Container) -> io::Result<u64> {
-    let mut d = c.decoder(File::open(path)?)?;
+    drain(c.decoder(File::open(path)?)?)
+}
+
+/// Read a decoder to its end; the decompressed size.
+fn drain(mut d: Box<dyn Read + '_>) -> io::Result<u64> {
     let mut buf = vec![0u8; 1 << 20];
     let mut n = 0u64;
     loop {
@@ -43,6 +49,90 @@ pub fn check(path: &Path, c: Container) -> io::Result<u64> {
             return Ok(n);
         }
         n += k as u64;
+    }
+}
+
+/// Chunks in flight to a [`StreamCheck`]'s decoder (each at most a few hundred KiB).
+const CHECK_QUEUE: usize = 64;
+
+/// The container check of a fill, run while the bytes arrive: a blocking task decodes every
+/// byte the fill appends, so the verdict is ready when the last byte is in (a check after the
+/// download would decompress the whole asset before the last byte may go out).
+#[derive(Debug)]
+pub struct StreamCheck {
+    container: Container,
+    tx: Option<tokio::sync::mpsc::Sender<Bytes>>,
+    task: Option<tokio::task::JoinHandle<io::Result<u64>>>,
+}
+
+/// The receiving end as a `Read`: EOF when the sender is dropped.
+struct ChannelReader {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    cur: Bytes,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.cur.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(b) => self.cur = b,
+                None => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.cur.len());
+        out[..n].copy_from_slice(&self.cur[..n]);
+        self.cur = self.cur.slice(n..);
+        Ok(n)
+    }
+}
+
+impl StreamCheck {
+    /// Start checking. `prefix`: a file whose first `len` bytes arrived before (a spool file
+    /// resumed after a crash); they are decoded first.
+    pub fn start(container: Container, prefix: Option<(File, u64)>) -> StreamCheck {
+        let (tx, rx) = tokio::sync::mpsc::channel(CHECK_QUEUE);
+        let task = tokio::task::spawn_blocking(move || {
+            let fed = ChannelReader { rx, cur: Bytes::new() };
+            match prefix {
+                Some((f, len)) => drain(container.decoder(f.take(len).chain(fed))?),
+                None => drain(container.decoder(fed)?),
+            }
+        });
+        StreamCheck { container, tx: Some(tx), task: Some(task) }
+    }
+
+    pub fn container(&self) -> Container {
+        self.container
+    }
+
+    /// The next bytes of the object. An error: the container is already known to be bad.
+    pub async fn feed(&mut self, bytes: Bytes) -> io::Result<()> {
+        let sent = match &self.tx {
+            Some(tx) => tx.send(bytes).await.is_ok(),
+            None => false,
+        };
+        if sent {
+            return Ok(());
+        }
+        // The decoder stopped before its input ended: it failed, or the container ended with
+        // bytes after it.
+        match self.finish_inner().await {
+            Err(e) => Err(e),
+            Ok(_) => Err(io::Error::new(io::ErrorKind::InvalidData, "bytes after the end of the container")),
+        }
+    }
+
+    async fn finish_inner(&mut self) -> io::Result<u64> {
+        self.tx = None;
+        match self.task.take() {
+            Some(t) => t.await.unwrap_or_else(|e| Err(io::Error::other(e))),
+            None => Err(io::Error::other("container check already finished")),
+        }
+    }
+
+    /// Every byte is in: the verdict (the decompressed size, or the integrity error).
+    pub async fn finish(mut self) -> io::Result<u64> {
+        self.finish_inner().await
     }
 }
 
@@ -71,6 +161,37 @@ mod tests {
                 e.finish().unwrap()
             }
             Container::None => data.to_vec(),
+        }
+    }
+
+    /// Feed `bytes` in pieces of `step` after a prefix of `prefix` bytes from a file.
+    async fn stream(c: Container, bytes: &[u8], prefix: usize, step: usize) -> io::Result<u64> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("prefix");
+        std::fs::write(&p, &bytes[..prefix]).unwrap();
+        let mut check = StreamCheck::start(c, (prefix > 0).then(|| (File::open(&p).unwrap(), prefix as u64)));
+        for piece in bytes[prefix..].chunks(step) {
+            check.feed(Bytes::copy_from_slice(piece)).await?;
+        }
+        check.finish().await
+    }
+
+    #[tokio::test]
+    async fn should_check_a_container_while_it_streams_in_any_pieces() {
+        let data: Vec<u8> = (0..300_000u32).flat_map(|i| (i % 253).to_le_bytes()).collect();
+        for c in [Container::Xz, Container::Gz, Container::Zst] {
+            let good = compress(c, &data);
+            for (prefix, step) in [(0, 1 << 20), (0, 4099), (good.len() / 3, 65536), (good.len(), 7)] {
+                assert_eq!(stream(c, &good, prefix, step).await.unwrap(), data.len() as u64, "{c:?} {prefix} {step}");
+            }
+            assert!(stream(c, &good[..good.len() - 7], 0, 8192).await.is_err(), "{c:?}: truncated must fail");
+            let mut bad = good.clone();
+            let mid = bad.len() / 2;
+            bad[mid] ^= 0x55;
+            assert!(stream(c, &bad, 0, 8192).await.is_err(), "{c:?}: a flipped byte must fail");
+            let mut trailing = good.clone();
+            trailing.extend_from_slice(b"garbage after the end");
+            assert!(stream(c, &trailing, 0, 8192).await.is_err(), "{c:?}: trailing bytes must fail");
         }
     }
 

@@ -25,6 +25,7 @@ use tender_store::{SpoolWriter, Store};
 use tokio::sync::watch;
 
 pub use crate::container::Container;
+use crate::container::StreamCheck;
 use crate::error::{FetchError, FetchErrorKind};
 use crate::metrics::{upstream_label, FetchMetrics};
 use crate::settings::FetchSettings;
@@ -278,11 +279,16 @@ impl Flights {
         self.metrics.fills_started.get_or_create(&upstream_label(&upstream)).inc();
         let mut restarted = false;
         let outcome = loop {
-            let result = self.transfer_with_retries(&fill, &mut writer, source.as_ref(), deadline).await;
+            let mut check = stream_check(&expect, &writer);
+            let result = self.transfer_with_retries(&fill, &mut writer, source.as_ref(), deadline, &mut check).await;
             let verdict = match result {
                 Ok(()) => {
                     let total = fill.state.borrow().total;
-                    self.verify_and_commit(&fill, writer, &expect, &upstream, total).await
+                    let checked = match check {
+                        Some(c) => Some(c.finish().await),
+                        None => None,
+                    };
+                    self.verify_and_commit(&fill, writer, &expect, &upstream, total, checked).await
                 }
                 Err(e) => Err((e, Some(writer))),
             };
@@ -381,11 +387,12 @@ impl Flights {
         writer: &mut SpoolWriter,
         source: &dyn Source,
         deadline: Instant,
+        check: &mut Option<StreamCheck>,
     ) -> Result<(), FetchError> {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            match self.transfer(fill, writer, source).await {
+            match self.transfer(fill, writer, source, check).await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_retryable() && attempt < self.settings.attempts => {
                     let wait = e.retry_after.unwrap_or_else(|| self.settings.backoff(attempt));
@@ -403,7 +410,13 @@ impl Flights {
     }
 
     /// One attempt: open at the bytes we have, compare any bytes re-sent, append the rest.
-    async fn transfer(&self, fill: &Fill, writer: &mut SpoolWriter, source: &dyn Source) -> Result<(), FetchError> {
+    async fn transfer(
+        &self,
+        fill: &Fill,
+        writer: &mut SpoolWriter,
+        source: &dyn Source,
+        check: &mut Option<StreamCheck>,
+    ) -> Result<(), FetchError> {
         let upstream = source.upstream().to_string();
         let err = |kind, m: String| FetchError::new(kind, &upstream, m);
         let have = writer.len();
@@ -484,6 +497,15 @@ impl Flights {
                 return Err(too_large(writer.len() + data.len() as u64));
             }
             writer.append(data).map_err(|e| err(FetchErrorKind::Local, format!("writing spool: {e}")))?;
+            if let Some(c) = check.as_mut() {
+                let fresh = chunk.slice(chunk.len() - data.len()..);
+                if let Err(e) = c.feed(fresh).await {
+                    return Err(err(
+                        FetchErrorKind::Corrupt,
+                        format!("{:?} integrity check failed by byte {}: {e}", c.container(), writer.len()),
+                    ));
+                }
+            }
             pos += data.len() as u64;
             let written = writer.len();
             fill.state.send_modify(|s| s.written = written);
@@ -509,6 +531,7 @@ impl Flights {
         expect: &Expect,
         upstream: &str,
         total: Option<u64>,
+        checked: Option<io::Result<u64>>,
     ) -> Result<Digest, (FetchError, Option<SpoolWriter>)> {
         let err = |kind, m: String| FetchError::new(kind, upstream, m);
         let got = writer.digest_so_far();
@@ -533,10 +556,17 @@ impl Flights {
                     ));
                 }
                 if container.has_checksum() {
-                    let (path, c) = (writer.path().to_path_buf(), *container);
-                    let checked = tokio::task::spawn_blocking(move || crate::container::check(&path, c))
-                        .await
-                        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+                    // Checked while the bytes arrived; a check that could not start (the resumed
+                    // prefix unreadable) is done now, over the whole file.
+                    let checked = match checked {
+                        Some(r) => r,
+                        None => {
+                            let (path, c) = (writer.path().to_path_buf(), *container);
+                            tokio::task::spawn_blocking(move || crate::container::check(&path, c))
+                                .await
+                                .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+                        }
+                    };
                     if let Err(e) = checked {
                         return Err((
                             err(FetchErrorKind::Corrupt, format!("{key}: {container:?} integrity check failed: {e}")),
@@ -584,6 +614,20 @@ impl Flights {
             Err(e) => Err((FetchError::new(FetchErrorKind::Local, upstream, format!("commit task: {e}")), None)),
         }
     }
+}
+
+/// The streaming container check of a fill that needs one (an asset in xz, gzip or zstd),
+/// starting after the bytes a resumed spool file already holds.
+fn stream_check(expect: &Expect, writer: &SpoolWriter) -> Option<StreamCheck> {
+    let Expect::Tofu { container, .. } = expect else { return None };
+    if !container.has_checksum() {
+        return None;
+    }
+    if writer.is_empty() {
+        return Some(StreamCheck::start(*container, None));
+    }
+    let prefix = File::open(writer.path()).ok()?;
+    Some(StreamCheck::start(*container, Some((prefix, writer.len()))))
 }
 
 fn result_label(upstream: &str, result: &str) -> Vec<(String, String)> {

@@ -323,3 +323,22 @@ async fn should_not_commit_a_truncated_lengthless_xz() {
     *bed.factory.cut_at.lock().unwrap() = None;
     assert_eq!(get(&bed.tender.url(&path), &[]).await.body.unwrap(), body);
 }
+
+/// A damaged xz with a correct Content-Length: the container check, run while the bytes
+/// arrive, fails; the last byte is never released, the fill restarts once from zero, and
+/// nothing is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_never_release_the_last_byte_of_a_damaged_xz() {
+    let bed = bed().await;
+    let mut damaged = xz(&disk_image(2)).to_vec();
+    let mid = damaged.len() / 2;
+    damaged[mid] ^= 0x10;
+    let damaged = Bytes::from(damaged);
+    let path = bed.add("openstack-amd64.raw.xz", damaged.clone());
+    let got = get(&bed.tender.url(&path), &[]).await;
+    assert!(got.status != 200 || got.body.is_err(), "a complete body of a damaged container");
+    wait_idle(&bed.tender).await;
+    assert_eq!(bed.factory.gets.load(Ordering::SeqCst), 2, "discarded, then one restart from zero");
+    assert!(bed.tender.store.object_len(&sha(&damaged).parse().unwrap()).is_none());
+    assert!(bed.tender.store.trust_list().unwrap().is_empty());
+}
