@@ -16,6 +16,9 @@ pub struct ChunkIndex {
     /// The replica that uploaded it, and when (seconds since the Unix epoch).
     pub uploaded_by: String,
     pub uploaded_at: u64,
+    /// A manifest's media type (absent for blobs and assets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
 }
 
 impl ChunkIndex {
@@ -27,6 +30,7 @@ impl ChunkIndex {
             chunks,
             uploaded_by: replica.to_string(),
             uploaded_at: tender_store::now_secs(),
+            media_type: None,
         }
     }
 

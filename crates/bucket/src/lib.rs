@@ -226,6 +226,16 @@ impl Bucket {
     /// Upload a committed local object: re-hash it while reading (a local copy that rotted since
     /// its commit never reaches the bucket), upload its content, then write its index.
     pub async fn upload(&self, d: &Digest, local: &std::path::Path) -> Result<Arc<ChunkIndex>, BucketError> {
+        self.upload_typed(d, local, None).await
+    }
+
+    /// [`Bucket::upload`] for a manifest, whose media type the index keeps.
+    pub async fn upload_typed(
+        &self,
+        d: &Digest,
+        local: &std::path::Path,
+        media_type: Option<&str>,
+    ) -> Result<Arc<ChunkIndex>, BucketError> {
         if let Some(i) = self.index(d).await? {
             return Ok(i);
         }
@@ -297,7 +307,8 @@ impl Bucket {
                 self.store.put(&p, payload).await.map_err(|e| self.store_err("put", &p, e))?;
             }
         }
-        let index = ChunkIndex::new(size, chunk, chunks, &self.settings.replica);
+        let mut index = ChunkIndex::new(size, chunk, chunks, &self.settings.replica);
+        index.media_type = media_type.map(str::to_string);
         self.put_json(&self.index_path(d), &index, PutMode::Overwrite).await?;
         self.metrics.uploaded_bytes.inc_by(size);
         self.metrics.uploads.inc();
@@ -373,6 +384,28 @@ impl Bucket {
             })
             .buffered(2)
             .boxed()
+    }
+
+    /// A small object whole (a manifest, at most `limit` bytes): every chunk verified, then
+    /// the whole against its digest. `None` when the bucket does not hold it or it is larger.
+    pub async fn read_small(
+        self: &Arc<Self>,
+        d: &Digest,
+        limit: u64,
+    ) -> Result<Option<(Bytes, Arc<ChunkIndex>)>, BucketError> {
+        let Some(index) = self.index(d).await? else { return Ok(None) };
+        if index.size > limit {
+            return Ok(None);
+        }
+        let mut s = self.read(*d, index.clone(), 0, index.size);
+        let mut out = Vec::with_capacity(index.size as usize);
+        while let Some(c) = s.next().await {
+            out.extend_from_slice(&c?);
+        }
+        if Digest::of(&out) != *d {
+            return Err(self.corrupt(&self.object_path(d), format!("content is {}, not {d}", Digest::of(&out))));
+        }
+        Ok(Some((Bytes::from(out), index)))
     }
 
     /// Forget what this process remembers of an object (after fsck moved it aside).

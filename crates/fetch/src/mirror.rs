@@ -232,6 +232,24 @@ impl Mirror {
             Reference::Tag(t) => store.tag_get(up.name(), repo.as_str(), t.as_str()).map_err(|e| local(up, e))?,
             Reference::Digest(_) => None,
         };
+        // By digest, another replica may have put it in the shared bucket.
+        if let (Reference::Digest(d), Some(bucket)) = (reference, self.flights.shared()) {
+            match bucket.read_small(d, MAX_MANIFEST_BYTES as u64).await {
+                Ok(Some((body, index))) => {
+                    if let Some(media_type) = index.media_type.clone().filter(|m| accept.accepts(m)) {
+                        store.put_bytes(&format!("manifest:{d}"), &body, d).map_err(|e| local(up, e))?;
+                        store
+                            .meta_put(d, &ManifestMeta { media_type: media_type.clone(), size: body.len() as u64 })
+                            .map_err(|e| local(up, e))?;
+                        return Ok(ManifestHit { digest: *d, media_type, bytes: body, cache: CacheResult::Shared });
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(digest = %d, error = %e, "manifest from the shared bucket refused; asking the upstream")
+                }
+            }
+        }
         // A tag we hold: ask with HEAD (cheap, not rate-limited by Docker Hub) whether it moved.
         if let (Some(r), Reference::Tag(_)) = (&record, reference) {
             if accept.accepts(&r.media_type) && store.object_len(&r.digest).is_some() {
@@ -305,6 +323,15 @@ impl Mirror {
         store
             .meta_put(&digest, &ManifestMeta { media_type: media_type.clone(), size: body.len() as u64 })
             .map_err(|e| local(up, e))?;
+        if let Some(bucket) = self.flights.shared() {
+            // Small and off the response path: the other replicas find it by digest.
+            let (bucket, path, mt) = (bucket.clone(), store.object_path(&digest), media_type.clone());
+            tokio::spawn(async move {
+                if let Err(e) = bucket.upload_typed(&digest, &path, Some(&mt)).await {
+                    tracing::warn!(%digest, error = %e, "manifest upload to the shared bucket failed");
+                }
+            });
+        }
         if let Reference::Tag(t) = reference {
             store
                 .tag_put(&TagRecord {

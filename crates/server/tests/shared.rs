@@ -184,3 +184,26 @@ async fn should_fill_from_upstream_when_the_bucket_is_unreachable() {
     assert_eq!(fake.blob_gets(), 1);
     assert!(b.metrics().errors.get_or_create(&vec![("op".into(), "get".into())]).get() >= 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_share_manifests_by_digest() {
+    let fake = FakeUpstream::start().await;
+    let mt = "application/vnd.oci.image.manifest.v1+json";
+    let body = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2},"layers":[]}"#;
+    let digest = fake.add_manifest("x", "v1", mt, body);
+    let mem = Arc::new(InMemory::new());
+    let a = replica(&fake, None, bucket(&mem, "a")).await;
+    let b = replica(&fake, None, bucket(&mem, "b")).await;
+    let path = format!("/v2/ghcr.io/x/manifests/{digest}");
+    let accept = [("accept", mt)];
+    let got = get(&a.url(&path), &accept).await;
+    assert_eq!(got.status, 200);
+    uploaded(&bucket(&mem, "probe"), &digest).await;
+    let before = fake.requests();
+    let got = client().get(b.url(&path)).header("accept", mt).send().await.unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.headers()["content-type"], mt, "the media type travels with the index");
+    assert_eq!(got.headers()["docker-content-digest"].to_str().unwrap(), digest);
+    assert_eq!(got.bytes().await.unwrap().as_ref(), body);
+    assert_eq!(fake.requests(), before, "the second replica did not ask the upstream");
+}
