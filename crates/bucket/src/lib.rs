@@ -69,6 +69,11 @@ impl BucketError {
     pub fn is_corrupt(&self) -> bool {
         matches!(self, BucketError::Corrupt { .. })
     }
+
+    /// The bucket has no such key (any more).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, BucketError::Store { source, .. } if matches!(**source, object_store::Error::NotFound { .. }))
+    }
 }
 
 /// A bucket shared by the replicas.
@@ -229,6 +234,13 @@ impl Bucket {
         self.upload_typed(d, local, None).await
     }
 
+    /// Upload a verified local copy over a bucket copy that failed verification (content, then
+    /// index), so the bucket heals without waiting for `fsck --repair`.
+    pub async fn replace(&self, d: &Digest, local: &std::path::Path) -> Result<Arc<ChunkIndex>, BucketError> {
+        self.forget(d);
+        self.put(d, local, None).await
+    }
+
     /// [`Bucket::upload`] for a manifest, whose media type the index keeps.
     pub async fn upload_typed(
         &self,
@@ -239,6 +251,15 @@ impl Bucket {
         if let Some(i) = self.index(d).await? {
             return Ok(i);
         }
+        self.put(d, local, media_type).await
+    }
+
+    async fn put(
+        &self,
+        d: &Digest,
+        local: &std::path::Path,
+        media_type: Option<&str>,
+    ) -> Result<Arc<ChunkIndex>, BucketError> {
         let started = std::time::Instant::now();
         let p = self.object_path(d);
         let chunk = self.settings.chunk_size;
@@ -338,7 +359,16 @@ impl Bucket {
     async fn chunk(&self, d: &Digest, index: &ChunkIndex, i: usize) -> Result<Bytes, BucketError> {
         let p = self.object_path(d);
         let range: Range<u64> = index.chunk_range(i);
-        let bytes = self.store.get_range(&p, range.clone()).await.map_err(|e| self.store_err("get", &p, e))?;
+        let bytes = match self.store.get_range(&p, range.clone()).await {
+            Ok(b) => b,
+            Err(e) => {
+                if matches!(e, object_store::Error::NotFound { .. }) {
+                    // Quarantined or deleted since its index was read: forget the index.
+                    self.forget(d);
+                }
+                return Err(self.store_err("get", &p, e));
+            }
+        };
         let got = hex::encode(Sha256::digest(&bytes));
         if bytes.len() as u64 != range.end - range.start || got != index.chunks[i] {
             return Err(self.corrupt(
@@ -409,7 +439,7 @@ impl Bucket {
     }
 
     /// Forget what this process remembers of an object (after fsck moved it aside).
-    fn forget(&self, d: &Digest) {
+    pub fn forget(&self, d: &Digest) {
         if let Ok(mut m) = self.indexes.lock() {
             m.remove(d);
         }

@@ -278,6 +278,7 @@ impl Flights {
         let mut upstream = source.upstream().to_string();
         self.metrics.fills_started.get_or_create(&upstream_label(&upstream)).inc();
         let mut restarted = false;
+        let mut bucket_copy_bad = false;
         let outcome = loop {
             let mut check = stream_check(&expect, &writer);
             let result = self.transfer_with_retries(&fill, &mut writer, source.as_ref(), deadline, &mut check).await;
@@ -294,6 +295,20 @@ impl Flights {
             };
             match verdict {
                 Ok(digest) => break Ok(digest),
+                Err((e, Some(w))) if e.kind != FetchErrorKind::Corrupt && from_bucket.is_some() => {
+                    // The bucket failed mid-copy (gone, quarantined, unreachable): the bytes so
+                    // far were verified chunk by chunk; the upstream continues from there, and
+                    // the fill's readers do not notice.
+                    tracing::warn!(key = %fill.key, error = %e, have = w.len(),
+                        "copy from the shared bucket failed; continuing from the upstream");
+                    if let (Some(found), Some(bucket)) = (from_bucket.take(), &self.shared) {
+                        bucket.forget(&found.digest);
+                    }
+                    (source, expect) = origin.clone();
+                    upstream = source.upstream().to_string();
+                    self.metrics.fills_started.get_or_create(&upstream_label(&upstream)).inc();
+                    writer = w;
+                }
                 Err((e, w)) if e.kind == FetchErrorKind::Corrupt && !restarted => {
                     // Discard, count, cut readers short, and start once more from zero.
                     restarted = true;
@@ -324,8 +339,10 @@ impl Flights {
                     fill = next;
                     writer = fresh;
                     if from_bucket.take().is_some() {
-                        // The bucket's copy is bad (fsck will find it): go to the upstream instead.
+                        // The bucket's copy is bad: go to the upstream instead, and put the
+                        // verified object over it afterwards.
                         (source, expect) = origin.clone();
+                        bucket_copy_bad = true;
                         upstream = source.upstream().to_string();
                         self.metrics.fills_started.get_or_create(&upstream_label(&upstream)).inc();
                     }
@@ -362,7 +379,7 @@ impl Flights {
                         Expect::Digest(_) => None,
                     };
                     let path = self.store.object_path(&digest);
-                    shared::publish(bucket.clone(), digest, path, trust, lease.take()).await;
+                    shared::publish(bucket.clone(), digest, path, trust, lease.take(), bucket_copy_bad).await;
                 }
             }
             Err(e) => {

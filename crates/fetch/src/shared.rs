@@ -37,7 +37,14 @@ pub fn source_label(bucket: &Bucket) -> String {
 }
 
 pub(crate) fn fetch_error(bucket: &Bucket, e: BucketError) -> FetchError {
-    let kind = if e.is_corrupt() { FetchErrorKind::Corrupt } else { FetchErrorKind::Connect };
+    let kind = if e.is_corrupt() {
+        FetchErrorKind::Corrupt
+    } else if e.is_not_found() {
+        // Gone since its index was read: no use retrying the bucket.
+        FetchErrorKind::NotFound
+    } else {
+        FetchErrorKind::Connect
+    };
     FetchError::new(kind, &source_label(bucket), e.to_string())
 }
 
@@ -105,18 +112,20 @@ pub(crate) async fn plan(bucket: &Arc<Bucket>, store: &Store, key: &str, expect:
 }
 
 /// Upload a committed object (and an asset's trust record), retrying a few times; then give
-/// the lease up. A failure leaves the object local only: other replicas fetch it themselves.
+/// the lease up. `replace`: the bucket's copy failed verification; overwrite it. A failure leaves the object local only: other replicas fetch it themselves.
 pub(crate) async fn publish(
     bucket: Arc<Bucket>,
     digest: Digest,
     path: std::path::PathBuf,
     trust: Option<TrustRecord>,
     lease: Option<Lease>,
+    replace: bool,
 ) {
     let mut attempt = 0u32;
     loop {
         attempt += 1;
-        let result = match bucket.upload(&digest, &path).await {
+        let uploaded = if replace { bucket.replace(&digest, &path).await } else { bucket.upload(&digest, &path).await };
+        let result = match uploaded {
             Ok(_) => match &trust {
                 Some(t) => bucket.put_trust(t).await,
                 None => Ok(()),
