@@ -34,6 +34,8 @@ use tender_bucket::Bucket;
 
 /// Bytes handed to a client per read.
 const READ_CHUNK: u64 = 256 * 1024;
+/// Longest a reader that caught up with its fill waits for a whole `READ_CHUNK` of new bytes.
+const BATCH_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A transfer opened by a [`Source`].
 pub struct Opened {
@@ -781,7 +783,27 @@ fn read_stream(
                 // Everything up to `end` was read, or the object is shorter than asked.
                 return None;
             }
-            if st.rx.changed().await.is_err() {
+            // Caught up with the fill: wake for a batch of new bytes (or the end, or a change of
+            // phase), not for every chunk appended, so N followers do not each turn every small
+            // append into a read and a socket write.
+            let (pos, asked_end, withhold) = (st.pos, st.end, st.withhold);
+            let ready = move |s: &FillState| {
+                if !matches!(s.phase, Phase::Connecting | Phase::Streaming) {
+                    return true;
+                }
+                // What this reader may read now, and the most it will ever read before the end.
+                let end = asked_end.or(s.total);
+                let mut limit = s.written;
+                let mut last = u64::MAX;
+                if let Some(e) = end {
+                    last = if withhold { e.saturating_sub(1) } else { e };
+                    limit = limit.min(last);
+                }
+                limit > pos && (limit - pos >= READ_CHUNK || limit >= last)
+            };
+            // A slow upstream still reaches the client: whatever arrived goes out after BATCH_WAIT.
+            let sender_gone = matches!(tokio::time::timeout(BATCH_WAIT, st.rx.wait_for(ready)).await, Ok(Err(_)));
+            if sender_gone {
                 st.done = true;
                 return Some((Err(io::Error::other("upstream transfer ended without result")), st));
             }
