@@ -80,16 +80,23 @@ async fn should_fetch_once_across_replicas_and_serve_ranges_from_the_bucket() {
     assert_eq!(fake.blob_gets(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn should_never_serve_corrupt_bucket_content() {
+/// A blob of `len` bytes fetched by a replica "a" and uploaded to a fresh bucket: the upstream,
+/// the bucket, that replica, the bytes, their digest and the blob's path.
+async fn in_bucket(len: usize, seed: u64) -> (FakeUpstream, Arc<InMemory>, Tender, bytes::Bytes, String, String) {
     let fake = FakeUpstream::start().await;
-    let body = random_bytes(3 << 20, 12);
+    let body = random_bytes(len, seed);
     let digest = fake.add_blob(body.clone());
     let mem = Arc::new(InMemory::new());
     let a = replica(&fake, None, bucket(&mem, "a")).await;
     let path = format!("/v2/ghcr.io/x/blobs/{digest}");
     assert_eq!(sha(&get(&a.url(&path), &[]).await.body.unwrap()), sha(&body));
     uploaded(&bucket(&mem, "probe"), &digest).await;
+    (fake, mem, a, body, digest, path)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_never_serve_corrupt_bucket_content() {
+    let (fake, mem, _a, body, digest, path) = in_bucket(3 << 20, 12).await;
     // Bit rot in the bucket: one byte of the second chunk.
     let key = object_store::path::Path::from(format!("objects/sha256/{}", &digest[7..]));
     let mut bad = body.to_vec();
@@ -218,14 +225,7 @@ async fn should_share_manifests_by_digest() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn should_continue_from_upstream_when_the_bucket_copy_vanishes() {
-    let fake = FakeUpstream::start().await;
-    let body = random_bytes(3 << 20, 15);
-    let digest = fake.add_blob(body.clone());
-    let mem = Arc::new(InMemory::new());
-    let a = replica(&fake, None, bucket(&mem, "a")).await;
-    let path = format!("/v2/ghcr.io/x/blobs/{digest}");
-    assert_eq!(sha(&get(&a.url(&path), &[]).await.body.unwrap()), sha(&body));
-    uploaded(&bucket(&mem, "probe"), &digest).await;
+    let (fake, mem, _a, body, digest, path) = in_bucket(3 << 20, 15).await;
     // c learns the index (a HEAD), then the content goes away (quarantined by fsck elsewhere).
     let c = replica(&fake, None, bucket(&mem, "c")).await;
     assert_eq!(client().head(c.url(&path)).send().await.unwrap().status(), 200);

@@ -70,6 +70,31 @@ pub fn skopeo_pull(tender: &Tender, name: &str, dest: &str) {
     ]));
 }
 
+/// Start `skopeo copy --all --preserve-digests` of `docker://<hostport>/<name>` into
+/// `oci:<dest>` without waiting; [`wait_pulls`] collects the copies.
+pub fn spawn_pull(hostport: &str, name: &str, dest: &Path) -> std::process::Child {
+    proc::need(&["skopeo"]);
+    Command::new("skopeo")
+        .args(["copy", "-q", "--all", "--preserve-digests", "--src-tls-verify=false"])
+        .arg(format!("docker://{hostport}/{name}"))
+        .arg(oci(dest))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Wait for every pull of [`spawn_pull`]; each must succeed with `index` as its only top-level
+/// manifest.
+pub fn wait_pulls(pulls: Vec<(PathBuf, std::process::Child)>, index: &str, through: &str) {
+    for (dest, child) in pulls {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "skopeo through {through}:\n{}", String::from_utf8_lossy(&out.stderr));
+        let (top, _) = tender_e2e::digest::verify_oci_layout(&dest);
+        assert_eq!(top, [index], "every client got the upstream's index");
+    }
+}
+
 /// `oci:<dir>` for skopeo.
 pub fn oci(dir: &Path) -> String {
     format!("oci:{}", dir.display())

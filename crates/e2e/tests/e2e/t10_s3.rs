@@ -4,12 +4,10 @@
 //! its lease expires; a corrupted object in the bucket is found by `tender fsck --bucket` and
 //! never served.
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
-use tender_e2e::digest::verify_oci_layout;
 use tender_e2e::http::Conn;
 use tender_e2e::registry::Sizes;
 use tender_e2e::s3::{S3Server, SECRET_ACCESS_KEY};
@@ -17,7 +15,7 @@ use tender_e2e::slow::{noise, SlowBlobServer};
 use tender_e2e::tender::{self, write_config, Tender};
 use tender_e2e::{poll_until, proc, TestDir};
 
-use crate::Bed;
+use crate::{spawn_pull, wait_pulls, Bed};
 
 const BUCKET: &str = "tender-e2e";
 
@@ -59,26 +57,15 @@ fn should_share_a_bucket_between_replicas_and_never_serve_a_corrupt_object() {
     let b = Tender::start(&replicas[1], &bed.path("b-data"), &bed.path("b.log"));
 
     // Four skopeo clients at once, two on each replica.
-    let mut children = Vec::new();
-    for i in 0..4 {
-        let t = if i % 2 == 0 { &a } else { &b };
-        let image = format!("docker://{}/ghcr.io/siderolabs/kubelet:v1.33.1", t.hostport());
-        let dest = bed.path(&format!("pull-{i}"));
-        let child = Command::new("skopeo")
-            .args(["copy", "-q", "--all", "--preserve-digests", "--src-tls-verify=false", &image])
-            .arg(format!("oci:{}", dest.display()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        children.push((dest, child));
-    }
-    let index = bed.images.var("KUBELET_INDEX");
-    for (dest, child) in children {
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "skopeo through a replica:\n{}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(verify_oci_layout(&dest).0, [index], "every client got the upstream's index");
-    }
+    let pulls = (0..4)
+        .map(|i| {
+            let t = if i % 2 == 0 { &a } else { &b };
+            let dest = bed.path(&format!("pull-{i}"));
+            let child = spawn_pull(&t.hostport(), "ghcr.io/siderolabs/kubelet:v1.33.1", &dest);
+            (dest, child)
+        })
+        .collect();
+    wait_pulls(pulls, bed.images.var("KUBELET_INDEX"), "a replica");
     let stats = bed.registry.stats();
     assert!(!stats.blob_gets_by_digest.is_empty(), "blobs came from the upstream");
     for (digest, gets) in &stats.blob_gets_by_digest {

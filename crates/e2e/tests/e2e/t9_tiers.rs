@@ -2,14 +2,14 @@
 //! The edge learns the site's upstream names, routes them through it, and every object
 //! crosses the upstream link once in total, however many clients pull at once.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use tender_e2e::digest::verify_oci_layout;
 use tender_e2e::proc;
 use tender_e2e::registry::Sizes;
 use tender_e2e::tender::{write_config, Tender};
 
-use crate::Bed;
+use crate::{spawn_pull, wait_pulls, Bed};
 
 #[test]
 fn should_fetch_each_object_once_through_two_tiers_and_refuse_unknown_names_at_the_edge() {
@@ -33,26 +33,14 @@ fn should_fetch_each_object_once_through_two_tiers_and_refuse_unknown_names_at_t
     assert_eq!(body["upstreams"], serde_json::json!(["ghcr.io"]), "{body}");
 
     // Four skopeo clients at once through the edge.
-    let image = format!("docker://{}/ghcr.io/siderolabs/kubelet:v1.33.1", edge.hostport());
-    let mut children = Vec::new();
-    for i in 0..4 {
-        let dest = bed.path(&format!("pull-{i}"));
-        let child = Command::new("skopeo")
-            .args(["copy", "-q", "--all", "--preserve-digests", "--src-tls-verify=false", &image])
-            .arg(format!("oci:{}", dest.display()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        children.push((dest, child));
-    }
+    let pulls = (0..4)
+        .map(|i| {
+            let dest = bed.path(&format!("pull-{i}"));
+            (dest.clone(), spawn_pull(&edge.hostport(), "ghcr.io/siderolabs/kubelet:v1.33.1", &dest))
+        })
+        .collect();
     let index = bed.images.var("KUBELET_INDEX");
-    for (dest, child) in children {
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "skopeo through the edge:\n{}", String::from_utf8_lossy(&out.stderr));
-        let (top, _) = verify_oci_layout(&dest);
-        assert_eq!(top, [index], "every client got the upstream's index");
-    }
+    wait_pulls(pulls, index, "the edge");
 
     // The upstream served each blob once, for both tiers and four clients together.
     let stats = bed.registry.stats();
