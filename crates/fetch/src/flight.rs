@@ -695,9 +695,36 @@ impl Fill {
         end: Option<u64>,
         withhold: bool,
     ) -> BoxStream<'static, io::Result<Bytes>> {
-        read_stream(self.file.clone(), self.state.subscribe(), start, end, withhold)
+        only_bytes(self.read(start, end, withhold, false))
+    }
+
+    /// [`Fill::reader`] for a connection that can send file spans itself (`sendfile`): bytes
+    /// the page cache holds come as [`Piece::File`], the rest as bytes.
+    pub fn pieces(
+        self: &Arc<Self>,
+        start: u64,
+        end: Option<u64>,
+        withhold: bool,
+    ) -> BoxStream<'static, io::Result<Piece>> {
+        self.read(start, end, withhold, true)
+    }
+
+    fn read(&self, start: u64, end: Option<u64>, withhold: bool, spans: bool) -> BoxStream<'static, io::Result<Piece>> {
+        let source = ReadSource { file: self.file.clone(), spans };
+        read_stream(source, self.state.subscribe(), start, end, withhold)
     }
 }
+
+/// Part of a body: bytes in memory, or a span of the object's file (at most [`MAX_PIECE`]
+/// bytes, in the page cache when handed out) for a connection that sends it with `sendfile`.
+#[derive(Debug)]
+pub enum Piece {
+    Bytes(Bytes),
+    File { file: Arc<File>, offset: u64, len: usize },
+}
+
+/// The longest piece a reader hands out.
+pub const MAX_PIECE: usize = READ_CHUNK as usize;
 
 /// A reader of a committed object (no fill involved).
 pub fn stored_reader(
@@ -707,13 +734,62 @@ pub fn stored_reader(
     start: u64,
     end: u64,
 ) -> BoxStream<'static, io::Result<Bytes>> {
+    only_bytes(stored_read(file, len, digest, start, end, false))
+}
+
+/// [`stored_reader`] for a connection that can send file spans itself.
+pub fn stored_pieces(
+    file: File,
+    len: u64,
+    digest: Digest,
+    start: u64,
+    end: u64,
+) -> BoxStream<'static, io::Result<Piece>> {
+    stored_read(file, len, digest, start, end, true)
+}
+
+fn stored_read(
+    file: File,
+    len: u64,
+    digest: Digest,
+    start: u64,
+    end: u64,
+    spans: bool,
+) -> BoxStream<'static, io::Result<Piece>> {
     let (tx, rx) = watch::channel(FillState { written: len, total: Some(len), phase: Phase::Committed(digest) });
     drop(tx);
-    read_stream(Arc::new(file), rx, start, Some(end), false)
+    read_stream(ReadSource { file: Arc::new(file), spans }, rx, start, Some(end), false)
+}
+
+/// A stream read without `spans` holds only bytes.
+fn only_bytes(pieces: BoxStream<'static, io::Result<Piece>>) -> BoxStream<'static, io::Result<Bytes>> {
+    pieces
+        .map(|p| match p? {
+            Piece::Bytes(b) => Ok(b),
+            Piece::File { .. } => Err(io::Error::other("internal error: a file span on a byte reader")),
+        })
+        .boxed()
+}
+
+/// Where a reader's bytes come from.
+struct ReadSource {
+    file: Arc<File>,
+    /// Hand out spans of the file the page cache holds instead of reading them.
+    spans: bool,
+}
+
+/// Whether the page cache holds the first and the last byte of `offset..offset + len`
+/// (`RWF_NOWAIT` never waits for the disk): a span to send without blocking on a read.
+fn cached(file: &File, offset: u64, len: usize) -> bool {
+    let mut probe = [0u8; 1];
+    [offset, offset + len as u64 - 1].into_iter().all(|at| {
+        let mut iov = [io::IoSliceMut::new(&mut probe)];
+        matches!(rustix::io::preadv2(file, &mut iov, at, rustix::io::ReadWriteFlags::NOWAIT), Ok(1))
+    })
 }
 
 struct ReadState {
-    file: Arc<File>,
+    source: ReadSource,
     rx: watch::Receiver<FillState>,
     pos: u64,
     end: Option<u64>,
@@ -725,13 +801,14 @@ struct ReadState {
 }
 
 fn read_stream(
-    file: Arc<File>,
+    source: ReadSource,
     rx: watch::Receiver<FillState>,
     start: u64,
     end: Option<u64>,
     withhold: bool,
-) -> BoxStream<'static, io::Result<Bytes>> {
-    let st = ReadState { file, rx, pos: start, end, withhold, done: false, verified: false, pool: BufPool::default() };
+) -> BoxStream<'static, io::Result<Piece>> {
+    let st =
+        ReadState { source, rx, pos: start, end, withhold, done: false, verified: false, pool: BufPool::default() };
     futures::stream::unfold(st, |mut st| async move {
         if st.done {
             return None;
@@ -766,12 +843,16 @@ fn read_stream(
             }
             if st.pos < limit {
                 let n = (limit - st.pos).min(READ_CHUNK) as usize;
-                let (file, pos) = (st.file.clone(), st.pos);
+                let (file, pos) = (st.source.file.clone(), st.pos);
+                if st.source.spans && cached(&file, pos, n) {
+                    st.pos += n as u64;
+                    return Some((Ok(Piece::File { file, offset: pos, len: n }), st));
+                }
                 let read = st.pool.read_at(file, pos, n).await;
                 return match read {
                     Ok(b) => {
                         st.pos += b.len() as u64;
-                        Some((Ok(b), st))
+                        Some((Ok(Piece::Bytes(b)), st))
                     }
                     Err(e) => {
                         st.done = true;
@@ -904,8 +985,22 @@ fn coalesce(body: BoxStream<'static, Result<Bytes, FetchError>>) -> BoxStream<'s
         if first.len() >= COALESCE {
             return Some((Ok(first), st));
         }
-        let mut buf = bytes::BytesMut::with_capacity(COALESCE);
+        // Copy only to join: a chunk with nothing else ready goes on as it came.
+        let second = match futures::FutureExt::now_or_never(st.body.next()) {
+            None => return Some((Ok(first), st)),
+            Some(None) => {
+                st.ended = true;
+                return Some((Ok(first), st));
+            }
+            Some(Some(Err(e))) => {
+                st.pending = Some(e);
+                return Some((Ok(first), st));
+            }
+            Some(Some(Ok(b))) => b,
+        };
+        let mut buf = bytes::BytesMut::with_capacity(COALESCE.max(first.len() + second.len()));
         buf.extend_from_slice(&first);
+        buf.extend_from_slice(&second);
         while buf.len() < COALESCE {
             match futures::FutureExt::now_or_never(st.body.next()) {
                 Some(Some(Ok(b))) => buf.extend_from_slice(&b),
@@ -954,12 +1049,51 @@ mod tests {
         assert!(sizes.len() < 10, "ready chunks were joined: {sizes:?}");
         // A chunk that is not there yet is not waited for: the first one goes out alone.
         let (tx, rx) = futures::channel::mpsc::unbounded::<Result<Bytes, FetchError>>();
-        tx.unbounded_send(chunk(10, 7)).unwrap();
+        let alone = Bytes::from(vec![7u8; 10]);
+        let at = alone.as_ptr();
+        tx.unbounded_send(Ok(alone)).unwrap();
         let mut s = coalesce(rx.boxed());
-        assert_eq!(s.next().await.unwrap().unwrap().len(), 10);
+        let got = s.next().await.unwrap().unwrap();
+        assert_eq!((got.len(), got.as_ptr()), (10, at), "a chunk alone goes on without a copy");
         tx.unbounded_send(chunk(20, 8)).unwrap();
         drop(tx);
         assert_eq!(s.next().await.unwrap().unwrap().len(), 20);
         assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn should_hand_out_cached_bytes_as_file_spans_and_withhold_the_last_until_verified() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), tender_store::OpenMode::Exclusive).unwrap();
+        let mut writer = store.create_spool("k").unwrap();
+        let fill = Arc::new(Fill::new("k", &writer).unwrap());
+        let content: Vec<u8> = (0..MAX_PIECE + 100).map(|i| (i % 251) as u8).collect();
+        writer.append(&content).unwrap();
+        fill.state.send_modify(|s| {
+            s.written = content.len() as u64;
+            s.total = Some(content.len() as u64);
+            s.phase = Phase::Streaming;
+        });
+        let mut pieces = fill.pieces(0, None, true);
+        let spans = [pieces.next().await.unwrap().unwrap(), pieces.next().await.unwrap().unwrap()];
+        let got: Vec<(u64, usize)> = spans
+            .iter()
+            .map(|p| match p {
+                Piece::File { offset, len, .. } => (*offset, *len),
+                Piece::Bytes(_) => panic!("bytes just written are in the page cache: a span"),
+            })
+            .collect();
+        assert_eq!(got, [(0, MAX_PIECE), (MAX_PIECE as u64, 99)], "the last byte waits for the verdict");
+        let waiting = futures::FutureExt::now_or_never(pieces.next());
+        assert!(waiting.is_none(), "nothing more before the content verified");
+        fill.state.send_modify(|s| s.phase = Phase::Verified(Digest::of(&content)));
+        match pieces.next().await.unwrap().unwrap() {
+            Piece::File { offset, len, .. } => assert_eq!((offset, len), (content.len() as u64 - 1, 1)),
+            Piece::Bytes(_) => panic!("a span"),
+        }
+        assert!(pieces.next().await.is_none());
+        let bytes: Vec<u8> = fill.reader(0, None, false).map(|b| b.unwrap().to_vec()).concat().await;
+        assert_eq!(bytes, content, "a byte reader reads the same bytes");
+        writer.discard();
     }
 }

@@ -21,7 +21,7 @@ pub mod shared;
 pub use client::Upstream;
 pub use container::Container;
 pub use error::{FetchError, FetchErrorKind};
-pub use flight::{Fill, Flights, ObjectBody};
+pub use flight::{Fill, Flights, ObjectBody, Piece};
 pub use metrics::FetchMetrics;
 pub use mirror::{ManifestHit, Mirror};
 pub use settings::{Credentials, FetchSettings, UpstreamSettings};

@@ -16,6 +16,7 @@ mod registry;
 pub mod served;
 mod status;
 pub mod tls;
+pub mod zerocopy;
 
 use std::future::Future;
 use std::sync::{Arc, RwLock};

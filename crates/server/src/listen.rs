@@ -19,6 +19,7 @@ use crate::auth::VerifiedClientCert;
 use crate::limits::Limits;
 use crate::metrics::ServerMetrics;
 use crate::tls::TlsReloader;
+use crate::zerocopy::{self, ZeroCopy, ZeroCopyStream};
 
 /// How one listener serves.
 #[derive(Clone)]
@@ -31,6 +32,9 @@ fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
     b.http1()
         .timer(TokioTimer::new())
+        // Queue body chunks as given, never copy them into hyper's buffer: zero-copy bodies
+        // (zerocopy.rs) rely on it.
+        .writev(true)
         .header_read_timeout(limits.header_timeout)
         // hyper answers 431 when the head does not fit.
         .max_buf_size(limits.max_header_bytes.max(8192))
@@ -99,8 +103,9 @@ async fn serve_connection(
     watcher: hyper_util::server::graceful::Watcher,
 ) {
     let Some(tls) = &opts.tls else {
-        let svc = service(router, peer, false);
-        let conn = builder.serve_connection(TokioIo::new(tcp), svc).into_owned();
+        let slot = ZeroCopy::new(metrics.sendfile_bytes.clone());
+        let svc = service(router, peer, false, Some(slot.clone()));
+        let conn = builder.serve_connection(TokioIo::new(ZeroCopyStream::new(tcp, slot)), svc).into_owned();
         if let Err(e) = watcher.watch(conn).await {
             count_refusal(metrics, &*e);
             tracing::debug!(error = %e, %peer, "connection ended with an error");
@@ -121,7 +126,7 @@ async fn serve_connection(
         }
     };
     let verified = tls.mutual() && stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
-    let svc = service(router, peer, verified);
+    let svc = service(router, peer, verified, None);
     let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
     if let Err(e) = watcher.watch(conn).await {
         count_refusal(metrics, &*e);
@@ -151,6 +156,7 @@ fn service(
     router: Router,
     peer: SocketAddr,
     verified_cert: bool,
+    zero_copy: Option<ZeroCopy>,
 ) -> impl hyper::service::Service<
     http::Request<Incoming>,
     Response = axum::response::Response,
@@ -162,6 +168,8 @@ fn service(
         if verified_cert {
             req.extensions_mut().insert(VerifiedClientCert);
         }
-        router.clone().oneshot(req.map(axum::body::Body::new))
+        // HTTP/2 frames (and so copies) body bytes: only HTTP/1 bodies may send file spans.
+        let slot = zero_copy.clone().filter(|_| req.version() <= http::Version::HTTP_11);
+        zerocopy::scope(slot, router.clone().oneshot(req.map(axum::body::Body::new)))
     })
 }

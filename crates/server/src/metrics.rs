@@ -24,6 +24,8 @@ pub struct ServerMetrics {
     pub auth_failures: Counter,
     /// TLS handshakes that failed (no or untrusted client certificate, protocol errors).
     pub tls_handshake_failures: Counter,
+    /// Body bytes sent straight from the page cache (`sendfile`, plain HTTP/1 connections).
+    pub sendfile_bytes: Counter,
     registry: Registry,
 }
 
@@ -57,6 +59,12 @@ impl ServerMetrics {
             "TLS handshakes that failed",
             tls_handshake_failures.clone(),
         );
+        let sendfile_bytes = Counter::default();
+        registry.register(
+            "tender_http_sendfile_bytes",
+            "Body bytes sent straight from the page cache with sendfile (plain HTTP/1 connections)",
+            sendfile_bytes.clone(),
+        );
         fetch.register(&mut registry);
         ServerMetrics {
             served: crate::served::Served::default(),
@@ -67,6 +75,7 @@ impl ServerMetrics {
             limit_refusals,
             auth_failures,
             tls_handshake_failures,
+            sendfile_bytes,
             registry,
         }
     }

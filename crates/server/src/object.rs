@@ -10,12 +10,13 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
 use futures::StreamExt;
 use tender_bucket::Bucket;
-use tender_fetch::flight::{stored_reader, Fill, Phase};
+use tender_fetch::flight::{stored_pieces, stored_reader, Fill, Phase};
 use tender_fetch::shared::SharedObject;
 use tender_oci::{Digest, ErrorCode};
 
 use crate::error::{ApiError, Subject};
 use crate::range::{self, RangeAsk};
+use crate::zerocopy;
 
 /// The headers that describe an object.
 #[derive(Debug, Clone, Default)]
@@ -139,14 +140,31 @@ pub fn stored(
             .status(StatusCode::PARTIAL_CONTENT)
             .header(header::CONTENT_LENGTH, end - start)
             .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{len}", end - 1))
-            .body(Body::from_stream(stored_reader(file, len, digest, start, end)))
+            .body(stored_body(file, len, digest, start, end))
             .map_err(internal),
         RangeAsk::Full => d
             .builder()
             .status(StatusCode::OK)
             .header(header::CONTENT_LENGTH, len)
-            .body(Body::from_stream(stored_reader(file, len, digest, 0, len)))
+            .body(stored_body(file, len, digest, 0, len))
             .map_err(internal),
+    }
+}
+
+/// The body of a committed object's bytes `start..end`: file spans sent with `sendfile` where
+/// the connection can (plain HTTP/1), read and copied otherwise.
+fn stored_body(file: std::fs::File, len: u64, digest: Digest, start: u64, end: u64) -> Body {
+    match zerocopy::current() {
+        Some(slot) => zerocopy::body(stored_pieces(file, len, digest, start, end), slot),
+        None => Body::from_stream(stored_reader(file, len, digest, start, end)),
+    }
+}
+
+/// The body of a fill's bytes (see [`Fill::reader`]), with file spans where the connection can.
+fn fill_body(fill: &Arc<Fill>, start: u64, end: Option<u64>, withhold: bool) -> Body {
+    match zerocopy::current() {
+        Some(slot) => zerocopy::body(fill.pieces(start, end, withhold), slot),
+        None => Body::from_stream(fill.reader(start, end, withhold)),
     }
 }
 
@@ -162,10 +180,9 @@ pub async fn filling(fill: Arc<Fill>, d: &Describe, req: &HeaderMap, subject: Su
     if d.not_modified(req) {
         return d.builder().status(StatusCode::NOT_MODIFIED).body(Body::empty()).map_err(internal);
     }
-    let reader = |start, end, withhold| Ok::<_, ApiError>(fill.reader(start, end, withhold));
     let Some(total) = state.total else {
         // No size from the upstream: a chunked body that only ends once the object verified.
-        return d.builder().status(StatusCode::OK).body(Body::from_stream(reader(0, None, true)?)).map_err(internal);
+        return d.builder().status(StatusCode::OK).body(fill_body(&fill, 0, None, true)).map_err(internal);
     };
     match d.ask(req, total) {
         RangeAsk::Unsatisfiable => Err(unsatisfiable(total)),
@@ -174,13 +191,13 @@ pub async fn filling(fill: Arc<Fill>, d: &Describe, req: &HeaderMap, subject: Su
             .status(StatusCode::PARTIAL_CONTENT)
             .header(header::CONTENT_LENGTH, end - start)
             .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{total}", end - 1))
-            .body(Body::from_stream(reader(start, Some(end), false)?))
+            .body(fill_body(&fill, start, Some(end), false))
             .map_err(internal),
         RangeAsk::Full => d
             .builder()
             .status(StatusCode::OK)
             .header(header::CONTENT_LENGTH, total)
-            .body(Body::from_stream(reader(0, Some(total), true)?))
+            .body(fill_body(&fill, 0, Some(total), true))
             .map_err(internal),
     }
 }

@@ -162,6 +162,37 @@ async fn should_fetch_once_for_64_concurrent_cold_clients() {
     assert_eq!(fake.state.bytes_sent.load(Ordering::SeqCst), SIZE as u64, "upstream bytes exactly 1.00x the blob");
 }
 
+/// On plain HTTP/1, stored bytes go from the page cache to the socket with sendfile; HTTP/2
+/// (which frames them) copies. Every body is right either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn should_send_stored_bytes_with_sendfile_on_plain_http1_only() {
+    let fake = FakeUpstream::start().await;
+    let body = random_bytes(SIZE, 12);
+    let digest = fake.add_blob(body.clone());
+    *fake.state.steady.lock().unwrap() = Some(Fault::SlowDrip(16 * 1024 * 1024));
+    let tender = Tender::in_front_of(&fake).await;
+    let url = tender.url(&format!("/v2/ghcr.io/x/blobs/{digest}"));
+    for g in fan_out(&url, 8).await {
+        assert_eq!(sha(g.body.as_ref().unwrap()), digest, "cold, while the fill runs");
+    }
+    tender.wait_idle().await;
+    let sent = || tender.app.metrics().sendfile_bytes.get();
+    let before = sent();
+    let hot = get(&url, &[]).await;
+    assert_eq!(sha(hot.body.as_ref().unwrap()), digest);
+    assert_eq!(sent() - before, SIZE as u64, "a hot body goes out with sendfile, every byte");
+    let range = get(&url, &[("Range", "bytes=1000-300999")]).await;
+    assert_eq!(range.status, 206);
+    assert_eq!(range.body.as_ref().unwrap(), &body.slice(1000..301_000));
+    assert_eq!(sent() - before, SIZE as u64 + 300_000);
+    let h2 = reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().unwrap();
+    let resp = h2.get(&url).send().await.unwrap();
+    assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+    assert_eq!(sha(&resp.bytes().await.unwrap()), digest);
+    assert_eq!(sent() - before, SIZE as u64 + 300_000, "HTTP/2 copies");
+    assert_eq!(fake.blob_gets(), 1);
+}
+
 /// A wrong body is discarded, counted and retried once from zero; clients connected to the
 /// bad fill are cut short and never get its last byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -120,6 +120,7 @@ async fn should_serve_tls_with_http2_and_http1_and_verify_every_byte() {
         assert_eq!(resp.version(), want, "ALPN picks the protocol");
         assert_eq!(sha(&resp.bytes().await.unwrap()), sha(&blob));
     }
+    assert_eq!(tender.app.metrics().sendfile_bytes.get(), 0, "TLS bodies are encrypted, never sent from a file");
     // Plain HTTP on a TLS listener gets no answer.
     assert!(client().get(format!("http://{}/v2/", tender.addr)).send().await.is_err());
     // A client that does not trust the CA is refused at the handshake.

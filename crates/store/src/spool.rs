@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest as _, Sha256};
 use tender_oci::Digest;
 
-/// An append-only spool file that hashes every byte written to it.
+/// An append-only spool file that hashes every byte written to it. Bytes once written never
+/// change (readers and a fill's in-memory window of recent bytes rely on it).
 #[derive(Debug)]
 pub struct SpoolWriter {
     path: PathBuf,
@@ -87,14 +88,6 @@ impl SpoolWriter {
         let mut have = vec![0u8; bytes.len()];
         self.file.read_exact_at(&mut have, offset)?;
         Ok(have == bytes)
-    }
-
-    /// Drop everything from `len` on (the length must not exceed what was written); re-hashes.
-    pub fn truncate_to_zero(&mut self) -> io::Result<()> {
-        self.file.set_len(0)?;
-        self.hasher = Sha256::new();
-        self.len = 0;
-        Ok(())
     }
 
     /// The sha256 of what was written so far, without finishing.
