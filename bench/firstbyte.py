@@ -7,7 +7,10 @@ curl's time_starttransfer is the time of the response *headers*; a cache can sen
 and then make a follower wait for the whole upstream transfer. This client reads the status line
 and headers, then one body byte (that instant is fbb), then the rest of the body (hashed with
 --sha256, else only counted). All clients start together (a barrier); every time is in seconds
-since that common start, so fbb_max_s is "the last client's first body byte".
+since that common start, so fbb_max_s is "the last client's first body byte". Every client is its
+own process (forked, then waiting for the common start instant): threads of one interpreter share
+the GIL, and with many clients a late thread could wait a second for it before even sending its
+request, which would be charged to the server. sent_max_s is when the last request was written.
 
 prints one line per client, then
   fanout N=.. wall_s=.. ok=.. fail=.. bytes=.. agg_GiBps=.. hdr_max_s=.. fbb_min_s=.. fbb_med_s=.. fbb_max_s=..
@@ -21,7 +24,7 @@ import http.client
 import os
 import statistics
 import sys
-import threading
+import multiprocessing
 import time
 import urllib.parse
 
@@ -39,15 +42,16 @@ def vmhwm_kb(pid):
     return "?"
 
 
-def client(i, url, args, barrier, t0, out):
-    r = {"i": i, "status": 0, "bytes": 0, "hdr": None, "fbb": None, "end": None, "sha": "-", "err": ""}
-    out[i] = r
+def client(i, url, args, t0, results):
+    r = {"i": i, "status": 0, "bytes": 0, "sent": None, "hdr": None, "fbb": None, "end": None, "sha": "-",
+         "err": ""}
     u = urllib.parse.urlsplit(url)
     path = u.path + ("?" + u.query if u.query else "")
     try:
-        barrier.wait()
+        time.sleep(max(0.0, t0[0] - time.monotonic()))
         conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=args.maxtime)
         conn.request("GET", path, headers={"User-Agent": "tender-bench-firstbyte/1"})
+        r["sent"] = time.monotonic() - t0[0]
         resp = conn.getresponse()
         r["hdr"] = time.monotonic() - t0[0]
         r["status"] = resp.status
@@ -78,6 +82,7 @@ def client(i, url, args, barrier, t0, out):
     except Exception as e:  # noqa: BLE001 - one failed client is a result, not a crash
         r["err"] = repr(e)
         r["end"] = time.monotonic() - t0[0]
+    results.put(r)
 
 
 def fmt(v):
@@ -99,21 +104,22 @@ def main():
         sys.exit("firstbyte.py: bad N: %d" % args.n)
     args.sha256 = args.sha256.lower()
 
-    out = [None] * args.n
-    t0 = [0.0]
-    barrier = threading.Barrier(args.n + 1)
-    threads = [threading.Thread(target=client, args=(i, args.url, args, barrier, t0, out), daemon=True)
-               for i in range(args.n)]
-    for t in threads:
-        t.start()
-    t0[0] = time.monotonic()
-    barrier.wait()
-    for t in threads:
-        t.join()
+    # CLOCK_MONOTONIC is one clock for every process: the children wait for the same instant,
+    # far enough ahead for all of them to have been forked.
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    t0 = [time.monotonic() + 0.3 + 0.02 * args.n]
+    procs = [ctx.Process(target=client, args=(i, args.url, args, t0, results), daemon=True) for i in range(args.n)]
+    for pr in procs:
+        pr.start()
+    out = [results.get() for _ in procs]
     wall = time.monotonic() - t0[0]
+    for pr in procs:
+        pr.join()
+    out.sort(key=lambda r: r["i"])
 
     ok = fail = total = 0
-    fbbs, hdrs = [], []
+    fbbs, hdrs, sents = [], [], []
     for r in out:
         good = r["status"] == 200 and not r["err"] and r["sha"] != "BAD"
         if args.expect_bytes is not None and r["bytes"] != args.expect_bytes:
@@ -125,8 +131,10 @@ def main():
             fbbs.append(r["fbb"])
         if r["hdr"] is not None:
             hdrs.append(r["hdr"])
-        print("client %d: %s http=%d bytes=%d hdr_s=%s fbb_s=%s time_s=%s sha256=%s%s" % (
-            r["i"] + 1, "ok" if good else "fail", r["status"], r["bytes"], fmt(r["hdr"]), fmt(r["fbb"]),
+        if r["sent"] is not None:
+            sents.append(r["sent"])
+        print("client %d: %s http=%d bytes=%d sent_s=%s hdr_s=%s fbb_s=%s time_s=%s sha256=%s%s" % (
+            r["i"] + 1, "ok" if good else "fail", r["status"], r["bytes"], fmt(r["sent"]), fmt(r["hdr"]), fmt(r["fbb"]),
             fmt(r["end"]), r["sha"], (' err="%s"' % r["err"]) if r["err"] else ""))
     # a client that never got a body byte counts as "never": fbb_max is then reported as "-"
     fbb_max = max(fbbs) if len(fbbs) == args.n else None
@@ -134,10 +142,11 @@ def main():
     if os.environ.get("WATCH_PID"):
         extra = " vmhwm_kb=%s" % vmhwm_kb(os.environ["WATCH_PID"])
     print("fanout N=%d wall_s=%.3f ok=%d fail=%d bytes=%d agg_GiBps=%.3f hdr_max_s=%s fbb_min_s=%s "
-          "fbb_med_s=%s fbb_max_s=%s%s" % (
+          "fbb_med_s=%s fbb_max_s=%s sent_max_s=%s%s" % (
               args.n, wall, ok, fail, total, total / wall / (1 << 30) if wall > 0 else 0,
               fmt(max(hdrs) if hdrs else None), fmt(min(fbbs) if fbbs else None),
-              fmt(statistics.median(fbbs) if fbbs else None), fmt(fbb_max), extra))
+              fmt(statistics.median(fbbs) if fbbs else None), fmt(fbb_max), fmt(max(sents) if sents else None),
+              extra))
     sys.exit(1 if fail else 0)
 
 

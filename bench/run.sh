@@ -268,7 +268,8 @@ first_run() {
   [ "$_sys" = direct ] || stop_cache "$_sys" "$_tag"
   rec "first sys=$_sys N=$_n rep=$_r wall_s=$(echo "$_s" | kv wall_s) ok=$(echo "$_s" | kv ok) fail=$(echo "$_s" | kv fail)" \
     "hdr_max_s=$(echo "$_s" | kv hdr_max_s) fbb_min_s=$(echo "$_s" | kv fbb_min_s) fbb_med_s=$(echo "$_s" | kv fbb_med_s)" \
-    "fbb_max_s=$(echo "$_s" | kv fbb_max_s) up_gets=$(echo "$_u" | kv blob_gets) up_bytes=$(echo "$_u" | kv blob_bytes)" \
+    "fbb_max_s=$(echo "$_s" | kv fbb_max_s) sent_max_s=$(echo "$_s" | kv sent_max_s)" \
+    "up_gets=$(echo "$_u" | kv blob_gets) up_bytes=$(echo "$_u" | kv blob_bytes)" \
     "size=$BIG_SIZE vmhwm_kb=$_h $_extra $_l"
 }
 case " $PARTS " in *" first "*)
