@@ -3,7 +3,7 @@
 //! structure). Used to establish that an asset with no published checksum arrived whole.
 
 use std::fs::File;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
 use bytes::Bytes;
@@ -30,6 +30,17 @@ impl Container {
             }
             Container::Gz => Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 20, r))),
             Container::Zst => Box::new(zstd::stream::read::Decoder::new(r)?),
+        })
+    }
+
+    /// [`Container::decoder`] over a reader that already buffers: the decoder reads its input
+    /// in place, with no copy into a buffer of its own.
+    fn buf_decoder<'a, R: BufRead + 'a>(self, r: R) -> io::Result<Box<dyn Read + 'a>> {
+        Ok(match self {
+            Container::None => Box::new(r),
+            Container::Xz => Box::new(liblzma::bufread::XzDecoder::new_multi_decoder(r)),
+            Container::Gz => Box::new(flate2::bufread::MultiGzDecoder::new(r)),
+            Container::Zst => Box::new(zstd::stream::read::Decoder::with_buffer(r)?),
         })
     }
 }
@@ -73,16 +84,27 @@ struct ChannelReader {
 
 impl Read for ChannelReader {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = out.len().min(self.fill_buf()?.len());
+        out[..n].copy_from_slice(&self.cur[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+/// The received chunks are the buffer: the decoder reads them where they are.
+impl BufRead for ChannelReader {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
         while self.cur.is_empty() {
             match self.rx.blocking_recv() {
                 Some(b) => self.cur = b,
-                None => return Ok(0),
+                None => break,
             }
         }
-        let n = out.len().min(self.cur.len());
-        out[..n].copy_from_slice(&self.cur[..n]);
-        self.cur = self.cur.slice(n..);
-        Ok(n)
+        Ok(&self.cur)
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.cur = self.cur.slice(n.min(self.cur.len())..);
     }
 }
 
@@ -94,8 +116,8 @@ impl StreamCheck {
         let task = tokio::task::spawn_blocking(move || {
             let fed = ChannelReader { rx, cur: Bytes::new() };
             match prefix {
-                Some((f, len)) => drain(container.decoder(f.take(len).chain(fed))?),
-                None => drain(container.decoder(fed)?),
+                Some((f, len)) => drain(container.buf_decoder(BufReader::new(f.take(len)).chain(fed))?),
+                None => drain(container.buf_decoder(fed)?),
             }
         });
         StreamCheck { container, tx: Some(tx), task: Some(task) }
