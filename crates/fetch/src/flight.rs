@@ -1109,4 +1109,69 @@ mod tests {
         assert_eq!(bytes, content, "a byte reader reads the same bytes");
         writer.discard();
     }
+
+    /// Where a span starts and how long it is.
+    fn span(p: Piece) -> (u64, usize) {
+        match p {
+            Piece::File { offset, len, .. } => (offset, len),
+            Piece::Bytes(_) => panic!("bytes just written are in the page cache: a span"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn should_release_spans_to_a_caught_up_reader_in_batches_or_after_the_batch_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), tender_store::OpenMode::Exclusive).unwrap();
+        let mut writer = store.create_spool("k").unwrap();
+        let fill = Arc::new(Fill::new("k", &writer).unwrap());
+        let total = 2 * SPAN_BATCH;
+        let mut append = |n: u64| {
+            writer.append(&vec![7u8; n as usize]).unwrap();
+            let written = writer.len();
+            fill.state.send_modify(|s| {
+                s.written = written;
+                s.total = Some(total);
+                s.phase = Phase::Streaming;
+            });
+        };
+        append(SPAN_CHUNK);
+        let mut pieces = fill.pieces(0, None, true);
+        assert_eq!(span(pieces.next().await.unwrap().unwrap()), (0, MAX_PIECE), "bytes already there go at once");
+        // The reader's next piece, awaited in a task while the fill appends: the piece and how
+        // long it took.
+        let next = |mut pieces: BoxStream<'static, io::Result<Piece>>| {
+            tokio::spawn(async move {
+                let t0 = tokio::time::Instant::now();
+                let p = span(pieces.next().await.unwrap().unwrap());
+                (p, t0.elapsed(), pieces)
+            })
+        };
+
+        // Caught up: less than a batch goes out after the batch wait.
+        let reader = next(pieces);
+        tokio::task::yield_now().await;
+        append(SPAN_CHUNK / 2);
+        let (first, waited, pieces) = reader.await.unwrap();
+        assert_eq!(first, (SPAN_CHUNK, MAX_PIECE / 2));
+        assert_eq!(waited, BATCH_WAIT, "a small append reached the client after the batch wait");
+
+        // Caught up again: a whole batch wakes the reader at once, then goes out in spans.
+        let reader = next(pieces);
+        tokio::task::yield_now().await;
+        append(SPAN_BATCH);
+        let (first, waited, mut pieces) = reader.await.unwrap();
+        assert_eq!(first, (SPAN_CHUNK * 3 / 2, MAX_PIECE));
+        assert!(waited < BATCH_WAIT, "a whole batch does not wait for the timer: {waited:?}");
+        let mut at = SPAN_CHUNK * 5 / 2;
+        while at < SPAN_CHUNK * 3 / 2 + SPAN_BATCH {
+            let (offset, len) = span(pieces.next().await.unwrap().unwrap());
+            assert_eq!(offset, at);
+            at += len as u64;
+        }
+        let t0 = tokio::time::Instant::now();
+        fill.state.send_modify(|s| s.phase = Phase::Failed(FetchError::new(FetchErrorKind::Body, "u", "cut")));
+        assert!(pieces.next().await.unwrap().is_err(), "a failed fill ends the reader");
+        assert!(t0.elapsed() < BATCH_WAIT, "a change of phase does not wait for a batch");
+        writer.discard();
+    }
 }
