@@ -237,6 +237,11 @@ impl Flights {
         Ok(Claim::Filling(fill))
     }
 
+    /// The fill in progress for `key`, if there is one (a lookup: it never starts a fill).
+    pub fn filling(&self, key: &str) -> Option<Arc<Fill>> {
+        self.active.lock().ok()?.get(key).cloned()
+    }
+
     fn finish(&self, fill: &Arc<Fill>) {
         if let Ok(mut active) = self.active.lock() {
             if active.get(&fill.key).is_some_and(|f| Arc::ptr_eq(f, fill)) {
@@ -681,6 +686,21 @@ impl Fill {
         matches!(self.state.borrow().phase, Phase::Verified(_))
     }
 
+    /// Wait for the end of a fill whose content verified: the digest once the object is
+    /// committed. None when the content has not verified (the fill may still take long) or the
+    /// commit failed.
+    pub async fn committed(&self) -> Option<Digest> {
+        let mut rx = self.state.subscribe();
+        loop {
+            match &rx.borrow_and_update().phase {
+                Phase::Committed(d) => return Some(*d),
+                Phase::Verified(_) => {}
+                _ => return None,
+            }
+            rx.changed().await.ok()?;
+        }
+    }
+
     /// Wait until the upstream answered (size known, or streaming without one), the object
     /// is committed, or the fill failed.
     pub async fn started(&self) -> FillState {
@@ -1107,6 +1127,35 @@ mod tests {
         assert!(pieces.next().await.is_none());
         let bytes: Vec<u8> = fill.reader(0, None, false).map(|b| b.unwrap().to_vec()).concat().await;
         assert_eq!(bytes, content, "a byte reader reads the same bytes");
+        writer.discard();
+    }
+
+    #[tokio::test]
+    async fn should_wait_for_the_commit_only_once_the_content_verified() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), tender_store::OpenMode::Exclusive).unwrap();
+        let writer = store.create_spool("k").unwrap();
+        let fill = Arc::new(Fill::new("k", &writer).unwrap());
+        fill.state.send_modify(|s| s.phase = Phase::Streaming);
+        assert_eq!(fill.committed().await, None, "a fill still streaming is not waited for");
+        let d = Digest::of(b"x");
+        fill.state.send_modify(|s| s.phase = Phase::Verified(d));
+        let waiter = tokio::spawn({
+            let fill = fill.clone();
+            async move { fill.committed().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "a verified fill is waited for until its commit");
+        fill.state.send_modify(|s| s.phase = Phase::Committed(d));
+        assert_eq!(waiter.await.unwrap(), Some(d));
+        fill.state.send_modify(|s| s.phase = Phase::Verified(d));
+        let waiter = tokio::spawn({
+            let fill = fill.clone();
+            async move { fill.committed().await }
+        });
+        tokio::task::yield_now().await;
+        fill.fail(FetchError::new(FetchErrorKind::Local, "u", "commit: disk full"));
+        assert_eq!(waiter.await.unwrap(), None, "a failed commit gives no digest");
         writer.discard();
     }
 

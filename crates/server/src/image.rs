@@ -64,14 +64,18 @@ async fn serve(
         filename: Some(filename.unwrap_or_else(|| asset.asset.clone())),
         ..Describe::default()
     };
-    if let Some(t) = store.trust_get(&key).map_err(local)? {
-        if let Some((file, len)) = store.open_object(&t.digest).map_err(local)? {
-            info.cache = Some(CacheResult::Hit.as_str());
-            info.digest = Some(t.digest.to_string());
-            describe.etag_digest = Some(t.digest);
-            describe.last_modified = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(t.first_seen));
-            return object::stored(file, len, t.digest, &describe, headers, head);
-        }
+    // A trusted asset that is stored: a hit.
+    let stored = |describe: &mut Describe, info: &mut AccessInfo| -> Result<Option<Response>, ApiError> {
+        let Some(t) = store.trust_get(&key).map_err(local)? else { return Ok(None) };
+        let Some((file, len)) = store.open_object(&t.digest).map_err(local)? else { return Ok(None) };
+        info.cache = Some(CacheResult::Hit.as_str());
+        info.digest = Some(t.digest.to_string());
+        describe.etag_digest = Some(t.digest);
+        describe.last_modified = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(t.first_seen));
+        object::stored(file, len, t.digest, describe, headers, head).map(Some)
+    };
+    if let Some(resp) = stored(&mut describe, info)? {
+        return Ok(resp);
     }
     if let Some(bucket) = mirror.flights().shared() {
         let expect = Expect::Tofu { key: key.clone(), container: container(asset.compression()) };
@@ -90,6 +94,16 @@ async fn serve(
         }
     }
     if head {
+        // Clients of a fill get their last byte once the content verified, before the commit
+        // (fsync, rename, trust record) ends: a HEAD right after such a GET waits for that commit
+        // and answers as a hit, with validators, rather than asking the factory.
+        if let Some(fill) = mirror.flights().filling(&key).filter(|f| f.is_verified()) {
+            if fill.committed().await.is_some() {
+                if let Some(resp) = stored(&mut describe, info)? {
+                    return Ok(resp);
+                }
+            }
+        }
         info.cache = Some(CacheResult::Pass.as_str());
         let size = mirror.asset_size(&asset.path()).await.map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?;
         return object::head(&describe, size);
