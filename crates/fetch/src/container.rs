@@ -23,14 +23,7 @@ impl Container {
 
     /// A reader of the decompressed content of `r`.
     pub fn decoder<'a, R: Read + 'a>(self, r: R) -> io::Result<Box<dyn Read + 'a>> {
-        Ok(match self {
-            Container::None => Box::new(r),
-            Container::Xz => {
-                Box::new(liblzma::read::XzDecoder::new_multi_decoder(BufReader::with_capacity(1 << 20, r)))
-            }
-            Container::Gz => Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 20, r))),
-            Container::Zst => Box::new(zstd::stream::read::Decoder::new(r)?),
-        })
+        self.buf_decoder(BufReader::with_capacity(1 << 20, r))
     }
 
     /// [`Container::decoder`] over a reader that already buffers: the decoder reads its input
