@@ -13,13 +13,12 @@ pub const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f2798332
 pub const GOLDEN_URL: &str = "https://factory.talos.dev/image/ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515/v1.13.6/openstack-amd64.raw.xz";
 pub const GOLDEN: &str = "talos-worker-ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515-v1.13.6";
 
-/// A file under `shared/reference/`, beside the repository. Missing means the test setup is
-/// broken: fail loudly, never skip.
+/// A reference file under the repository's `testdata/reference/` (origin and licence in its
+/// README). Missing means the checkout is broken: fail loudly, never skip.
 pub fn reference(rel: &str) -> String {
-    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/reference/")).join(rel);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("reference file {} is missing ({e}); the tests need shared/ beside the repository", path.display())
-    })
+    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/reference/")).join(rel);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reference file {} is missing ({e})", path.display()))
 }
 
 /// The minimal pool file with `extra` YAML appended at the top level.
