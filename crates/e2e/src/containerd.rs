@@ -1,4 +1,4 @@
-//! A private containerd, set up like the harness's `containerd-pull.sh`: its own root, state and
+//! A private containerd, a private containerd for the pull tests: its own root, state and
 //! socket under a test directory, the CRI plugin off, and a `certs.d` hosts directory that maps
 //! a registry host to the mirror under test with a closed loopback port as the fallback
 //! `server`, so a broken mirror fails instead of reaching the real registry.

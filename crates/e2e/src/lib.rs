@@ -5,12 +5,13 @@
 //! reaches beyond the loopback interface: tender is always started with a config file that names
 //! only loopback upstreams, never with the embedded default.
 //!
-//! - [`paths`]: the workspace, the shared harness scripts, the `tender` binary
+//! - [`paths`]: the workspace, the test bed scripts (`scripts/testbed`), the `tender` binary
 //! - [`proc`]: child-process guards, signals, bounded waits, running commands
 //! - [`http`]: a small blocking HTTP/1.1 client (keep-alive, streaming bodies)
 //! - [`tender`]: a running `tender serve` and its JSON access log
-//! - [`registry`]: `docker-registry` as the upstream (harness `upstream.sh`) and the synthetic
+//! - [`registry`]: `docker-registry` as the upstream (test bed `upstream.sh`) and the synthetic
 //!   images of `mkimages.sh`
+//! - [`factory`]: the Image Factory stand-in (`factory-upstream.sh`)
 //! - [`slow`]: a throttled blob server that honours `Range` and logs every request
 //! - [`containerd`]: a private containerd with its own root, state and socket
 //! - [`digest`]: sha256 helpers and OCI layout verification
@@ -19,6 +20,7 @@
 
 pub mod containerd;
 pub mod digest;
+pub mod factory;
 pub mod http;
 pub mod paths;
 pub mod proc;

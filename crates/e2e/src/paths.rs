@@ -1,4 +1,4 @@
-//! Where things are: the workspace, the shared harness, the binary under test.
+//! Where things are: the workspace, the test bed scripts, the binary under test.
 
 use std::path::PathBuf;
 
@@ -11,22 +11,23 @@ pub fn workspace_root() -> PathBuf {
         .expect("crates/e2e sits two levels below the workspace root")
 }
 
-/// The shared harness scripts: `<workspace root>/../shared/harness` (or `TENDER_HARNESS`).
+/// The test bed scripts: `<workspace root>/scripts/testbed` (or `TENDER_HARNESS`, another
+/// directory with the same scripts).
 pub fn harness_dir() -> PathBuf {
     let dir = match std::env::var_os("TENDER_HARNESS") {
         Some(d) => PathBuf::from(d),
-        None => workspace_root().join("../shared/harness"),
+        None => workspace_root().join("scripts/testbed"),
     };
     assert!(
         dir.join("upstream.sh").is_file() && dir.join("mkimages.sh").is_file(),
-        "the shared test harness is missing: expected upstream.sh and mkimages.sh in {} \
-         (shared/ must sit beside the workspace, or set TENDER_HARNESS to its harness directory)",
+        "the test bed is missing: expected upstream.sh and mkimages.sh in {} \
+         (scripts/testbed of the repository, or the directory TENDER_HARNESS names)",
         dir.display()
     );
     dir
 }
 
-/// One harness script, checked to exist.
+/// One test bed script, checked to exist.
 pub fn harness_script(name: &str) -> PathBuf {
     let p = harness_dir().join(name);
     assert!(p.is_file(), "harness script {} is missing", p.display());

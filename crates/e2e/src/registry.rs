@@ -1,6 +1,6 @@
-//! The upstream: Debian's `docker-registry` (distribution 2.8) started by the shared harness
-//! (`upstream.sh`), filled with the synthetic images of `mkimages.sh`, its access log summed by
-//! `upstream-bytes.sh`.
+//! The upstream: Debian's `docker-registry` (distribution 2.8) started by the test bed
+//! (`scripts/testbed/upstream.sh`), filled with the synthetic images of `mkimages.sh`, its access
+//! log summed by `upstream-bytes.sh`.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -19,7 +19,7 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("local address of a bound socket").port()
 }
 
-/// A running `docker-registry`, stopped (through the harness) when dropped.
+/// A running `docker-registry`, stopped (through the test bed) when dropped.
 pub struct Registry {
     dir: PathBuf,
     pub port: u16,
@@ -54,10 +54,37 @@ impl Registry {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// The registry's access log summed by the harness's `upstream-bytes.sh`.
+    /// The registry's access log summed by the test bed's `upstream-bytes.sh`.
     pub fn stats(&self) -> UpstreamStats {
         let out = proc::run(&mut cmd(harness_script("upstream-bytes.sh"), [&self.dir]));
         UpstreamStats::parse(&out)
+    }
+
+    /// The length of the access log now: pass it to [`Registry::requests_since`].
+    pub fn log_len(&self) -> u64 {
+        std::fs::metadata(self.dir.join("access.log")).map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// The request lines (`GET /v2/...`, `HEAD /v2/...`) the registry logged after `offset`,
+    /// once its log stopped growing (it writes a line after the response went out).
+    pub fn requests_since(&self, offset: u64) -> Vec<String> {
+        let mut last = u64::MAX;
+        crate::poll_until("the registry's access log to settle", std::time::Duration::from_secs(5), || {
+            let now = self.log_len();
+            let settled = now == last;
+            last = now;
+            settled.then_some(())
+        });
+        let text = std::fs::read(self.dir.join("access.log")).expect("the registry's access log");
+        let text =
+            String::from_utf8_lossy(text.get(usize::try_from(offset).unwrap_or(usize::MAX)..).unwrap_or_default());
+        text.lines()
+            .filter_map(|l| {
+                let start = l.find("\"GET ").or_else(|| l.find("\"HEAD "))?;
+                let rest = &l[start + 1..];
+                Some(rest[..rest.find(" HTTP/")?].to_string())
+            })
+            .collect()
     }
 
     /// The digest the registry announces for `repo:reference` with the given Accept header.

@@ -8,6 +8,7 @@
 
 mod t0_workspace;
 mod t10_s3;
+mod t11_prefetch;
 mod t1_lifecycle;
 mod t2_blobs;
 mod t3_skopeo;
