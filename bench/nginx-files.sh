@@ -8,7 +8,7 @@
 # env: NGINX_WORKERS=auto
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
-if [ -f "$HERE/lib.sh" ]; then . "$HERE/lib.sh"; else . "${HARNESS:-/work/shared/harness}/lib.sh"; fi
+. "${HARNESS:-$HERE/../scripts/testbed}/lib.sh"
 usage() { echo "usage: $(basename "$0") start|stop DIR PORT ROOT" >&2; exit 2; }
 [ $# -ge 2 ] || usage
 D=$2

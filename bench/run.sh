@@ -23,13 +23,13 @@
 #      FACTORY_NS=$FANOUT_NS FACTORY_NGINX="lock off slice" HOT_N=8 RSS_N=64
 #      SETTLE_S=3 PORT_BASE=17100 (uses PORT_BASE .. PORT_BASE+8) MARGIN_GB=8 (free disk kept on top of what
 #      a run writes; runs that would not fit are skipped and reported) BENCH_OUT=<repo>/BENCHMARKS.md
-#      TENDER_BIN=<repo>/target/release/tender  HARNESS=/work/shared/harness  KEEP=1 (keep data)
+#      TENDER_BIN=<repo>/target/release/tender  HARNESS=<repo>/scripts/testbed  KEEP=1 (keep data)
 # Everything it starts is stopped on exit. Raw results: WORKDIR/results.txt, logs in WORKDIR/logs.
 set -eu
 shopt -s inherit_errexit   # a failing command inside $(...) fails the substitution too
 BENCH=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$BENCH")
-H=${HARNESS:-/work/shared/harness}
+H=${HARNESS:-$REPO/scripts/testbed}
 [ -f "$H/lib.sh" ] || { echo "run.sh: no harness at $H (set HARNESS=)" >&2; exit 1; }
 . "$H/lib.sh"
 need curl openssl nginx docker-registry skopeo jq python3 awk

@@ -12,11 +12,11 @@
 # Recorded: wall time, upstream blob GETs and bytes (upstream-bytes.sh), and the ratio of each
 # to the local run. Prints a Markdown table; with BENCH_OUT it is appended to that file.
 # env: REPS=2 SIZE_MB=512 N=8 RANGE_N=32 PORT_BASE=17300 TENDER_BIN=<repo>/target/release/tender
-#      HARNESS=/work/shared/harness  TENDER_MOTO_SERVER=<cache>/moto-venv/bin/moto_server
+#      HARNESS=<repo>/scripts/testbed  TENDER_MOTO_SERVER=<cache>/moto-venv/bin/moto_server
 set -eu
 BENCH=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$BENCH")
-H=${HARNESS:-/work/shared/harness}
+H=${HARNESS:-$REPO/scripts/testbed}
 [ -f "$H/lib.sh" ] || { echo "s3.sh: no harness at $H (set HARNESS=)" >&2; exit 1; }
 . "$H/lib.sh"
 need curl openssl docker-registry skopeo jq python3 awk

@@ -1,22 +1,20 @@
 #!/usr/bin/env bash
-# tender-cache.sh - run tender as the cache under test, in the harness's CACHE_SCRIPT form.
+# tender-cache.sh - run tender as the cache under test (start|stop DIR PORT UPSTREAM_URL, like the
+# test bed's peer scripts).
 # usage: tender-cache.sh start|stop DIR PORT UPSTREAM_URL
 #   start: tender serve on http://127.0.0.1:PORT, data in DIR/data, log (stderr, text format)
 #          in DIR/tender.log (also reachable as DIR/registry.log and DIR/access.log, the names the
-#          harness scripts copy), PID in DIR/pid. UPSTREAM_URL is both the registry upstream
+#          bed's peers use), PID in DIR/pid. UPSTREAM_URL is both the registry upstream
 #          "ghcr.io" (the default upstream, so /v2/<repo>/... reaches it) and the Image Factory
-#          (--image-factory), so one script serves bench-baseline.sh and bench-factory.sh alike.
+#          (--image-factory), so one script serves the registry and the factory runs alike.
 #   stop:  SIGTERM to the PID in DIR/pid (SIGKILL after 10 s); rm -rf DIR for a cold cache
 # env: TENDER_BIN=   the binary (default: <repo>/target/release/tender, the release build)
 #      TENDER_ARGS=  extra arguments for "tender serve" (word-split)
-#      HARNESS=/work/shared/harness   where lib.sh lives when this script is not next to it
-# With the harness: its scripts run "$H/$CACHE_SCRIPT", relative to the harness directory, so
-# either pass a relative path (CACHE_SCRIPT=../../main/bench/tender-cache.sh) or use a directory
-# of symlinks (harness scripts + this one); bench/run.sh does not need either.
+#      HARNESS=<repo>/scripts/testbed   the test bed whose lib.sh it sources
 set -eu
 SELF=$(readlink -f "$0")
 HERE=$(cd "$(dirname "$0")" && pwd)
-if [ -f "$HERE/lib.sh" ]; then . "$HERE/lib.sh"; else . "${HARNESS:-/work/shared/harness}/lib.sh"; fi
+. "${HARNESS:-$HERE/../scripts/testbed}/lib.sh"
 usage() { echo "usage: $(basename "$0") start|stop DIR PORT UPSTREAM_URL" >&2; exit 2; }
 [ $# -ge 2 ] || usage
 D=$2

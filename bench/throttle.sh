@@ -10,7 +10,7 @@
 # The upstream's own access log still counts what it sent (upstream-bytes.sh works unchanged).
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
-if [ -f "$HERE/lib.sh" ]; then . "$HERE/lib.sh"; else . "${HARNESS:-/work/shared/harness}/lib.sh"; fi
+. "${HARNESS:-$HERE/../scripts/testbed}/lib.sh"
 usage() { echo "usage: $(basename "$0") start|stop DIR PORT UPSTREAM_URL" >&2; exit 2; }
 [ $# -ge 2 ] || usage
 D=$2

@@ -4,10 +4,14 @@
 #   2. end-to-end, real binary + peers: cargo build --bin tender
 #                                       cargo test -p tender-e2e -- --test-threads=1  (budget < 25 min)
 #   3. image + Kubernetes manifests:    scripts/test-image.sh, deploy/test.sh          (budget < 3 min)
+#   4. benchmark smoke:                 SMOKE=1 bench/run.sh on the debug binary        (budget < 4 min)
+#   5. stand-alone clone:               scripts/test-clone.sh: HEAD cloned alone, stage 1 there and
+#                                       one e2e test through this script               (budget < 10 min)
 # Installs the peer packages first when any is missing (Debian 12, as root). Every stage always
 # runs; the exit status is non-zero if any failed. See docs/testing.md.
 # env: SKIP_E2E=1 runs stage 1 only; E2E_FILTER=name runs only the e2e tests matching it;
-#      SKIP_DEPLOY=1 skips stage 3.
+#      SKIP_UNIT=1 skips stage 1; SKIP_DEPLOY=1 skips stage 3; SKIP_BENCH=1 skips stage 4;
+#      SKIP_CLONE=1 skips stage 5 (also implied by E2E_FILTER and SKIP_E2E).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
@@ -21,7 +25,7 @@ install_peers() {
   done
   [ -z "$missing" ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
-    echo "test.sh: missing packages:$missing (run as root, or: sudo apt-get install$missing)" >&2
+    echo "test.sh: missing packages; as root run: apt-get install -y --no-install-recommends$missing" >&2
     return 1
   fi
   echo "test.sh: installing$missing"
@@ -61,19 +65,18 @@ failed=""
 if [ -z "${SKIP_E2E:-}" ]; then
   install_peers || exit 1
   install_s3 || { echo "test.sh: could not install the S3 server (moto) from PyPI" >&2; exit 1; }
-  HARNESS=${TENDER_HARNESS:-$ROOT/../shared/harness}
-  if [ ! -f "$HARNESS/upstream.sh" ]; then
-    echo "test.sh: the shared harness is missing at $HARNESS (shared/ must sit beside the repo, or set TENDER_HARNESS)" >&2
-    exit 1
-  fi
+  # the test bed: scripts/testbed of this repository unless TENDER_HARNESS names another
+  export TENDER_HARNESS=${TENDER_HARNESS:-$ROOT/scripts/testbed}
 fi
 
 # Stage 1: compile first, so that the time limit (a hang guard at twice the budget) is test time;
 # --no-fail-fast: one failing test binary does not hide the others' results.
-cargo test --workspace --exclude tender-e2e --no-run || failed="$failed unit-build"
-if [ -z "$failed" ]; then
-  stage "unit + in-process" 300 timeout -k 30 600 \
-    cargo test --workspace --exclude tender-e2e --no-fail-fast || failed="$failed unit"
+if [ -z "${SKIP_UNIT:-}" ]; then
+  cargo test --workspace --exclude tender-e2e --no-run || failed="$failed unit-build"
+  if [ -z "$failed" ]; then
+    stage "unit + in-process" 300 timeout -k 30 600 \
+      cargo test --workspace --exclude tender-e2e --no-fail-fast || failed="$failed unit"
+  fi
 fi
 
 if [ -z "${SKIP_E2E:-}" ]; then
@@ -100,6 +103,25 @@ if [ -z "${SKIP_E2E:-}" ] && [ -z "${SKIP_DEPLOY:-}" ]; then
   fi
 fi
 # ==== end of stage 3 ===========================================================================
+
+# Stage 4: the benchmark at its smoke size, so bench/run.sh and BENCHMARKS.md's "Reproduce" cannot
+# rot (figures from the debug binary mean nothing; the report goes to a temporary directory).
+if [ -z "${SKIP_E2E:-}" ] && [ -z "${SKIP_BENCH:-}" ] && [ -z "${E2E_FILTER:-}" ]; then
+  if cargo build --bin tender; then
+    bench_dir=$(mktemp -d /tmp/tender-bench-smoke.XXXXXX)
+    stage "bench smoke" 240 timeout -k 10 480 env SMOKE=1 TENDER_BIN="$ROOT/target/debug/tender" \
+      bench/run.sh "$bench_dir" || failed="$failed bench-smoke"
+    rm -rf "$bench_dir"
+  else
+    failed="$failed bench-build"
+  fi
+fi
+
+# Stage 5: HEAD cloned into an empty directory, tested there with nothing beside it (last: it
+# rebuilds the workspace crates from the clone's paths in the shared target directory).
+if [ -z "${SKIP_E2E:-}" ] && [ -z "${SKIP_CLONE:-}" ] && [ -z "${E2E_FILTER:-}" ]; then
+  stage "stand-alone clone" 600 timeout -k 10 1200 scripts/test-clone.sh || failed="$failed clone"
+fi
 
 if [ -n "$failed" ]; then
   echo "test.sh: FAILED:$failed" >&2

@@ -62,13 +62,14 @@ wait_http() {
   done
 }
 
-# pid_stop DIR NAME : stop the process in DIR/pid if its command line still names NAME (a PID
-# reused by something else is left alone): TERM, KILL after 10 s, then wait for it to be gone
+# pid_stop DIR PATTERN : stop the process in DIR/pid if its command line still matches PATTERN
+# (a grep regex; a PID reused by something else is left alone): TERM, KILL after 10 s, then
+# wait until it is gone
 pid_stop() {
   local pid i=0
   [ -f "$1/pid" ] || return 0
   pid=$(cat "$1/pid")
-  if alive "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$2"; then
+  if alive "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2"; then
     kill -TERM "$pid" 2>/dev/null || true
     while alive "$pid" && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
     alive "$pid" && kill -KILL "$pid" 2>/dev/null

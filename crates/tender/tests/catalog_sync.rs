@@ -31,7 +31,7 @@ fn three() -> Vec<Image<'static>> {
 
 #[test]
 fn should_import_every_entry_once_into_a_sparse_raw_golden() {
-    let Some(images) = images("should_import_every_entry_once_into_a_sparse_raw_golden") else { return };
+    let images = images();
     let f = factory_with(images);
     let bed = Bed::new(&f.url());
     bed.config(&three(), "");
@@ -83,7 +83,7 @@ fn should_import_every_entry_once_into_a_sparse_raw_golden() {
 
 #[test]
 fn should_resume_after_kill_9_mid_import() {
-    let Some(images) = images("should_resume_after_kill_9_mid_import") else { return };
+    let images = images();
     let f = factory_with(images);
     f.set_drip(Some((32 << 10, Duration::from_millis(25))));
     let bed = Bed::new(&f.url());
@@ -116,7 +116,7 @@ fn should_resume_after_kill_9_mid_import() {
 
 #[test]
 fn should_fail_after_its_attempts_and_try_again_with_retry_failed() {
-    let Some(images) = images("should_fail_after_its_attempts_and_try_again_with_retry_failed") else { return };
+    let images = images();
     let f = factory_with(images);
     f.set_down(true);
     let bed = Bed::new(&f.url());
@@ -148,7 +148,7 @@ fn should_fail_after_its_attempts_and_try_again_with_retry_failed() {
 
 #[test]
 fn should_fail_without_retrying_when_storage_is_smaller_than_the_image() {
-    let Some(images) = images("should_fail_without_retrying_when_storage_is_smaller_than_the_image") else { return };
+    let images = images();
     let f = factory_with(images);
     let bed = Bed::new(&f.url());
     bed.config(&[Image { version: "v1.13.6", format: "raw.xz", extra: "storage: 16Mi" }], "");
@@ -168,7 +168,7 @@ fn should_fail_without_retrying_when_storage_is_smaller_than_the_image() {
 
 #[test]
 fn should_refuse_an_edit_of_an_existing_golden() {
-    let Some(images) = images("should_refuse_an_edit_of_an_existing_golden") else { return };
+    let images = images();
     let f = factory_with(images);
     let bed = Bed::new(&f.url());
     bed.config(&[Image { version: "v1.13.6", format: "raw.xz", extra: "storage: 32Mi\nstorageClass: replicated" }], "");
@@ -243,7 +243,7 @@ fn should_refuse_bad_entries_as_config_errors_naming_the_key() {
 
 #[test]
 fn should_keep_a_dropped_entrys_golden_and_rm_deletes_it() {
-    let Some(images) = images("should_keep_a_dropped_entrys_golden_and_rm_deletes_it") else { return };
+    let images = images();
     let f = factory_with(images);
     let bed = Bed::new(&f.url());
     bed.config(&three()[..2], "");
@@ -272,7 +272,7 @@ fn should_keep_a_dropped_entrys_golden_and_rm_deletes_it() {
 
 #[test]
 fn should_reset_a_trust_record_and_nothing_else() {
-    let Some(images) = images("should_reset_a_trust_record_and_nothing_else") else { return };
+    let images = images();
     let f = factory_with(images);
     let bed = Bed::new(&f.url());
     bed.config(&three()[..1], "");
@@ -290,7 +290,7 @@ fn should_reset_a_trust_record_and_nothing_else() {
 
 #[test]
 fn should_refuse_to_touch_a_directory_a_server_holds() {
-    let Some(images) = images("should_refuse_to_touch_a_directory_a_server_holds") else { return };
+    let images = images();
     let f = factory_with(images);
     let bed = Bed::new(&f.url());
     bed.config(&three()[..1], "");

@@ -9,6 +9,9 @@
 mod t0_workspace;
 mod t10_s3;
 mod t11_prefetch;
+mod t12_disk_full;
+mod t13_status_page;
+mod t14_probe_tls;
 mod t1_lifecycle;
 mod t2_blobs;
 mod t3_skopeo;

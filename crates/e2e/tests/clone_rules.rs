@@ -2,6 +2,7 @@
 //! overlays, and raw disks with --allow-copy), `catalog refs` and `catalog rm` with clones.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+#[path = "../../tender/tests/catalog_support/mod.rs"]
 mod catalog_support;
 
 use std::time::Duration;
@@ -9,10 +10,8 @@ use std::time::Duration;
 use catalog_support::*;
 
 fn setup(test: &str) -> Option<&'static Images> {
-    if !skip_unless(test, missing_tools(&["qemu-img"])) {
-        return None;
-    }
-    images(test)
+    require(test, missing_tools(&["qemu-img"]));
+    Some(images())
 }
 
 #[test]

@@ -1,0 +1,75 @@
+//! The status page in a real browser: headless Chromium renders the real binary's page (it has
+//! no script) after pulls through it, the test checks what it shows, and writes a screenshot to
+//! `<target>/status-page.png` (docs/status-page.png is a copy of one).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use tender_e2e::registry::Sizes;
+use tender_e2e::{http, proc};
+
+use crate::Bed;
+
+fn chromium() -> &'static str {
+    proc::need(&["chromium"]);
+    "chromium"
+}
+
+/// Chromium as the machine allows it here: headless, no sandbox (root), and none of the
+/// background connections that a closed network refuses.
+fn headless(profile: &Path, extra: &[String], url: &str) -> Output {
+    proc::output(
+        Command::new(chromium())
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(extra)
+            .arg(url),
+    )
+}
+
+#[test]
+fn should_render_the_status_page_in_headless_chromium() {
+    let bed = Bed::new("status-page", Sizes::KUBELET);
+    let t = bed.start_tender("tender.log");
+    let index = bed.images.var("KUBELET_INDEX");
+    let amd64 = bed.images.var("KUBELET_AMD64");
+    for path in [
+        "/v2/siderolabs/kubelet/manifests/v1.33.1?ns=ghcr.io".to_string(),
+        format!("/v2/siderolabs/kubelet/manifests/{index}?ns=ghcr.io"),
+        format!("/v2/siderolabs/kubelet/manifests/{amd64}?ns=ghcr.io"),
+    ] {
+        let accept = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json";
+        let r = http::request(t.addr, "GET", &path, &[("Accept", accept)]).unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+    }
+    let blob = bed.images.config_and_layers(amd64).pop().unwrap();
+    assert_eq!(http::get(t.addr, &format!("/v2/siderolabs/kubelet/blobs/{blob}?ns=ghcr.io")).unwrap().status(), 200);
+
+    let url = format!("http://{}/", t.hostport());
+    let profile = tempfile::tempdir().unwrap();
+    let out = headless(profile.path(), &["--dump-dom".into()], &url);
+    let dom = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(dom.contains("<h1>tender"), "{dom}");
+    assert!(dom.contains("id=\"upstreams\""), "{dom}");
+    assert!(dom.contains("ghcr.io") && dom.contains("class=\"up\""), "the upstream shows as up: {dom}");
+    assert!(dom.contains("ghcr.io/siderolabs/kubelet"), "the most-served repository is listed: {dom}");
+    assert!(dom.contains("id=\"hit-rate\""), "{dom}");
+
+    let shot = tender_e2e::paths::tender_bin().parent().unwrap().parent().unwrap().join("status-page.png");
+    let _ = std::fs::remove_file(&shot);
+    let args = vec![format!("--screenshot={}", shot.display()), "--window-size=1100,800".to_string()];
+    let out = headless(profile.path(), &args, &url);
+    assert!(out.status.success(), "chromium screenshot failed: {}", String::from_utf8_lossy(&out.stderr));
+    let png = std::fs::read(&shot).expect("a screenshot was written");
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 5_000, "a real PNG");
+}
