@@ -6,6 +6,9 @@ mod clone_cmd;
 mod config;
 #[cfg(test)]
 mod config_props;
+#[cfg(test)]
+mod docs_check;
+mod docs_cmd;
 mod exit;
 mod maint;
 mod prefetch;
@@ -18,9 +21,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// `tender --version`: the package version, the commit and its date (build.rs).
+const VERSION: &str =
+    concat!(env!("CARGO_PKG_VERSION"), " (", env!("TENDER_REVISION"), " ", env!("TENDER_COMMIT_DATE"), ")");
+
 #[derive(Debug, Parser)]
-#[command(name = "tender", version, about = "Fetch every artifact once, serve the fleet locally")]
-struct Cli {
+#[command(name = "tender", version = VERSION, about = "Fetch every artifact once, serve the fleet locally")]
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -45,6 +52,10 @@ enum Command {
     Probe(probe::ProbeArgs),
     /// Warm the cache with images and OS images before workers need them
     Prefetch(Box<prefetch::PrefetchArgs>),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions(docs_cmd::CompletionsArgs),
+    /// Print the man page, or write one per command into a directory
+    Man(docs_cmd::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +76,8 @@ fn main() -> ExitCode {
         Command::Stats(args) => stats::run(args),
         Command::Probe(args) => probe::run(args),
         Command::Prefetch(args) => prefetch::run(*args),
+        Command::Completions(args) => docs_cmd::completions(&args),
+        Command::Man(args) => docs_cmd::man(&args),
     };
     match result {
         Ok(code) => code,
