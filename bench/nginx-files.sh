@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # nginx-files.sh - the ceiling for OS images: nginx + sendfile serving a directory as is, so
 # /image/<schematic>/<version>/<asset> comes straight from the file factory-upstream.sh serves.
-# (nginx-static.sh in the harness does the same for a registry's blob layout.)
+# (the test bed's nginx-static.sh does the same for a registry's blob layout.)
 # usage: nginx-files.sh start|stop DIR PORT ROOT
 #   start: config, logs and PID (DIR/pid) in DIR; ROOT e.g. FACTORYDIR/www
 #   stop:  stops the nginx master whose PID is in DIR/pid

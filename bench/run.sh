@@ -6,7 +6,7 @@
 # usage: bench/run.sh [WORKDIR]          (default: a new /tmp/tenderbench.XXXXXX)
 #        SMOKE=1 bench/run.sh            small sizes, 1 rep, about a minute; writes WORKDIR/BENCHMARKS.md
 # parts (PARTS="cold first factory hot"):
-#   cold     cold fan-out of one SIZE_MB blob to N = FANOUT_NS clients (harness fanout.sh: curl +
+#   cold     cold fan-out of one SIZE_MB blob to N = FANOUT_NS clients (test bed fanout.sh: curl +
 #            openssl sha256 per client) through tender, registry:2 and - the floors - nginx from
 #            disk (same N) and one direct download from the upstream: wall time, upstream bytes
 #            (upstream-bytes.sh on docker-registry's access log), VmHWM
@@ -30,7 +30,7 @@ shopt -s inherit_errexit   # a failing command inside $(...) fails the substitut
 BENCH=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$BENCH")
 H=${HARNESS:-$REPO/scripts/testbed}
-[ -f "$H/lib.sh" ] || { echo "run.sh: no harness at $H (set HARNESS=)" >&2; exit 1; }
+[ -f "$H/lib.sh" ] || { echo "run.sh: no test bed at $H (set HARNESS=)" >&2; exit 1; }
 . "$H/lib.sh"
 need curl openssl nginx docker-registry skopeo jq python3 awk
 export TENDER_BIN=${TENDER_BIN:-$REPO/target/release/tender}

@@ -4,7 +4,7 @@
 # run, docker-registry as upstream, moto (the S3 server of the tests) as the bucket.
 # usage: bench/s3.sh [WORKDIR]
 # For each repetition:
-#   local   one tender, local disk only: N clients (harness fanout.sh, sha256 per client) on a cold blob
+#   local   one tender, local disk only: N clients (test bed fanout.sh, sha256 per client) on a cold blob
 #   s3      two fresh replicas on a fresh bucket prefix: N/2 clients on each at once, cold
 #   bucket  a third fresh replica on that prefix: N clients, the blob only in the bucket (no local copy)
 #   range   the third replica after a restart with an empty disk: RANGE_N ranged GETs of 1 MiB at
@@ -17,7 +17,7 @@ set -eu
 BENCH=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$BENCH")
 H=${HARNESS:-$REPO/scripts/testbed}
-[ -f "$H/lib.sh" ] || { echo "s3.sh: no harness at $H (set HARNESS=)" >&2; exit 1; }
+[ -f "$H/lib.sh" ] || { echo "s3.sh: no test bed at $H (set HARNESS=)" >&2; exit 1; }
 . "$H/lib.sh"
 need curl openssl docker-registry skopeo jq python3 awk
 TENDER_BIN=${TENDER_BIN:-$REPO/target/release/tender}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/test-clone.sh - prove that the repository stands alone: clone HEAD into an empty
-# temporary directory (nothing beside it, no ../shared, no state of this checkout), then run the
+# temporary directory (nothing beside it, no sibling directories, no state of this checkout), then run the
 # unit and in-process tests there and one end-to-end test (skopeo) through the clone's own
 # scripts/test.sh. CARGO_TARGET_DIR is this checkout's target directory, so only the workspace's
 # own crates are compiled again.
@@ -14,8 +14,8 @@ trap 'rm -rf "$tmp"' EXIT
 git clone -q --no-hardlinks "$here" "$tmp/tender"
 cd "$tmp/tender"
 echo "test-clone: $(git log -1 --format='%h %s') in $tmp/tender (alone: $(ls -A "$tmp"))"
-if grep -rn --exclude-dir=.git -e '\.\./shared' . ; then
-  echo "test-clone: the repository refers to ../shared" >&2
+if grep -rn --exclude-dir=.git -e '[.][.]/shared' . ; then
+  echo "test-clone: the repository refers to a directory beside it" >&2
   exit 1
 fi
 export CARGO_TARGET_DIR=$target
