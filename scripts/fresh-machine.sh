@@ -35,6 +35,14 @@ if [ ! -x "$root/bin/bash" ]; then
     "${SUITE:-bookworm}" "$root" "${MIRROR:-http://deb.debian.org/debian}"
 fi
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# the host's own network trust (a site CA, an egress proxy's CA) is the machine's, not the
+# project's: carry it in, as a fresh machine on this network would have it
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  chroot "$root" update-ca-certificates >/dev/null
+fi
+[ ! -f /etc/pip.conf ] || cp /etc/pip.conf "$root/etc/pip.conf"
 bind /proc "$root/proc"; bind /sys "$root/sys"; bind /dev "$root/dev"; bind /dev/pts "$root/dev/pts"
 mkdir -p "$root/tmp" && mount -t tmpfs -o size=40g tmpfs "$root/tmp" && mounted+=("$root/tmp")
 bind "$rustup_home" "$root/root/.rustup" ro

@@ -193,7 +193,9 @@ run_image() {
   curl -s -D "$WORK/$name.v2.headers" -o /dev/null --max-time 5 "http://127.0.0.1:$port/v2/" || true
   grep -q '^HTTP/[0-9.]* 200' "$WORK/$name.v2.headers" || die "$name: /v2/ is not 200: $(head -1 "$WORK/$name.v2.headers")"
   grep -qi '^Docker-Distribution-API-Version: registry/2.0' "$WORK/$name.v2.headers" || die "$name: /v2/ lacks the registry API header"
-  curl -s --max-time 5 "http://127.0.0.1:$port/metrics" | grep -q '^tender_http_requests_total' \
+  # to a file first: grep -q stops reading at its match, and curl's SIGPIPE would fail the pipe
+  curl -s --max-time 5 -o "$WORK/$name.metrics" "http://127.0.0.1:$port/metrics" || true
+  grep -q '^tender_http_requests_total' "$WORK/$name.metrics" \
     || die "$name: /metrics does not count the requests"
   # The process: its root is the image's, read-only; it is uid/gid 65532 with no capabilities.
   [ "$(readlink "/proc/$pid/exe" | sed 's/ (deleted)$//')" = "$RFS/usr/local/bin/tender" ] \
