@@ -151,7 +151,7 @@ fn check_one_stdin(paths: &[Option<&Path>]) -> anyhow::Result<()> {
 fn classify(err: tender_render::Error) -> anyhow::Error {
     use tender_render::Error as E;
     match err {
-        E::Malformed { .. } => Failure::usage(err.to_string()),
+        E::Malformed { .. } | E::IncompleteState { .. } => Failure::usage(err.to_string()),
         E::MissingClusterState => Failure::usage(format!(
             "{err}: pass --cluster-state with the output of `kubectl get storageclasses,datavolumes,persistentvolumeclaims -A -o yaml`, or --skip-cluster-checks to take that risk"
         )),
