@@ -174,6 +174,25 @@ pub fn validate(catalog: &CatalogConfig) -> Result<Vec<GoldenImage>, Refusal> {
         if let Some(dir) = &e.dir {
             crate::rules::check_no_control(&format!("{at}dir"), dir)?;
         }
+        let golden = GoldenImage {
+            schematic: e.schematic.clone(),
+            version: e.version.clone(),
+            platform: platform.clone(),
+            arch: arch.clone(),
+            format: String::new(),
+            dir: None,
+            storage_class: None,
+            storage: None,
+        }
+        .name();
+        let longest = if e.schematic.len() >= e.version.len() { "schematic" } else { "version" };
+        crate::rules::check_name_length(
+            Some(Rule::G8),
+            &format!("{at}{longest}"),
+            &golden,
+            "golden DataVolume name (a DNS-1123 subdomain)",
+            crate::rules::DNS_SUBDOMAIN_MAX,
+        )?;
         let key = (e.schematic.clone(), e.version.clone(), platform.clone(), arch.clone());
         if !seen.insert(key) {
             return Err(Refusal::new(

@@ -263,5 +263,11 @@ fn catalog(a: CatalogArgs) -> anyhow::Result<ExitCode> {
     check_one_stdin(&[Some(a.config.as_path()), a.cluster_state.as_deref()])?;
     let config = parse_config(&read_input("--config", &a.config)?).map_err(classify)?;
     let state = cluster_state(a.cluster_state.as_ref())?;
-    print(&render_catalog(&config, a.source_url.as_deref(), state.as_ref()).map_err(classify)?)
+    let text = render_catalog(&config, a.source_url.as_deref(), state.as_ref()).map_err(classify)?;
+    if state.is_none() {
+        eprintln!(
+            "tender: warning: G-9 not checked (no --cluster-state): an edit to a golden that already exists would be refused only at apply time; pass the output of `kubectl get datavolumes -n cozy-public -o yaml`"
+        );
+    }
+    print(&text)
 }
