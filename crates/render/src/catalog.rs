@@ -32,10 +32,20 @@ pub const DEFAULT_IMAGE_FACTORY: &str = "https://factory.talos.dev";
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigFile {
-    #[serde(default)]
+    /// Also read as Cozystack spells it, `imageFactoryURL`.
+    #[serde(default, alias = "imageFactoryURL")]
     pub image_factory: Option<String>,
     #[serde(default)]
     pub catalog: Option<CatalogConfig>,
+    /// The registries tender mirrors (only their names are read here).
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamName>,
+}
+
+/// An entry of `upstreams`: its name is the registry host it mirrors.
+#[derive(Debug, Clone, Deserialize)]
+pub struct UpstreamName {
+    pub name: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -50,6 +60,8 @@ pub struct CatalogConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CatalogImage {
+    /// Also read as Cozystack spells it, `schematicID`.
+    #[serde(alias = "schematicID")]
     pub schematic: String,
     pub version: String,
     #[serde(default)]

@@ -15,12 +15,14 @@
 //! - [`catalog`]: the golden catalog config and its rules G-7, G-8 (shared with the server);
 //! - [`golden`]: the golden DataVolumes of the catalog, and G-9;
 //! - [`state`]: the cluster state as kubectl prints it;
+//! - [`cozystack`]: patches and values in Cozystack's own keys, and the rules checked on them;
 //! - [`rules`], [`quantity`], [`hash`]: rule ids and shape checks, quantities, canonical data;
 //! - [`yaml`]: YAML output that YAML 1.1 and 1.2 readers parse the same, and the 1.1 resolver.
 
 pub mod catalog;
 pub mod clone;
 pub mod containerd;
+pub mod cozystack;
 pub mod golden;
 pub mod hash;
 pub mod k8s;

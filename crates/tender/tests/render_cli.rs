@@ -238,7 +238,13 @@ fn should_exit_1_naming_the_rule_value_and_fix() {
     assert_eq!(code(&o), 1);
     let err = stderr(&o);
     assert!(err.contains("R-7") && err.contains("\"v1.13\"") && err.contains("fix:"), "{err}");
-    let state = write(dir.path(), "state.yaml", "apiVersion: v1\nkind: List\nitems: []\n");
+    // A cluster with a StorageClass and no golden. (One without any StorageClass is an
+    // incomplete state, exit 2: issue 22.)
+    let state = write(
+        dir.path(),
+        "state.yaml",
+        "apiVersion: v1\nkind: List\nitems:\n- kind: StorageClass\n  metadata:\n    name: replicated\n",
+    );
     let builtin = write(dir.path(), "builtin.yaml", &format!("{POOL}osImage:\n  builtin: {{}}\n"));
     let o = tender(&["render", "pool", "-f", &builtin, "--cluster-state", &state], None);
     assert_eq!(code(&o), 1);
