@@ -433,3 +433,50 @@ fn should_render_cozystack_patches_and_write_them_for_kubectl_patch() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("credentials"));
 }
+
+/// docs/render.md, "Using tender with Cozystack": every `tender` line runs, in order, and
+/// exits 0; every `--patch-file` a `kubectl` line names was written by them.
+#[test]
+fn should_run_every_tender_command_of_the_cozystack_guide() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/render.md")).unwrap();
+    let section = doc.split("## Using tender with Cozystack").nth(1).expect("the section exists");
+    let section = section.split("\n## ").next().unwrap();
+    let mut lines = Vec::new();
+    let mut in_sh = false;
+    for l in section.lines() {
+        match l.trim() {
+            "```sh" => in_sh = true,
+            "```" => in_sh = false,
+            l if in_sh && !l.is_empty() => lines.push(l.split("  #").next().unwrap().trim().to_string()),
+            _ => {}
+        }
+    }
+    let tender_lines: Vec<&String> = lines.iter().filter(|l| l.starts_with("tender ")).collect();
+    assert!(tender_lines.len() >= 5, "{lines:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "tender.yaml",
+        &format!("listen: 0.0.0.0:5000\nupstreams:\n- name: docker.io\n  url: https://registry-1.docker.io\n- name: ghcr.io\n  url: https://ghcr.io\ncatalog:\n  images:\n  - schematicID: {SCHEMATIC}\n    version: v1.13.6\n    storage: 6Gi\n    storageClass: replicated\n"),
+    );
+    write(dir.path(), "kubernetes-test.yaml", "apiVersion: apps.cozystack.io/v1alpha1\nkind: Kubernetes\nmetadata:\n  name: test\n  namespace: tenant-test\nspec:\n  version: v1.35\n  storageClass: replicated\n");
+    write(dir.path(), "kubernetesnodes-test-md1.yaml", &nodes(&format!("{BUILTIN}\nstorageClass: replicated")));
+    write(dir.path(), "state.yaml", &healthy().yaml());
+    for line in &tender_lines {
+        let args: Vec<&str> = line.split_whitespace().skip(1).collect();
+        let o = Command::new(env!("CARGO_BIN_EXE_tender")).args(&args).current_dir(dir.path()).output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{line}\n{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    for line in lines.iter().filter(|l| l.starts_with("kubectl ")) {
+        if let Some(file) = line.split_whitespace().skip_while(|w| *w != "--patch-file").nth(1) {
+            assert!(dir.path().join(file).exists(), "{line}: {file} was not written");
+        }
+    }
+}
