@@ -4,7 +4,8 @@
 For every YAML 1.1 implicit form (booleans in any case, nulls, integers in every base including
 base 60, floats, .inf/.nan, timestamps, <<, =) placed in every string field of a pool file,
 `tender render pool` either refuses the value or prints YAML in which PyYAML reads that value
-back as the same string, and reads every other scalar with the type tender meant.
+back as the same string, and reads every other scalar with the type tender meant. The same for
+`tender render cozystack` with such upstream names, cluster, namespace, pool and schematic.
 
 Usage: scripts/check-yaml11.py [path/to/tender]   (default: target/debug/tender)
 Exit 0 when every case agrees, 1 on the first disagreement, 2 when PyYAML or tender is missing.
@@ -85,6 +86,31 @@ def main():
                 print(run.stdout)
                 return 1
             checked += 1
+    # render cozystack: upstream names (registry hosts) and a catalog schematic in YAML 1.1 forms.
+    hosts = [f for f in FORMS if all(c.isdigit() or c.islower() or c in ".-" for c in f) and f and f[0].isalnum()]
+    config = "upstreams:\n" + "".join(f"- name: '{h}'\n  url: https://example.org\n" for h in hosts)
+    config += "catalog:\n  images:\n  - schematicID: '0777'\n    version: v1.13.6\n"
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"check-yaml11-{os.getpid()}.yaml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(config)
+    try:
+        run = subprocess.run([tender, "render", "cozystack", "--config", path, "--mirror", "http://m.example:5000",
+                              "--cluster", "on", "--namespace", "no", "--pool", "y", "--os-image", "builtin"],
+                             capture_output=True, text=True, check=False)
+    finally:
+        os.unlink(path)
+    if run.returncode != 0:
+        print(f"check-yaml11: render cozystack failed: {run.stderr}")
+        return 1
+    found, problems = [], []
+    for doc in yaml.safe_load_all(run.stdout):
+        walk(doc, "", found, problems)
+    missing = [h for h in hosts + ["0777", "on", "no", "on-y"] if h not in found]
+    if problems or missing:
+        print(f"check-yaml11: render cozystack: PyYAML reads it differently: {problems or missing}")
+        print(run.stdout)
+        return 1
+    checked += 1
     print(f"check-yaml11: {checked} renders read the same in PyYAML (YAML 1.1)")
     return 0
 
