@@ -98,8 +98,9 @@ fn walk_keys(
                             .map(|p| p.rsplit('.').next().unwrap_or(p))
                             .collect();
                         near.dedup();
+                        // Escaped: a hostile key cannot rewrite the operator's terminal.
                         return Err(Error::Malformed {
-                            what: format!("{}{}", shown, join(path, k)),
+                            what: format!("{}{}", shown, join(path, k)).escape_debug().to_string(),
                             message: format!(
                                 "is not a key of Cozystack's chart (the committed key list); the keys here are [{}]",
                                 near.join(", ")
@@ -381,7 +382,10 @@ fn worker_image(mirror: &str, images: &[crate::catalog::GoldenImage]) -> Result<
     let storage = |g: &crate::catalog::GoldenImage| {
         g.storage.as_ref().map_or_else(|| DEFAULT_GOLDEN_STORAGE.to_string(), |q| q.as_str().to_string())
     };
-    let (first_class, first_storage) = (class(&images[0]), storage(&images[0]));
+    let Some(first) = images.first() else {
+        return Ok(json!({"imageFactoryURL": mirror, "images": []}));
+    };
+    let (first_class, first_storage) = (class(first), storage(first));
     for (i, g) in images.iter().enumerate() {
         if class(g) != first_class || storage(g) != first_storage {
             return Err(Refusal::input(

@@ -184,3 +184,31 @@ fn should_refuse_a_key_not_on_the_list_naming_it() {
     )
     .unwrap();
 }
+
+#[test]
+fn should_escape_a_hostile_unlisted_key() {
+    let err = check_keys(Chart::Nodes, &json!({"talos\u{1b}[2J\n": 1}), "spec.").unwrap_err().to_string();
+    assert!(!err.chars().any(char::is_control), "{err:?}");
+}
+
+#[test]
+fn should_refuse_hostile_names_and_mirrors_in_render_cozystack() {
+    let config = parse_config(&config()).unwrap();
+    for (cluster, namespace, pool, mirror) in [
+        ("te$t", "tenant-test", "md1", MIRROR),
+        ("test", "tenant\ntest", "md1", MIRROR),
+        ("test", "tenant-test", "md1`id`", MIRROR),
+        ("test", "tenant-test", "md1", "http://m\n:5000"),
+        ("test", "tenant-test", "md1", "http://user:pw@m:5000"),
+    ] {
+        let req = RenderRequest {
+            mirror: mirror.into(),
+            cluster: Some(cluster.into()),
+            namespace: Some(namespace.into()),
+            pools: vec![pool.into()],
+            ..RenderRequest::default()
+        };
+        let err = render(&config, &req).unwrap_err().to_string();
+        assert!(!err.contains('\n') && !err.contains("pw@"), "{err}");
+    }
+}
