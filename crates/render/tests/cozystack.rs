@@ -212,3 +212,68 @@ fn should_refuse_hostile_names_and_mirrors_in_render_cozystack() {
         assert!(!err.contains('\n') && !err.contains("pw@"), "{err}");
     }
 }
+
+/// A value of the listed type, for a key path.
+fn sample(ty: &str) -> Value {
+    match ty.split_whitespace().next().unwrap() {
+        "integer" => json!(1),
+        "boolean" => json!(false),
+        "object" => json!({}),
+        "array" => json!([]),
+        "int-or-string" => json!("1"),
+        _ => json!("test"),
+    }
+}
+
+/// Place `leaf` at a key-list path (`a.*.b`, `c[].d`).
+fn place(root: &mut Value, path: &str, leaf: Value) {
+    let mut node = root;
+    let segs: Vec<&str> = path.split('.').collect();
+    for (i, seg) in segs.iter().enumerate() {
+        let last = i + 1 == segs.len();
+        let (name, item) = seg.strip_suffix("[]").map_or((*seg, false), |n| (n, true));
+        let name = if name == "*" { "md9" } else { name };
+        let next = if item {
+            json!([{}])
+        } else if last {
+            leaf.clone()
+        } else {
+            json!({})
+        };
+        if !node.get(name).is_some_and(|v| v.is_object() || v.is_array()) || last && !item {
+            node[name] = next;
+        }
+        node = &mut node[name];
+        if item {
+            node = &mut node[0];
+            if last {
+                *node = leaf.clone();
+            }
+        }
+    }
+}
+
+#[test]
+fn should_accept_every_key_on_the_committed_list() {
+    let keys = key_list().unwrap();
+    for (chart, section, base) in
+        [(Chart::Nodes, "kubernetes-nodes", json!({"cluster": "test"})), (Chart::Kubernetes, "kubernetes", json!({}))]
+    {
+        for (path, ty) in &keys[section] {
+            let mut values = base.clone();
+            // A list item's required `name` (gpus[]) comes with it, as the schema requires.
+            let named = keys[section].contains_key(&format!("{path}.name"));
+            place(&mut values, path, if named { json!({"name": "test"}) } else { sample(ty) });
+            check_keys(chart, &values, "").unwrap_or_else(|e| panic!("{path}: {e}"));
+            let text = serde_json::to_string(&values).unwrap();
+            let name = if chart == Chart::Nodes { "test-md1" } else { "test" };
+            tender_render::cozystack::read_input(&text, Some(name), Some("tenant-test"))
+                .unwrap_or_else(|e| panic!("{section} {path}: {e}\n{text}"));
+        }
+    }
+    for (path, ty) in &keys["kubernetesWorkerImage"] {
+        let mut values = json!({});
+        place(&mut values, path, sample(ty));
+        check_keys(Chart::WorkerImage, &values, "").unwrap_or_else(|e| panic!("{path}: {e}"));
+    }
+}
