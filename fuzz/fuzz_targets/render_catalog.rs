@@ -29,7 +29,7 @@ fn check_error(e: &Error) {
     match e {
         Error::Refused(r) => check_refusal(r),
         Error::Serialise { .. } => panic!("serialising valid data failed: {e}"),
-        Error::Malformed { .. } | Error::MissingClusterState => {}
+        Error::Malformed { .. } | Error::MissingClusterState | Error::IncompleteState { .. } => {}
     }
 }
 

@@ -19,9 +19,13 @@ pub fn text(data: &[u8]) -> Option<&str> {
 }
 
 /// Parse multi-document YAML output back; panics (a finding) when tender printed something a
-/// YAML reader refuses.
+/// YAML reader refuses, or a plain scalar that a YAML 1.1 reader (PyYAML, Ansible, go-yaml)
+/// types differently from a YAML 1.2 one (issue 22).
 pub fn reparse_yaml(what: &str, text: &str) -> Vec<serde_json::Value> {
     use serde::Deserialize;
+    if let Err(e) = tender_render::yaml::check_readers_agree(text) {
+        panic!("{what}: YAML 1.1 and 1.2 readers disagree: {e}\n{text}");
+    }
     serde_norway::Deserializer::from_str(text)
         .map(|d| {
             serde_json::Value::deserialize(d)

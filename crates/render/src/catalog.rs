@@ -32,10 +32,20 @@ pub const DEFAULT_IMAGE_FACTORY: &str = "https://factory.talos.dev";
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigFile {
-    #[serde(default)]
+    /// Also read as Cozystack spells it, `imageFactoryURL`.
+    #[serde(default, alias = "imageFactoryURL")]
     pub image_factory: Option<String>,
     #[serde(default)]
     pub catalog: Option<CatalogConfig>,
+    /// The registries tender mirrors (only their names are read here).
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamName>,
+}
+
+/// An entry of `upstreams`: its name is the registry host it mirrors.
+#[derive(Debug, Clone, Deserialize)]
+pub struct UpstreamName {
+    pub name: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -50,6 +60,8 @@ pub struct CatalogConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CatalogImage {
+    /// Also read as Cozystack spells it, `schematicID`.
+    #[serde(alias = "schematicID")]
     pub schematic: String,
     pub version: String,
     #[serde(default)]
@@ -174,6 +186,25 @@ pub fn validate(catalog: &CatalogConfig) -> Result<Vec<GoldenImage>, Refusal> {
         if let Some(dir) = &e.dir {
             crate::rules::check_no_control(&format!("{at}dir"), dir)?;
         }
+        let golden = GoldenImage {
+            schematic: e.schematic.clone(),
+            version: e.version.clone(),
+            platform: platform.clone(),
+            arch: arch.clone(),
+            format: String::new(),
+            dir: None,
+            storage_class: None,
+            storage: None,
+        }
+        .name();
+        let longest = if e.schematic.len() >= e.version.len() { "schematic" } else { "version" };
+        crate::rules::check_name_length(
+            Some(Rule::G8),
+            &format!("{at}{longest}"),
+            &golden,
+            "golden DataVolume name (a DNS-1123 subdomain)",
+            crate::rules::DNS_SUBDOMAIN_MAX,
+        )?;
         let key = (e.schematic.clone(), e.version.clone(), platform.clone(), arch.clone());
         if !seen.insert(key) {
             return Err(Refusal::new(

@@ -20,6 +20,7 @@ use crate::pool::Pool;
 use crate::quantity::Quantity;
 use crate::rules::{Refusal, Rule};
 use crate::state::ClusterState;
+use crate::Error;
 
 pub const CATALOG_NAMESPACE: &str = "cozy-public";
 pub const GOLDEN_ANNOTATION: &str = "kubernetes-worker-image.cozystack.io/golden";
@@ -32,8 +33,18 @@ pub struct CloneCheck {
     pub already_cloned: bool,
 }
 
-/// Run R-1..R-4 for `pool` cloning `golden`, and resolve the worker disk's class.
-pub fn check(pool: &Pool, golden: &str, state: &ClusterState) -> Result<CloneCheck, Refusal> {
+/// Run R-1..R-4 for `pool` cloning `golden`, and resolve the worker disk's class. A state
+/// that lacks what a rule needs (no StorageClass at all, a Succeeded golden or a cloned disk
+/// without its PVC) is [`Error::IncompleteState`]: said, never guessed.
+pub fn check(pool: &Pool, golden: &str, state: &ClusterState) -> Result<CloneCheck, Error> {
+    if state.storage_classes.is_empty() {
+        return Err(Error::IncompleteState {
+            kind: "StorageClass".into(),
+            what: "at all".into(),
+            why: "D-1 and R-3 need to resolve empty classes to the cluster default".into(),
+            command: "kubectl get storageclasses -o yaml".into(),
+        });
+    }
     let annotation = pool.annotation();
     let cloned: Vec<&str> = state
         .data_volumes
@@ -46,28 +57,36 @@ pub fn check(pool: &Pool, golden: &str, state: &ClusterState) -> Result<CloneChe
         })
         .map(|d| d.name.as_str())
         .collect();
+    if let Some(name) = cloned.iter().find(|name| state.pvc(&pool.namespace, name).is_none()) {
+        return Err(Error::IncompleteState {
+            kind: "PersistentVolumeClaim".into(),
+            what: format!("{}/{name}", pool.namespace),
+            why: "this pool's cloned disks are read for their bound class (D-4, N-4)".into(),
+            command: format!("kubectl get persistentvolumeclaims -n {} -o yaml", pool.namespace),
+        });
+    }
     let already_cloned = !cloned.is_empty();
     let default_class = state.default_storage_class();
 
     let golden_dv = state.data_volume(CATALOG_NAMESPACE, golden);
     match golden_dv {
         None if !already_cloned => {
-            return Err(Refusal::new(
+            return Err(Error::from(Refusal::new(
                 Some(Rule::R1),
                 "osImage.builtin",
                 golden,
                 format!("names a golden DataVolume that does not exist in {CATALOG_NAMESPACE}"),
                 "add the (schematic, version) to the catalog and apply `tender render catalog`, or use osImage.factory",
-            ))
+            )))
         }
         Some(dv) if dv.phase == "Failed" && !already_cloned => {
-            return Err(Refusal::new(
+            return Err(Error::from(Refusal::new(
                 Some(Rule::R2),
                 "osImage.builtin",
                 golden,
                 format!("names a golden whose import failed (phase Failed) in {CATALOG_NAMESPACE}; cloning it would block the workers forever"),
                 format!("check the importer in {CATALOG_NAMESPACE}, then delete the DataVolume so the catalog re-imports it"),
-            ))
+            )))
         }
         _ => {}
     }
@@ -83,36 +102,44 @@ pub fn check(pool: &Pool, golden: &str, state: &ClusterState) -> Result<CloneChe
     let (pool_class, pool_origin) = if !pool.storage_class.is_empty() {
         (pool.storage_class.clone(), "storageClass")
     } else if own.len() > 1 {
-        return Err(Refusal::new(
+        return Err(Error::from(Refusal::new(
             Some(Rule::R3),
             "storageClass",
             own.iter().copied().collect::<Vec<_>>().join(", "),
             "is empty, and this pool's cloned disks are bound on different StorageClasses",
             "set storageClass explicitly to the golden's class",
-        ));
+        )));
     } else if let Some(c) = own.first() {
         (c.to_string(), "resolved from the class of this pool's own bound disks (D-4)")
     } else if let Some(d) = default_class {
         (d.to_string(), "resolved from the cluster default StorageClass (D-1)")
     } else {
-        return Err(Refusal::new(
+        return Err(Error::from(Refusal::new(
             Some(Rule::D1),
             "storageClass",
             "",
             "is empty and the cluster has no default StorageClass, so the clone's class cannot be known",
             "set storageClass to the golden's class",
-        ));
+        )));
     };
 
     if let Some(dv) = golden_dv.filter(|d| d.phase != "Failed") {
         // The golden's class: declared, else its PVC's (D-3), else the cluster default (D-1).
         let declared = dv.storage_class.clone().filter(|c| !c.is_empty());
+        if declared.is_none() && dv.phase == "Succeeded" && state.pvc(CATALOG_NAMESPACE, golden).is_none() {
+            return Err(Error::IncompleteState {
+                kind: "PersistentVolumeClaim".into(),
+                what: format!("{CATALOG_NAMESPACE}/{golden}"),
+                why: "a Succeeded golden that declares no class is read for its PVC's bound class (D-3)".into(),
+                command: format!("kubectl get persistentvolumeclaims -n {CATALOG_NAMESPACE} -o yaml"),
+            });
+        }
         let from_pvc =
             state.pvc(CATALOG_NAMESPACE, golden).and_then(|p| p.storage_class.clone()).filter(|c| !c.is_empty());
         let golden_class = declared.or(from_pvc).or_else(|| default_class.map(str::to_string));
         if let Some(gc) = golden_class {
             if gc != pool_class {
-                return Err(Refusal::new(
+                return Err(Error::from(Refusal::new(
                     Some(Rule::R3),
                     "storageClass",
                     &pool_class,
@@ -120,7 +147,7 @@ pub fn check(pool: &Pool, golden: &str, state: &ClusterState) -> Result<CloneChe
                         "({pool_origin}) differs from the class {gc:?} of golden {golden}; CDI cannot CSI-clone across StorageClasses and would fall back to a host-assisted copy over the pod network"
                     ),
                     format!("set the catalog entry's storageClass to {pool_class:?}, or this pool's storageClass to {gc:?}, or use osImage.factory"),
-                ));
+                )));
             }
         }
         if let Some(storage) = &dv.storage {
@@ -134,7 +161,7 @@ pub fn check(pool: &Pool, golden: &str, state: &ClusterState) -> Result<CloneChe
                 )
             })?;
             if pool.disk_size.compare(&golden_size) == Some(std::cmp::Ordering::Less) {
-                return Err(Refusal::new(
+                return Err(Error::from(Refusal::new(
                     Some(Rule::R4),
                     "diskSize",
                     pool.disk_size.as_str(),
@@ -142,7 +169,7 @@ pub fn check(pool: &Pool, golden: &str, state: &ClusterState) -> Result<CloneChe
                         "is smaller than golden {golden} ({storage}); a clone target cannot be smaller than its source"
                     ),
                     format!("raise diskSize to at least {storage}"),
-                ));
+                )));
             }
         }
     }

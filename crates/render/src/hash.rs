@@ -85,9 +85,10 @@ pub fn yaml_documents(docs: &[Value]) -> Result<String, Error> {
     Ok(out)
 }
 
-/// Serialise one document (keys sorted), without a leading `---`.
+/// Serialise one document (keys sorted), without a leading `---`, in YAML that YAML 1.1 and
+/// 1.2 readers parse the same ([`crate::yaml`]).
 pub fn yaml_one(doc: &Value) -> Result<String, Error> {
-    serde_norway::to_string(&sorted(doc)).map_err(|e| Error::Serialise { what: "YAML".into(), message: e.to_string() })
+    Ok(crate::yaml::to_string(&sorted(doc)))
 }
 
 #[cfg(test)]

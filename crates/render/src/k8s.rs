@@ -12,6 +12,12 @@ use crate::Error;
 pub const KMT_API_VERSION: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
 pub const CAPI_API_VERSION: &str = "cluster.x-k8s.io/v1beta1";
 pub const CABPT_API_VERSION: &str = "bootstrap.cluster.x-k8s.io/v1alpha3";
+pub const CAPACITY_CPU: &str = "capacity.cluster-autoscaler.kubernetes.io/cpu";
+pub const CAPACITY_MEMORY: &str = "capacity.cluster-autoscaler.kubernetes.io/memory";
+
+/// The worker pod's ephemeral-storage limit, 2Gi: persistent DataVolumes are not counted as pod
+/// ephemeral storage.
+pub const POD_EPHEMERAL_STORAGE_BYTES: u64 = 2 << 30;
 
 /// The worker disk's source and class, as resolved for this render.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,10 +83,16 @@ pub fn kmt_template(pool: &Pool, disk: &Disk) -> Value {
     if pool.log_serial_console {
         devices["logSerialConsole"] = Value::Bool(true);
     }
+    // Ratio 1 keeps the text "2Gi" (and so the pinned template hash); any other ratio gives
+    // the request in bytes, truncated, as Cozystack's chart does.
+    let request = match pool.ephemeral_storage_ratio {
+        0 | 1 => json!("2Gi"),
+        r => json!((POD_EPHEMERAL_STORAGE_BYTES / u64::from(r)).to_string()),
+    };
     let mut domain = json!({
         "devices": devices,
         "resources": {
-            "requests": {"ephemeral-storage": "2Gi"},
+            "requests": {"ephemeral-storage": request},
             "limits": {"ephemeral-storage": "2Gi"},
         },
     });
@@ -147,17 +159,24 @@ pub fn machine_deployment(pool: &Pool, kmt_name: &str) -> Value {
         template_labels.insert(format!("node-role.kubernetes.io/{r}"), json!(""));
     }
     // spec.replicas is left to the cluster-autoscaler (the min-size annotation seeds it).
+    let mut annotations = json!({
+        "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": pool.min_replicas.to_string(),
+        "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": pool.max_replicas.to_string(),
+        "cluster.x-k8s.io/autoscaling-options-maxnodeprovisiontime": pool.max_node_provision_time,
+    });
+    // Scale from zero: the autoscaler learns a node's size from these when the pool has none.
+    // Known only when the pool is sized by resources (an instancetype lives in the cluster).
+    if let (Some(cpu), Some(memory)) = (&pool.cpu, &pool.memory) {
+        annotations[CAPACITY_CPU] = json!(cpu.to_string());
+        annotations[CAPACITY_MEMORY] = json!(memory);
+    }
     json!({
         "apiVersion": CAPI_API_VERSION,
         "kind": "MachineDeployment",
         "metadata": {
             "name": pool.name(),
             "namespace": pool.namespace,
-            "annotations": {
-                "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": pool.min_replicas.to_string(),
-                "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": pool.max_replicas.to_string(),
-                "cluster.x-k8s.io/autoscaling-options-maxnodeprovisiontime": pool.max_node_provision_time,
-            },
+            "annotations": annotations,
         },
         "spec": {
             "clusterName": pool.cluster,

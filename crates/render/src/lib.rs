@@ -15,11 +15,14 @@
 //! - [`catalog`]: the golden catalog config and its rules G-7, G-8 (shared with the server);
 //! - [`golden`]: the golden DataVolumes of the catalog, and G-9;
 //! - [`state`]: the cluster state as kubectl prints it;
-//! - [`rules`], [`quantity`], [`hash`]: rule ids and shape checks, quantities, canonical data.
+//! - [`cozystack`]: patches and values in Cozystack's own keys, and the rules checked on them;
+//! - [`rules`], [`quantity`], [`hash`]: rule ids and shape checks, quantities, canonical data;
+//! - [`yaml`]: YAML output that YAML 1.1 and 1.2 readers parse the same, and the 1.1 resolver.
 
 pub mod catalog;
 pub mod clone;
 pub mod containerd;
+pub mod cozystack;
 pub mod golden;
 pub mod hash;
 pub mod k8s;
@@ -29,6 +32,7 @@ pub mod registries;
 pub mod rules;
 pub mod state;
 pub mod talos;
+pub mod yaml;
 
 pub use rules::{Refusal, Rule};
 
@@ -44,6 +48,10 @@ pub enum Error {
     /// `osImage.builtin` is checked against the cluster state, and none was given.
     #[error("osImage.builtin is checked against the cluster state (rules R-1 to R-4, D-1 to D-5), and none was given")]
     MissingClusterState,
+    /// The cluster state lacks what a rule needs: the kind that is missing and the `kubectl get`
+    /// that provides it. Said, never guessed.
+    #[error("the cluster state has no {kind} {what}, which {why}; add the output of `{command}` to --cluster-state")]
+    IncompleteState { kind: String, what: String, why: String, command: String },
     /// Serialising the output failed (a bug: the output is built from valid data).
     #[error("could not serialise {what}: {message}")]
     Serialise { what: String, message: String },

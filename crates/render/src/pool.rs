@@ -8,12 +8,13 @@ use serde::{Deserialize, Deserializer};
 
 use crate::quantity::{IntOrString, Quantity};
 use crate::registries::{
-    check_pem, check_secret_text, parse_http_url, Auth, Authority, ClientIdentity, Endpoint, EndpointConfig, Mirror,
-    Registry, Routing, Tls,
+    check_no_credentials, check_pem, check_secret_text, parse_http_url, Auth, Authority, ClientIdentity, Endpoint,
+    EndpointConfig, Mirror, Registry, Routing, Tls,
 };
 use crate::rules::{
-    check_factory_url, check_no_control, check_schematic, check_support_matrix, check_version, is_dns_label,
-    is_dns_subdomain, is_label_name, is_positive_duration, kubernetes_patch, Refusal, Rule,
+    check_factory_url, check_name_length, check_no_control, check_schematic, check_support_matrix, check_version,
+    is_dns_label, is_dns_subdomain, is_label_name, is_positive_duration, kubernetes_patch, Refusal, Rule,
+    DNS_SUBDOMAIN_MAX, LABEL_VALUE_MAX,
 };
 use crate::talos::TalosVersion;
 use crate::Error;
@@ -83,6 +84,11 @@ pub struct PoolFile {
     pub ready_false_timeout: Option<String>,
     #[serde(default)]
     pub max_node_provision_time: Option<String>,
+    /// The worker pod's ephemeral-storage request is its 2Gi limit divided by this (Cozystack's
+    /// `ephemeral-storage-allocation-ratio`, 40 there). tender's default 1 requests the whole
+    /// limit, which keeps the machine-template names pinned before this setting existed.
+    #[serde(default)]
+    pub ephemeral_storage_allocation_ratio: Option<u32>,
     /// Cozystack's kubelet reservations and image overrides: read so a Cozystack values file
     /// with their empty defaults parses, refused when set (tender does not render them).
     #[serde(default)]
@@ -231,6 +237,8 @@ pub struct Pool {
     pub ready_unknown_timeout: String,
     pub ready_false_timeout: String,
     pub max_node_provision_time: String,
+    /// Divides the 2Gi ephemeral-storage limit into the request (1: request the limit).
+    pub ephemeral_storage_ratio: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -285,7 +293,8 @@ impl PoolFile {
             if let Some((key, value)) = map.iter().next() {
                 return Err(Refusal::input(
                     format!("{field}.{key}"),
-                    value.to_string(),
+                    // A string is shown as itself: Display quotes it once.
+                    value.as_str().map_or_else(|| value.to_string(), str::to_string),
                     "is not rendered by tender",
                     format!("drop {field} from the pool file; tender renders no {field} settings"),
                 ));
@@ -294,15 +303,14 @@ impl PoolFile {
         name_check("cluster", &self.cluster, is_dns_label(&self.cluster), "a DNS-1123 label (e.g. kubernetes-test)")?;
         name_check("namespace", &self.namespace, is_dns_label(&self.namespace), "a DNS-1123 label (e.g. tenant-test)")?;
         name_check("pool", &self.pool, is_dns_label(&self.pool), "a DNS-1123 label (e.g. md0)")?;
-        let full = format!("{}-{}", self.cluster, self.pool);
-        if full.len() > 63 {
-            return Err(Refusal::input(
-                "cluster, pool",
-                &full,
-                "is longer than 63 characters, and it is used as a label value",
-                "shorten the cluster or pool name",
-            ));
-        }
+        // `<cluster>-<pool>` names the MachineDeployment and is its deployment-name label value.
+        check_name_length(
+            None,
+            "cluster, pool",
+            &format!("{}-{}", self.cluster, self.pool),
+            "MachineDeployment name (the cluster.x-k8s.io/deployment-name label value)",
+            LABEL_VALUE_MAX,
+        )?;
 
         let kubernetes_minor = self.kubernetes_version.clone().unwrap_or_else(|| defaults::KUBERNETES_VERSION.into());
         let kubernetes_patch = kubernetes_patch("kubernetesVersion", &kubernetes_minor)?.to_string();
@@ -367,7 +375,16 @@ impl PoolFile {
         }
         let talos = TalosVersion::parse(version_field, &version)?;
         let disk = if clone {
-            DiskSource::Builtin { golden: golden_name(&schematic, &version) }
+            let golden = golden_name(&schematic, &version);
+            let field = if schematic.len() >= version.len() { schematic_field } else { version_field };
+            check_name_length(
+                Some(if field == schematic_field { Rule::R6 } else { Rule::R7 }),
+                field,
+                &golden,
+                "golden DataVolume name (a DNS-1123 subdomain)",
+                DNS_SUBDOMAIN_MAX,
+            )?;
+            DiskSource::Builtin { golden }
         } else {
             DiskSource::Factory { url: format!("{factory_url}/image/{schematic}/{version}/openstack-amd64.raw.xz") }
         };
@@ -453,7 +470,18 @@ impl PoolFile {
             }
         };
 
+        let ephemeral_storage_ratio = self.ephemeral_storage_allocation_ratio.unwrap_or(1);
+        if ephemeral_storage_ratio == 0 {
+            return Err(Refusal::input(
+                "ephemeralStorageAllocationRatio",
+                "0",
+                "is zero; the ephemeral-storage request is the limit divided by it",
+                "give a positive integer (Cozystack uses 40), or leave it out to request the whole limit",
+            ));
+        }
+
         Ok(Pool {
+            ephemeral_storage_ratio,
             cluster: self.cluster.clone(),
             namespace: self.namespace.clone(),
             pool: self.pool.clone(),
@@ -579,6 +607,7 @@ fn routing(
         let mut endpoints: Vec<Endpoint> = Vec::new();
         for e in &m.endpoints {
             check_no_control(&format!("{field}.endpoints[]"), e)?;
+            check_no_credentials(&format!("{field}.endpoints[]"), e)?;
             let url = parse_http_url(e).map_err(|problem| {
                 Refusal::input(
                     format!("{field}.endpoints[]"),

@@ -130,10 +130,14 @@ impl<'de> Deserialize<'de> for IntOrString {
         #[serde(untagged)]
         enum Raw {
             Int(u64),
+            // A fractional number (`cpu: 2.5`) is kept as its text, so the field's own check
+            // says what is wrong with it instead of serde's "no variant of untagged enum".
+            Float(f64),
             Str(String),
         }
         Ok(match Raw::deserialize(d)? {
             Raw::Int(i) => IntOrString(i.to_string()),
+            Raw::Float(f) => IntOrString(f.to_string()),
             Raw::Str(s) => IntOrString(s),
         })
     }

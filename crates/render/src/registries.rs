@@ -132,8 +132,33 @@ impl fmt::Display for HttpUrl {
     }
 }
 
+/// Whether a URL carries credentials (`scheme://user:password@host`).
+pub fn has_credentials(value: &str) -> bool {
+    let rest = value.split_once("://").map_or(value, |(_, r)| r);
+    rest.split(['/', '?', '#']).next().is_some_and(|authority| authority.contains('@'))
+}
+
+/// Refuse credentials in a URL as credentials (not as a bad port or host), without echoing
+/// them: a URL is written into machine config, manifests and logs.
+pub fn check_no_credentials(field: &str, value: &str) -> Result<(), Refusal> {
+    if !has_credentials(value) {
+        return Ok(());
+    }
+    let (scheme, rest) = value.split_once("://").unwrap_or(("", value));
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    Err(Refusal::input(
+        field,
+        format!("{scheme}://<redacted>@{host}"),
+        "carries credentials (user:password@); a URL is written into machine configs, manifests and logs",
+        "drop them from the URL and give them as registry auth (talos.registryConfig.<host>.auth, or render registries --username/--password-file)",
+    ))
+}
+
 /// Parse a plain http(s) URL. The path may hold `[A-Za-z0-9._~/%-]` only.
 pub fn parse_http_url(value: &str) -> Result<HttpUrl, String> {
+    if has_credentials(value) {
+        return Err("the URL carries credentials (user:password@); give them as registry auth instead".into());
+    }
     let (https, rest) = if let Some(r) = value.strip_prefix("https://") {
         (true, r)
     } else if let Some(r) = value.strip_prefix("http://") {
@@ -273,6 +298,7 @@ impl RegistriesRequest {
     /// Validate hosts, the URL, duplicates and the TLS / auth combination.
     pub fn validate(&self) -> Result<MirrorPlan, Refusal> {
         check_no_control("--mirror", &self.mirror)?;
+        check_no_credentials("--mirror", &self.mirror)?;
         let url = parse_http_url(&self.mirror).map_err(|problem| {
             Refusal::input(
                 "--mirror",

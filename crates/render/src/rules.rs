@@ -206,24 +206,30 @@ pub fn check_version(rule: Rule, field: &str, value: &str) -> Result<(), Refusal
         Some(rule),
         field,
         value,
-        "is not a vMAJOR.MINOR.PATCH Talos release; no image exists at a version like that",
+        "is not a vMAJOR.MINOR.PATCH Talos release (each number at most 6 digits); no image exists at a version like that",
         "spell the full release, e.g. v1.13.6",
     ))
 }
 
-/// `^v[0-9]+\.[0-9]+\.[0-9]+$`.
+/// `^v[0-9]{1,6}\.[0-9]{1,6}\.[0-9]{1,6}$`: the numbers are bounded so that every version
+/// this accepts also parses as a [`crate::talos::TalosVersion`] (an over-long one gets this
+/// rule's message, not a parse error).
 pub fn is_release_version(value: &str) -> bool {
     let Some(rest) = value.strip_prefix('v') else {
         return false;
     };
     let parts: Vec<&str> = rest.split('.').collect();
-    parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.len() <= 6 && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// the Image Factory URL is a plain http(s) URL (one trailing `/` stripped). Empty used to
 /// render a scheme-less `/image/...` source. Returns the URL without a trailing slash.
 pub fn check_factory_url(field: &str, value: &str) -> Result<String, Refusal> {
     let trimmed = value.strip_suffix('/').unwrap_or(value);
+    crate::registries::check_no_credentials(field, value).map_err(|mut r| {
+        r.rule = Some(Rule::R8);
+        r
+    })?;
     if trimmed.is_empty() {
         return Err(Refusal::new(
             Some(Rule::R8),
@@ -257,6 +263,25 @@ pub fn check_no_control(field: &str, value: &str) -> Result<(), Refusal> {
         ));
     }
     Ok(())
+}
+
+/// The length limits of the names tender generates (docs/render.md, "Names and their limits").
+pub const DNS_SUBDOMAIN_MAX: usize = 253;
+pub const LABEL_VALUE_MAX: usize = 63;
+
+/// Refuse a generated name longer than its kind allows, naming the input field it grows from,
+/// the name, its length and the limit.
+pub fn check_name_length(rule: Option<Rule>, field: &str, name: &str, what: &str, limit: usize) -> Result<(), Refusal> {
+    if name.len() <= limit {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        rule,
+        field,
+        name,
+        format!("makes the {what} {} characters long; Kubernetes allows at most {limit}", name.len()),
+        format!("shorten {field} so the {what} stays within {limit} characters"),
+    ))
 }
 
 /// A DNS-1123 label: 1..=63 of `[a-z0-9-]`, starting and ending alphanumeric.

@@ -352,8 +352,12 @@ fn rule_d1_empty_class_resolves_to_the_cluster_default_on_both_sides() {
         .build();
     let out = render(&pool_yaml(&format!("{BUILTIN}storageClass: \"\"\n")), Some(&state));
     assert_eq!(disk(&out.text)["spec"]["storage"]["storageClassName"], "replicated");
-    // No default class at all: the empty pool class cannot be resolved.
-    let none = State::new().golden("Succeeded", Some("replicated"), "6Gi").build();
+    // Classes, but no default: the empty pool class cannot be resolved. (No StorageClass at
+    // all is an incomplete state, issue 22: tests/issue_22.rs.)
+    let none = State::new()
+        .storage_class("replicated", false, "2024-01-01T00:00:00Z")
+        .golden("Succeeded", Some("replicated"), "6Gi")
+        .build();
     let err = refusal(&pool_yaml(&format!("{BUILTIN}storageClass: \"\"\n")), Some(&none));
     assert_refused(&err, "D-1", &["storageClass"]);
 }

@@ -19,6 +19,8 @@ pub struct RawConfig {
     pub data: Option<PathBuf>,
     pub log_format: Option<String>,
     pub default_upstream: Option<String>,
+    /// Also read as Cozystack spells it, `imageFactoryURL`.
+    #[serde(alias = "imageFactoryURL")]
     pub image_factory: Option<String>,
     #[serde(default)]
     pub upstreams: Vec<RawUpstream>,

@@ -44,6 +44,8 @@ enum Command {
     Stats(stats::StatsArgs),
     /// Render Talos, containerd and Kubernetes configuration that points nodes at tender
     Render(render_cmd::RenderArgs),
+    /// Check configuration against the rules before it is applied (exit 1 naming rule, field and fix)
+    Check(render_cmd::CheckArgs),
     /// The golden image catalog: sync, ls, rm, refs, trust
     Catalog(catalog_cmd::CatalogArgs),
     /// Create a worker's system disk from a golden (reflink clone or qcow2 overlay)
@@ -71,6 +73,7 @@ fn main() -> ExitCode {
         Command::Fsck(args) => maint::fsck(args),
         Command::Gc(args) => maint::gc(args),
         Command::Render(args) => render_cmd::run(args),
+        Command::Check(args) => render_cmd::run_check(args),
         Command::Catalog(args) => catalog_cmd::run(args),
         Command::Clone(args) => clone_cmd::run(args),
         Command::Stats(args) => stats::run(args),

@@ -35,6 +35,86 @@ enum What {
     Pool(PoolArgs),
     /// The golden DataVolumes of the catalog, for cozy-public
     Catalog(CatalogArgs),
+    /// Patches and values for Cozystack's own charts: registry mirrors, osImage, kubernetesWorkerImage
+    Cozystack(CozystackArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OsImageArg {
+    /// osImage.builtin: clone a golden of tender's catalog (CSI clone)
+    Builtin,
+    /// osImage.factory: import over HTTP from the mirror
+    Factory,
+}
+
+#[derive(Debug, Args)]
+struct CozystackArgs {
+    /// tender's config file: its upstreams are mirrored, its catalog becomes kubernetesWorkerImage
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// tender's URL as the tenant workers reach it, e.g. http://tender.cozy-tender.svc:5000
+    #[arg(long, value_name = "URL")]
+    mirror: String,
+    /// The Kubernetes application (its metadata.name, e.g. test for kubernetes-test)
+    #[arg(long, value_name = "NAME", requires = "namespace")]
+    cluster: Option<String>,
+    /// The tenant namespace the Kubernetes application lives in
+    #[arg(long, value_name = "NS", requires = "cluster")]
+    namespace: Option<String>,
+    /// A KubernetesNodes pool to patch (<cluster>-<pool>); repeat it for several
+    #[arg(long = "pool", value_name = "NAME")]
+    pools: Vec<String>,
+    /// Also set the pool's osImage; editing osImage re-images the pool (P-6)
+    #[arg(long, value_enum, requires = "pools")]
+    os_image: Option<OsImageArg>,
+    /// The catalog entry's schematic, when the catalog has several
+    #[arg(long, value_name = "ID")]
+    schematic: Option<String>,
+    /// The catalog entry's Talos version, when the catalog has several
+    #[arg(long, value_name = "VERSION")]
+    version: Option<String>,
+    /// Write one file per document into DIR (for kubectl patch --patch-file) instead of standard output
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(subcommand)]
+    what: CheckWhat,
+}
+
+#[derive(Debug, Subcommand)]
+enum CheckWhat {
+    /// Check a Kubernetes / KubernetesNodes resource or values file against the seed rules, before it is applied
+    Cozystack(CheckCozystackArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum CheckOutput {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+struct CheckCozystackArgs {
+    /// A Kubernetes or KubernetesNodes resource, or its values ('-' for standard input)
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    file: PathBuf,
+    /// The platform Package (or its kubernetesWorkerImage values): checks G-7 to G-9 too
+    #[arg(long, value_name = "FILE")]
+    catalog_values: Option<PathBuf>,
+    /// `kubectl get storageclasses,datavolumes,persistentvolumeclaims -A -o yaml` ('-' for standard input)
+    #[arg(long, value_name = "FILE")]
+    cluster_state: Option<PathBuf>,
+    /// For a values file: the resource's name (Kubernetes app, or KubernetesNodes <cluster>-<pool>)
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// For a values file (or a resource without one): the tenant namespace
+    #[arg(long, value_name = "NS")]
+    namespace: Option<String>,
+    #[arg(long, value_enum, default_value_t = CheckOutput::Text)]
+    output: CheckOutput,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -125,6 +205,13 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitCode> {
         What::Registries(a) => registries(a),
         What::Pool(a) => pool(a),
         What::Catalog(a) => catalog(a),
+        What::Cozystack(a) => cozystack(a),
+    }
+}
+
+pub fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    match args.what {
+        CheckWhat::Cozystack(a) => check_cozystack(a),
     }
 }
 
@@ -151,7 +238,7 @@ fn check_one_stdin(paths: &[Option<&Path>]) -> anyhow::Result<()> {
 fn classify(err: tender_render::Error) -> anyhow::Error {
     use tender_render::Error as E;
     match err {
-        E::Malformed { .. } => Failure::usage(err.to_string()),
+        E::Malformed { .. } | E::IncompleteState { .. } => Failure::usage(err.to_string()),
         E::MissingClusterState => Failure::usage(format!(
             "{err}: pass --cluster-state with the output of `kubectl get storageclasses,datavolumes,persistentvolumeclaims -A -o yaml`, or --skip-cluster-checks to take that risk"
         )),
@@ -263,5 +350,81 @@ fn catalog(a: CatalogArgs) -> anyhow::Result<ExitCode> {
     check_one_stdin(&[Some(a.config.as_path()), a.cluster_state.as_deref()])?;
     let config = parse_config(&read_input("--config", &a.config)?).map_err(classify)?;
     let state = cluster_state(a.cluster_state.as_ref())?;
-    print(&render_catalog(&config, a.source_url.as_deref(), state.as_ref()).map_err(classify)?)
+    let text = render_catalog(&config, a.source_url.as_deref(), state.as_ref()).map_err(classify)?;
+    if state.is_none() {
+        eprintln!(
+            "tender: warning: G-9 not checked (no --cluster-state): an edit to a golden that already exists would be refused only at apply time; pass the output of `kubectl get datavolumes -n cozy-public -o yaml`"
+        );
+    }
+    print(&text)
+}
+
+fn cozystack(a: CozystackArgs) -> anyhow::Result<ExitCode> {
+    let config = parse_config(&read_input("--config", &a.config)?).map_err(classify)?;
+    let request = tender_render::cozystack::RenderRequest {
+        mirror: a.mirror,
+        cluster: a.cluster,
+        namespace: a.namespace,
+        pools: a.pools,
+        os_image: a.os_image.map(|o| match o {
+            OsImageArg::Builtin => tender_render::cozystack::OsImage::Builtin,
+            OsImageArg::Factory => tender_render::cozystack::OsImage::Factory,
+        }),
+        schematic: a.schematic,
+        version: a.version,
+    };
+    // Every refusal here is about the flags or the config: a usage error.
+    let rendered = tender_render::cozystack::render(&config, &request).map_err(|e| match e {
+        tender_render::Error::Refused(r) => Failure::usage(r.to_string()),
+        other => classify(other),
+    })?;
+    for w in &rendered.warnings {
+        eprintln!("tender: note: {w}");
+    }
+    match a.out {
+        None => print(&rendered.text()),
+        Some(dir) => {
+            for d in &rendered.documents {
+                let one = tender_render::cozystack::Rendered { documents: vec![d.clone()], warnings: Vec::new() };
+                write_file(
+                    &dir,
+                    &OutputFile { path: d.file_name.clone(), contents: one.text().into_bytes(), secret: false },
+                )?;
+                println!("{}", dir.join(&d.file_name).display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn check_cozystack(a: CheckCozystackArgs) -> anyhow::Result<ExitCode> {
+    check_one_stdin(&[Some(a.file.as_path()), a.catalog_values.as_deref(), a.cluster_state.as_deref()])?;
+    let Some(state_path) = a.cluster_state.as_ref() else {
+        return Err(Failure::usage(
+            "--cluster-state is required: the rules R-1 to R-4, D-1 to D-6, N-1 to N-4, A-1 and G-9 read the cluster; pass the output of `kubectl get storageclasses,datavolumes,persistentvolumeclaims -A -o yaml`",
+        ));
+    };
+    let text = read_input("-f", &a.file)?;
+    let pools =
+        tender_render::cozystack::read_input(&text, a.name.as_deref(), a.namespace.as_deref()).map_err(classify)?;
+    let catalog = a
+        .catalog_values
+        .as_ref()
+        .map(|p| {
+            read_input("--catalog-values", p)
+                .and_then(|t| tender_render::cozystack::read_catalog_values(&t).map_err(classify))
+        })
+        .transpose()?;
+    let state = cluster_state(Some(state_path))?.unwrap_or_default();
+    let report = tender_render::cozystack::check(&pools, catalog.as_ref(), &state).map_err(classify)?;
+    let out = match a.output {
+        CheckOutput::Text => report.text(),
+        CheckOutput::Json => {
+            let mut j = serde_json::to_string_pretty(&report).context("serialising the report")?;
+            j.push('\n');
+            j
+        }
+    };
+    print(&out)?;
+    Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -238,7 +238,13 @@ fn should_exit_1_naming_the_rule_value_and_fix() {
     assert_eq!(code(&o), 1);
     let err = stderr(&o);
     assert!(err.contains("R-7") && err.contains("\"v1.13\"") && err.contains("fix:"), "{err}");
-    let state = write(dir.path(), "state.yaml", "apiVersion: v1\nkind: List\nitems: []\n");
+    // A cluster with a StorageClass and no golden. (One without any StorageClass is an
+    // incomplete state, exit 2: issue 22.)
+    let state = write(
+        dir.path(),
+        "state.yaml",
+        "apiVersion: v1\nkind: List\nitems:\n- kind: StorageClass\n  metadata:\n    name: replicated\n",
+    );
     let builtin = write(dir.path(), "builtin.yaml", &format!("{POOL}osImage:\n  builtin: {{}}\n"));
     let o = tender(&["render", "pool", "-f", &builtin, "--cluster-state", &state], None);
     assert_eq!(code(&o), 1);
@@ -314,4 +320,34 @@ fn should_render_identical_bytes_on_every_run() {
     assert_eq!(code(&a), 0);
     assert_eq!(a.stdout, b.stdout);
     assert!(stdout(&a).contains("name: kubernetes-test-md0-da9ead"));
+}
+
+// ---- issue 22 ---------------------------------------------------------------------------------
+
+#[test]
+fn issue_22_should_warn_that_g9_was_not_checked_without_cluster_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        dir.path(),
+        "tender.yaml",
+        &format!("catalog:\n  images:\n  - schematic: {SCHEMATIC}\n    version: v1.13.6\n"),
+    );
+    let o = tender(&["render", "catalog", "--config", &config], None);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("G-9 not checked"), "{}", stderr(&o));
+    let o = tender(&["render", "catalog", "--config", &config, "--cluster-state", "-"], Some(STATE));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(!stderr(&o).contains("G-9 not checked"), "{}", stderr(&o));
+}
+
+#[test]
+fn issue_22_should_exit_2_naming_the_kubectl_get_an_incomplete_state_lacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = write(dir.path(), "pool.yaml", &format!("{POOL}osImage:\n  builtin: {{}}\n"));
+    let o = tender(
+        &["render", "pool", "-f", &pool, "--cluster-state", "-"],
+        Some("apiVersion: v1\nkind: List\nitems: []\n"),
+    );
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("kubectl get storageclasses"), "{}", stderr(&o));
 }
