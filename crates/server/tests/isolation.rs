@@ -99,6 +99,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 async fn assert_refused_everywhere(t: &Tender, p: &Private, when: &str) {
     for (what, secret) in [
         (format!("manifests/{}", p.manifest_digest), &p.manifest[..]),
+        ("manifests/v1".to_string(), &p.manifest[..]),
         (format!("blobs/{}", p.layer_digest), &p.layer[..64]),
     ] {
         for url in public_routes(t, &what) {
