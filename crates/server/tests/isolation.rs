@@ -291,7 +291,7 @@ async fn should_not_let_a_hostile_upstreams_fill_block_or_fail_another_upstreams
         let got = get(&t.url(&format!("/v2/good.example/x/blobs/{d}")), &[]).await;
         assert_eq!((got.status, sha(&got.body.unwrap())), (200, d.clone()), "{fault:?}");
         assert!(
-            started.elapsed() < Duration::from_secs(1),
+            started.elapsed() < Duration::from_secs(3),
             "{fault:?}: the good client waited {:?}",
             started.elapsed()
         );
@@ -330,7 +330,7 @@ async fn should_keep_fill_slots_per_upstream_and_cancel_abandoned_fills() {
     let started = Instant::now();
     let got = get(&t.url(&format!("/v2/good.example/x/blobs/{d}")), &[]).await;
     assert_eq!((got.status, sha(&got.body.unwrap())), (200, d.clone()));
-    assert!(started.elapsed() < Duration::from_secs(2), "the good client waited {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(5), "the good client waited {:?}", started.elapsed());
     assert_eq!(evil.blob_gets(), 2, "the hostile upstream holds at most its own two slots");
     // Its clients give up: nobody waits for those fills any more, so they end after the grace
     // period (not after the 30 s stall timeout and the retries).
