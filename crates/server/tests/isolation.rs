@@ -188,6 +188,22 @@ async fn should_never_serve_a_private_upstreams_objects_through_a_public_route()
     assert_eq!((other.state.blob_heads.load(Ordering::SeqCst), other.blob_gets()), (1, 0), "one HEAD, then known");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_refuse_a_stored_object_when_the_upstreams_head_names_another_digest() {
+    let (private, public) = (FakeUpstream::start().await, FakeUpstream::start().await);
+    let p = private_content(&private, 38);
+    let t = two_upstream_tender(&private, &public, None).await;
+    authorised_pull(&t, &p).await;
+    // The public upstream answers every blob HEAD 200, naming another digest.
+    *public.state.head_claims.lock().unwrap() = Some(sha(b"something else"));
+    for url in public_routes(&t, &format!("blobs/{}", p.layer_digest)) {
+        let seen = send(reqwest::Method::GET, &url, &[], false).await;
+        assert!(seen.status >= 500, "{url}: {}", seen.status);
+        assert!(!contains(&seen.body, &p.layer[..64]));
+    }
+    assert_eq!(public.state.blob_heads.load(Ordering::SeqCst), 3, "asked each time: a lie is never recorded");
+}
+
 fn bucket(mem: &Arc<InMemory>, replica: &str) -> Arc<Bucket> {
     let mut s = BucketSettings::new("fleet");
     s.chunk_size = 256 * 1024;

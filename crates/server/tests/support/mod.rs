@@ -68,6 +68,8 @@ pub struct FakeState {
     pub base_url: Mutex<String>,
     /// Answer blob GETs with a 307 to this base URL + the request path.
     pub redirect_blobs_to: Mutex<Option<String>>,
+    /// Answer every blob HEAD 200 with this `Docker-Content-Digest`, held or not (a liar).
+    pub head_claims: Mutex<Option<String>>,
 }
 
 pub struct FakeUpstream {
@@ -200,6 +202,10 @@ async fn fake_handler(State(s): State<Arc<FakeState>>, req: Request) -> Response
         };
     }
     if let Some((_repo, digest)) = path.strip_prefix("/v2/").and_then(|p| p.rsplit_once("/blobs/")) {
+        if let (true, Some(claim)) = (head, s.head_claims.lock().unwrap().clone()) {
+            s.blob_heads.fetch_add(1, Ordering::SeqCst);
+            return Response::builder().header("docker-content-digest", claim).body(Body::empty()).unwrap();
+        }
         let Some(body) = s.blobs.lock().unwrap().get(digest).cloned() else {
             return (StatusCode::NOT_FOUND, r#"{"errors":[{"code":"BLOB_UNKNOWN"}]}"#).into_response();
         };
