@@ -358,6 +358,23 @@ async fn should_keep_fill_slots_per_upstream_and_cancel_abandoned_fills() {
         assert!(Instant::now() < deadline, "abandoned fills were never cancelled");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // A prefetch's fill is kept when its client goes: it takes longer than the grace period
+    // (64 KiB at 32 KiB/s) and is still committed.
+    let slow = random_bytes(64 * 1024, 44);
+    let sd = good.add_blob(slow.clone());
+    good.set_faults(vec![Fault::SlowDrip(32 * 1024)]);
+    let url = t.url(&format!("/v2/good.example/x/blobs/{sd}"));
+    let prefetch = tokio::spawn(async move { get(&url, &[("x-tender-prefetch", "1")]).await });
+    while t.app.mirror().flights().active_keys().is_empty() {
+        assert!(Instant::now() < deadline, "the prefetch fill never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    prefetch.abort();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while t.store.object_len(&sd.parse().unwrap()).is_none() {
+        assert!(Instant::now() < deadline, "the prefetch fill was cancelled with its client");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// An Image Factory stand-in whose asset bytes the test changes.
