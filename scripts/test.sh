@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 
-PACKAGES="docker-registry skopeo containerd nginx-light curl jq openssl xfsprogs nbdkit zstd xz-utils chromium qemu-utils umoci apache2-utils"
+PACKAGES="docker-registry skopeo containerd nginx-light curl jq openssl xfsprogs nbdkit zstd xz-utils chromium qemu-utils umoci apache2-utils python3-yaml"
 
 install_peers() {
   missing=""
@@ -83,6 +83,11 @@ if [ -z "${SKIP_E2E:-}" ]; then
   if cargo build --bin tender && cargo test -p tender-e2e --no-run; then
     stage "end-to-end" 1500 timeout -k 30 1500 \
       cargo test -p tender-e2e -- --test-threads=1 ${E2E_FILTER:+"$E2E_FILTER"} || failed="$failed e2e"
+    # the renderers' YAML read by PyYAML, a YAML 1.1 reader (Debian's python3-yaml)
+    if [ -z "${E2E_FILTER:-}" ]; then
+      stage "yaml 1.1 cross-check" 120 timeout -k 10 300 \
+        /usr/bin/python3 scripts/check-yaml11.py target/debug/tender || failed="$failed yaml11"
+    fi
   else
     failed="$failed e2e-build"
   fi
