@@ -10,7 +10,18 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$here/target}
 case $target in /*) ;; *) target=$here/$target ;; esac
 tmp=$(mktemp -d /tmp/tender-clone.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+# The clone's builds of the workspace's own crates land under the same names as this checkout's
+# and their fingerprints hold paths relative to the workspace, so cargo here would take them as
+# fresh, with the clone's CARGO_MANIFEST_DIR baked in. Drop them on the way out: the next build
+# here compiles the workspace's crates again (dependencies stay).
+forget_clone_builds() {
+  local pkgs
+  pkgs=$(sed -n 's/^name = "\(tender[a-z0-9-]*\)"$/-p \1/p' "$here"/crates/*/Cargo.toml | sort -u)
+  # shellcheck disable=SC2086 # one -p NAME pair per workspace crate
+  (cd "$here" && cargo clean -q $pkgs) || true
+  rm -rf "$tmp"
+}
+trap forget_clone_builds EXIT
 git clone -q --no-hardlinks "$here" "$tmp/tender"
 cd "$tmp/tender"
 echo "test-clone: $(git log -1 --format='%h %s') in $tmp/tender (alone: $(ls -A "$tmp"))"
