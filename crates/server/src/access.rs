@@ -112,7 +112,12 @@ impl Drop for CountingBody {
 /// Middleware: wrap every response body so it is logged and counted when done.
 pub async fn layer(State(metrics): State<Arc<ServerMetrics>>, req: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = req.method().to_string();
+    // A method is a token of any length: the log line carries at most 16 bytes of it.
+    let method = {
+        let m = req.method().as_str();
+        let end = (0..=m.len().min(16)).rev().find(|&i| m.is_char_boundary(i)).unwrap_or(0);
+        m[..end].to_string()
+    };
     let path = req.uri().path().to_string();
     let ns = req.uri().query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("ns="))).map(str::to_string);
     let user_agent =

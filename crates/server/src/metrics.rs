@@ -11,6 +11,23 @@ use crate::access::AccessInfo;
 
 type Labels = Vec<(String, String)>;
 
+/// The `method` label: the methods HTTP defines, anything else `other`. A label value never
+/// comes from the request as sent, so no client can grow the label set (issue 16, class 2).
+pub(crate) fn method_label(method: &str) -> &'static str {
+    match method {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "PATCH" => "PATCH",
+        "OPTIONS" => "OPTIONS",
+        "CONNECT" => "CONNECT",
+        "TRACE" => "TRACE",
+        _ => "other",
+    }
+}
+
 #[derive(Debug)]
 pub struct ServerMetrics {
     /// Per-repository accounting of worker pulls.
@@ -92,7 +109,7 @@ impl ServerMetrics {
         self.requests
             .get_or_create(&vec![
                 ("route".to_string(), route.to_string()),
-                ("method".to_string(), method.to_string()),
+                ("method".to_string(), method_label(method).to_string()),
                 ("status".to_string(), status.to_string()),
             ])
             .inc();
@@ -115,7 +132,7 @@ impl ServerMetrics {
         }
     }
 
-    /// Count a refusal by the named limit.
+    /// Count a refusal by the named limit (a name from a closed set, never from a request).
     pub fn limit_refusal(&self, limit: &str) {
         self.limit_refusals.get_or_create(&vec![("limit".to_string(), limit.to_string())]).inc();
     }

@@ -17,8 +17,7 @@ pub const GOLDEN: &str = "talos-worker-ce4c980550dd2ab1b17bbf2b08801c7eb59418eaf
 /// README). Missing means the checkout is broken: fail loudly, never skip.
 pub fn reference(rel: &str) -> String {
     let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/reference/")).join(rel);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reference file {} is missing ({e})", path.display()))
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reference file {} is missing ({e})", path.display()))
 }
 
 /// The minimal pool file with `extra` YAML appended at the top level.
