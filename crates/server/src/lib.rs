@@ -5,6 +5,7 @@
 pub mod access;
 pub mod admin;
 pub mod auth;
+mod conns;
 pub mod error;
 mod image;
 pub mod limits;

@@ -4,17 +4,20 @@
 
 mod support;
 
-use std::net::SocketAddr;
-use std::time::Duration;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 
 use support::*;
+use tender_server::limits::Limits;
 use tender_server::{Security, Surface};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Tests that measure the process's memory run one at a time.
-static MEASURED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The tests measure the process's memory and time: they run one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// This process's resident set, in bytes.
 fn rss() -> u64 {
@@ -49,7 +52,7 @@ async fn raw(addr: SocketAddr, head: &[u8]) -> Vec<u8> {
 /// methods (answered 404, 405 or 401) leave `/metrics` and the process's memory flat.
 #[tokio::test]
 async fn should_keep_metrics_and_memory_flat_under_distinct_long_methods() {
-    let _one = MEASURED.lock().await;
+    let _one = ONE_AT_A_TIME.lock().await;
     let fake = FakeUpstream::start().await;
     let tender = secured(&fake, Security::default()).await;
     let paths = ["/v2/", "/healthz", "/nope", "/v2/ghcr.io/a/b/manifests/x"];
@@ -89,4 +92,192 @@ async fn should_keep_metrics_and_memory_flat_under_distinct_long_methods() {
     assert!(grown < 16 * 1024, "/metrics grew by {grown} bytes");
     assert!(!text.contains("XXXXXXXX"), "a method reached a label");
     assert!(after_rss.saturating_sub(before_rss) < 24 << 20, "RSS grew from {before_rss} to {after_rss}");
+}
+
+/// Silent sockets from `addrs`, `per_addr` each, re-opened as soon as tender closes one, on a
+/// thread of their own (as an attacker is a process of its own) until `Attack` is dropped.
+struct Attack {
+    opened: Arc<AtomicU64>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Attack {
+    fn start(target: SocketAddr, addrs: &[IpAddr], per_addr: usize) -> Attack {
+        let opened = Arc::new(AtomicU64::new(0));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (addrs, counter) = (addrs.to_vec(), opened.clone());
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                for ip in addrs {
+                    for _ in 0..per_addr {
+                        tokio::spawn(silent_socket(target, ip, counter.clone()));
+                    }
+                }
+                let _ = stopped.await;
+            });
+        });
+        Attack { opened, stop: Some(stop), thread: Some(thread) }
+    }
+
+    fn opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Attack {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn silent_socket(target: SocketAddr, ip: IpAddr, opened: Arc<AtomicU64>) {
+    loop {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind(SocketAddr::new(ip, 0)).unwrap();
+        let Ok(mut s) = sock.connect(target).await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        opened.fetch_add(1, Ordering::Relaxed);
+        let mut buf = [0u8; 64];
+        // Never send a byte; wait for tender to close.
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    }
+}
+
+/// A client that opens a new connection for every request and gives up after 1 s.
+fn impatient() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().pool_max_idle_per_host(0).timeout(Duration::from_secs(1)).build().unwrap()
+}
+
+/// An honest client on a thread of its own: `/healthz`, then a pull (manifest by tag, then
+/// its layer), each within 1 s. How long each took.
+async fn honest_round(base: String, layer: bytes::Bytes, layer_digest: String) -> Vec<Duration> {
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(honest(&base, &layer, &layer_digest))
+    });
+    tokio::task::spawn_blocking(move || thread.join().unwrap()).await.unwrap()
+}
+
+async fn honest(base: &str, layer: &bytes::Bytes, layer_digest: &str) -> Vec<Duration> {
+    let c = impatient();
+    let mut took = Vec::new();
+    let t = Instant::now();
+    let r = c.get(format!("{base}/healthz")).send().await.expect("healthz answered within 1 s");
+    assert_eq!(r.status(), 200);
+    took.push(t.elapsed());
+    let t = Instant::now();
+    let r = c
+        .get(format!("{base}/v2/ghcr.io/team/app/manifests/v1"))
+        .header("accept", "application/vnd.oci.image.manifest.v1+json")
+        .send()
+        .await
+        .expect("manifest answered within 1 s");
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap();
+    let r = c.get(format!("{base}/v2/ghcr.io/team/app/blobs/{layer_digest}")).send().await.expect("layer");
+    assert_eq!(r.status(), 200);
+    assert_eq!(sha(&r.bytes().await.expect("layer body within 1 s")), sha(layer));
+    took.push(t.elapsed());
+    took
+}
+
+/// Class 3: silent connections cannot lock anyone out. The connection cap is held by sockets
+/// that never send a byte, re-opened as soon as they are closed, from one address and then
+/// from 20 loopback addresses: `/healthz` and a pull still succeed within 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_serve_healthz_and_a_pull_while_silent_sockets_hold_the_connection_cap() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fake = FakeUpstream::start().await;
+    let layer = random_bytes(256 * 1024, 31);
+    let ld = fake.add_blob(layer.clone());
+    let manifest = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{ld}","size":{}}},"layers":[]}}"#,
+        layer.len()
+    );
+    fake.add_manifest("team/app", "v1", "application/vnd.oci.image.manifest.v1+json", manifest.as_bytes());
+    let limits = Limits { max_connections: 200, ..Limits::default() };
+    let tender = secured(&fake, Security { limits, ..Security::default() }).await;
+    let mut worst = Duration::ZERO;
+    for addrs in [vec![loopback(1)], (2..22).map(loopback).collect::<Vec<_>>()] {
+        let attack = Attack::start(tender.addr, &addrs, 260usize.div_ceil(addrs.len()));
+        // The cap is held, and contested: more sockets were opened than it allows, twice over.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while attack.opened() < 600 {
+            if Instant::now() > deadline {
+                let m = tender.app.metrics().render();
+                let refusals: Vec<&str> = m.lines().filter(|l| l.starts_with("tender_limit_refusals_total")).collect();
+                panic!("the silent sockets never got going: {} opened; {refusals:?}", attack.opened());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for _ in 0..3 {
+            for d in honest_round(format!("http://{}", tender.addr), layer.clone(), ld.clone()).await {
+                worst = worst.max(d);
+            }
+        }
+        eprintln!("{} address(es): {} silent sockets opened", addrs.len(), attack.opened());
+    }
+    eprintln!("slowest honest request: {worst:?}");
+    assert!(worst < Duration::from_secs(1));
+}
+
+fn loopback(n: u8) -> IpAddr {
+    IpAddr::from([127, 0, 0, n])
+}
+
+/// Read until the server closes the connection; how long that took (None: not within `limit`).
+async fn closed_within(s: &mut tokio::net::TcpStream, limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = limit.checked_sub(started.elapsed())?;
+        match tokio::time::timeout(left, s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(started.elapsed()),
+            Ok(Ok(_)) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Class 3, the deadlines: a socket that never sends a byte is closed after the first-byte
+/// timeout, one that stops halfway through its head after the header timeout (from the
+/// connection's start), a keep-alive connection with nothing in progress after the idle time.
+#[tokio::test]
+async fn should_close_silent_half_sent_and_idle_connections_at_their_deadlines() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fake = FakeUpstream::start().await;
+    let limits = Limits {
+        first_byte_timeout: Duration::from_millis(300),
+        header_timeout: Duration::from_millis(800),
+        idle_timeout: Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let tender = secured(&fake, Security { limits, ..Security::default() }).await;
+    let mut silent = tokio::net::TcpStream::connect(tender.addr).await.unwrap();
+    let mut half = tokio::net::TcpStream::connect(tender.addr).await.unwrap();
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n").await.unwrap();
+    let mut idle = tokio::net::TcpStream::connect(tender.addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+    let mut h2 = tokio::net::TcpStream::connect(tender.addr).await.unwrap();
+    // The HTTP/2 preface and nothing more: protocol detection does not wait forever.
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+    let silent = closed_within(&mut silent, Duration::from_secs(5)).await.expect("silent socket closed");
+    let half = closed_within(&mut half, Duration::from_secs(5)).await.expect("half-sent head closed");
+    let idle = closed_within(&mut idle, Duration::from_secs(5)).await.expect("idle keep-alive closed");
+    let h2 = closed_within(&mut h2, Duration::from_secs(5)).await.expect("HTTP/2 without a request closed");
+    eprintln!("closed after: silent {silent:?}, half {half:?}, idle {idle:?}, h2 {h2:?}");
+    assert!(silent < Duration::from_secs(2) && half < Duration::from_secs(3) && idle < Duration::from_secs(3));
+    let text = metrics_text(&tender).await;
+    assert!(text.contains("tender_limit_refusals_total{limit=\"first_byte_timeout\"} 1"), "{text}");
 }

@@ -115,6 +115,9 @@ pub struct RawLimits {
     pub max_url_bytes: Option<String>,
     pub header_timeout: Option<String>,
     pub handshake_timeout: Option<String>,
+    pub max_connections_per_address: Option<usize>,
+    pub first_byte_timeout: Option<String>,
+    pub idle_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -788,6 +791,13 @@ fn resolve_limits(name: &str, raw: &RawLimits) -> Result<tender_server::limits::
         handshake_timeout: duration(name, "limits.handshakeTimeout", &raw.handshake_timeout, d.handshake_timeout)?,
         max_client_requests: count("limits.maxClientRequests", raw.max_client_requests, d.max_client_requests)?,
         max_connections: count("limits.maxConnections", raw.max_connections, d.max_connections)?,
+        max_connections_per_address: count(
+            "limits.maxConnectionsPerAddress",
+            raw.max_connections_per_address,
+            d.max_connections_per_address,
+        )?,
+        first_byte_timeout: duration(name, "limits.firstByteTimeout", &raw.first_byte_timeout, d.first_byte_timeout)?,
+        idle_timeout: duration(name, "limits.idleTimeout", &raw.idle_timeout, d.idle_timeout)?,
     })
 }
 
