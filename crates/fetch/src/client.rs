@@ -18,6 +18,10 @@ use crate::settings::{FetchSettings, UpstreamSettings};
 const MAX_REDIRECTS: usize = 5;
 /// Token lifetime when the token server names none (the distribution spec's default).
 const DEFAULT_TOKEN_SECS: u64 = 60;
+/// Longest a token is reused, whatever the token server says.
+const MAX_TOKEN_SECS: u64 = 3600;
+/// Longest wait an upstream's `Retry-After` can ask for.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 
 /// A configured upstream and its client.
 #[derive(Debug)]
@@ -186,8 +190,8 @@ fn parse_challenge(value: &str) -> Option<Challenge> {
         let key = key.trim().to_ascii_lowercase();
         let after = after.trim_start();
         let (val, tail) = if let Some(q) = after.strip_prefix('"') {
-            let end = q.find('"')?;
-            (q[..end].to_string(), &q[end + 1..])
+            let (val, tail) = q.split_at(q.find('"')?);
+            (val.to_string(), tail.strip_prefix('"').unwrap_or(tail))
         } else {
             let end = after.find(',').unwrap_or(after.len());
             (after[..end].trim().to_string(), &after[end..])
@@ -202,13 +206,19 @@ fn parse_challenge(value: &str) -> Option<Challenge> {
     })
 }
 
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let v = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let when = httpdate::parse_http_date(v).ok()?;
-    Some(when.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO))
+/// An upstream's `Retry-After` (seconds or an HTTP date), at most [`MAX_RETRY_AFTER`].
+pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    parse_retry_after(headers.get(RETRY_AFTER)?.to_str().ok()?, std::time::SystemTime::now())
+}
+
+/// `Retry-After` as of `now`: delta-seconds or an HTTP date, capped at [`MAX_RETRY_AFTER`].
+pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let v = value.trim();
+    let wait = match v.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => httpdate::parse_http_date(v).ok()?.duration_since(now).unwrap_or(Duration::ZERO),
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 impl Upstream {
@@ -461,7 +471,7 @@ impl Upstream {
     fn store_token(&self, host: &str, scope: &str, token: &(String, Duration)) {
         if let Ok(mut tokens) = self.tokens.lock() {
             let life = token.1.saturating_sub(Duration::from_secs(10)).max(Duration::from_secs(5));
-            tokens.insert((host.to_string(), scope.to_string()), (token.0.clone(), Instant::now() + life));
+            tokens.insert((host.to_string(), scope.to_string()), (token.0.clone(), crate::later(life)));
         }
     }
 
@@ -499,7 +509,8 @@ impl Upstream {
         struct TokenBody {
             token: Option<String>,
             access_token: Option<String>,
-            expires_in: Option<u64>,
+            /// Any JSON number: negative, fractional or huge lifetimes are clamped, not refused.
+            expires_in: Option<serde_json::Number>,
         }
         let body: TokenBody = resp
             .json()
@@ -509,7 +520,12 @@ impl Upstream {
             body.token.or(body.access_token).filter(|t| !t.is_empty()).ok_or_else(|| {
                 FetchError::new(FetchErrorKind::Unauthorized, self.name(), "token response has no token")
             })?;
-        Ok((token, Duration::from_secs(body.expires_in.unwrap_or(DEFAULT_TOKEN_SECS).max(1))))
+        let secs = match body.expires_in {
+            None => DEFAULT_TOKEN_SECS,
+            Some(n) => n.as_u64().unwrap_or(if n.as_f64().is_some_and(|f| f > 0.0) { MAX_TOKEN_SECS } else { 1 }),
+        }
+        .clamp(1, MAX_TOKEN_SECS);
+        Ok((token, Duration::from_secs(secs)))
     }
 }
 
@@ -534,6 +550,19 @@ mod tests {
         assert_eq!(parse_challenge("Basic realm=\"x\""), Some(Challenge::Basic));
         assert_eq!(parse_challenge("Negotiate"), None);
         assert_eq!(parse_challenge("Bearer service=\"x\""), None);
+    }
+
+    #[test]
+    fn should_cap_retry_after_whatever_the_upstream_says() {
+        let now = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(parse_retry_after("7", now), Some(Duration::from_secs(7)));
+        assert_eq!(parse_retry_after(&u64::MAX.to_string(), now), Some(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now), Some(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT", now), Some(Duration::ZERO));
+        for junk in ["", "-1", "1e99", "soon", "99999999999999999999999"] {
+            assert_eq!(parse_retry_after(junk, now), None, "{junk}");
+        }
+        assert!(crate::later(Duration::MAX) > Instant::now());
     }
 
     #[test]

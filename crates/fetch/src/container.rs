@@ -52,7 +52,7 @@ fn drain(mut d: Box<dyn Read + '_>) -> io::Result<u64> {
         if k == 0 {
             return Ok(n);
         }
-        n += k as u64;
+        n = n.saturating_add(k as u64);
     }
 }
 

@@ -276,7 +276,7 @@ impl Flights {
             },
             None => None,
         };
-        let deadline = Instant::now() + self.settings.fill_deadline;
+        let deadline = crate::later(self.settings.fill_deadline);
         // With a shared bucket: copy what another replica committed, or wait for the replica
         // holding the lease, or fetch (holding it ourselves).
         let mut lease = None;
@@ -425,12 +425,12 @@ impl Flights {
     ) -> Result<(), FetchError> {
         let mut attempt = 0u32;
         loop {
-            attempt += 1;
+            attempt = attempt.saturating_add(1);
             match self.transfer(fill, writer, source, check).await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_retryable() && attempt < self.settings.attempts => {
                     let wait = e.retry_after.unwrap_or_else(|| self.settings.backoff(attempt));
-                    if Instant::now() + wait >= deadline {
+                    if crate::later(wait) >= deadline {
                         return Err(e);
                     }
                     self.metrics.fill_retries.get_or_create(&upstream_label(source.upstream())).inc();
@@ -506,7 +506,7 @@ impl Flights {
             bytes_counter.inc_by(chunk.len() as u64);
             let mut data = &chunk[..];
             if pos < writer.len() {
-                let n = (writer.len() - pos).min(data.len() as u64) as usize;
+                let n = usize::try_from(writer.len().saturating_sub(pos).min(data.len() as u64)).unwrap_or(0);
                 let same = writer
                     .matches_at(pos, &data[..n])
                     .map_err(|e| err(FetchErrorKind::Local, format!("reading spool: {e}")))?;
@@ -516,23 +516,24 @@ impl Flights {
                         format!("restarted transfer differs from the bytes already received near byte {pos}"),
                     ));
                 }
-                pos += n as u64;
-                data = &data[n..];
+                pos = pos.saturating_add(n as u64);
+                data = data.get(n..).unwrap_or_default();
             }
             if data.is_empty() {
                 continue;
             }
+            let after = writer.len().saturating_add(data.len() as u64);
             if let Some(t) = total {
-                if writer.len() + data.len() as u64 > t {
+                if after > t {
                     return Err(err(FetchErrorKind::Body, format!("body is longer than the announced {t} bytes")));
                 }
             }
-            if source.max_size().is_some_and(|max| writer.len() + data.len() as u64 > max) {
-                return Err(too_large(writer.len() + data.len() as u64));
+            if source.max_size().is_some_and(|max| after > max) {
+                return Err(too_large(after));
             }
             writer.append(data).map_err(|e| err(FetchErrorKind::Local, format!("writing spool: {e}")))?;
             if let Some(c) = check.as_mut() {
-                let fresh = chunk.slice(chunk.len() - data.len()..);
+                let fresh = chunk.slice(chunk.len().saturating_sub(data.len())..);
                 if let Err(e) = c.feed(fresh).await {
                     return Err(err(
                         FetchErrorKind::Corrupt,
@@ -540,7 +541,7 @@ impl Flights {
                     ));
                 }
             }
-            pos += data.len() as u64;
+            pos = pos.saturating_add(data.len() as u64);
             let written = writer.len();
             fill.state.send_modify(|s| s.written = written);
         }
@@ -812,7 +813,8 @@ struct ReadSource {
 /// (`RWF_NOWAIT` never waits for the disk): a span to send without blocking on a read.
 fn cached(file: &File, offset: u64, len: usize) -> bool {
     let mut probe = [0u8; 1];
-    [offset, offset + len as u64 - 1].into_iter().all(|at| {
+    let last = offset.saturating_add(len as u64).saturating_sub(1);
+    [offset, last].into_iter().all(|at| {
         let mut iov = [io::IoSliceMut::new(&mut probe)];
         matches!(rustix::io::preadv2(file, &mut iov, at, rustix::io::ReadWriteFlags::NOWAIT), Ok(1))
     })
@@ -874,17 +876,18 @@ fn read_stream(
             if st.pos < limit {
                 let (file, pos) = (st.source.file.clone(), st.pos);
                 if st.source.spans {
-                    let n = (limit - pos).min(SPAN_CHUNK) as usize;
+                    // pos < limit, and a span is at most SPAN_CHUNK: both fit.
+                    let n = (limit.saturating_sub(pos)).min(SPAN_CHUNK) as usize;
                     if cached(&file, pos, n) {
-                        st.pos += n as u64;
+                        st.pos = st.pos.saturating_add(n as u64);
                         return Some((Ok(Piece::File { file, offset: pos, len: n }), st));
                     }
                 }
-                let n = (limit - pos).min(READ_CHUNK) as usize;
+                let n = (limit.saturating_sub(pos)).min(READ_CHUNK) as usize;
                 let read = st.pool.read_at(file, pos, n).await;
                 return match read {
                     Ok(b) => {
-                        st.pos += b.len() as u64;
+                        st.pos = st.pos.saturating_add(b.len() as u64);
                         Some((Ok(Piece::Bytes(b)), st))
                     }
                     Err(e) => {
@@ -914,7 +917,7 @@ fn read_stream(
                     last = if withhold { e.saturating_sub(1) } else { e };
                     limit = limit.min(last);
                 }
-                limit > pos && (limit - pos >= batch || limit >= last)
+                limit > pos && (limit.saturating_sub(pos) >= batch || limit >= last)
             };
             // A slow upstream still reaches the client: whatever arrived goes out after BATCH_WAIT.
             let sender_gone = matches!(tokio::time::timeout(BATCH_WAIT, st.rx.wait_for(ready)).await, Ok(Err(_)));
@@ -969,9 +972,14 @@ impl BufPool {
         let mut have = 0;
         while have < n {
             let mut iov = [io::IoSliceMut::new(&mut buf[have..n])];
-            match rustix::io::preadv2(&*file, &mut iov, pos + have as u64, rustix::io::ReadWriteFlags::NOWAIT) {
+            match rustix::io::preadv2(
+                &*file,
+                &mut iov,
+                pos.saturating_add(have as u64),
+                rustix::io::ReadWriteFlags::NOWAIT,
+            ) {
                 Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "object shorter than expected")),
-                Ok(got) => have += got,
+                Ok(got) => have = have.saturating_add(got),
                 Err(rustix::io::Errno::INTR) => {}
                 // Not cached (EAGAIN), or a kernel or file system without RWF_NOWAIT.
                 Err(_) => break,
@@ -979,7 +987,7 @@ impl BufPool {
         }
         if have < n {
             buf = tokio::task::spawn_blocking(move || {
-                file.read_exact_at(&mut buf[have..n], pos + have as u64).map(|()| buf)
+                file.read_exact_at(&mut buf[have..n], pos.saturating_add(have as u64)).map(|()| buf)
             })
             .await
             .unwrap_or_else(|e| Err(io::Error::other(e)))?;
@@ -1032,7 +1040,7 @@ fn coalesce(body: BoxStream<'static, Result<Bytes, FetchError>>) -> BoxStream<'s
             }
             Some(Some(Ok(b))) => b,
         };
-        let mut buf = bytes::BytesMut::with_capacity(COALESCE.max(first.len() + second.len()));
+        let mut buf = bytes::BytesMut::with_capacity(COALESCE.max(first.len().saturating_add(second.len())));
         buf.extend_from_slice(&first);
         buf.extend_from_slice(&second);
         while buf.len() < COALESCE {

@@ -191,15 +191,26 @@ impl Mirror {
                 .or_insert_with(|| {
                     let (me, up, repo, reference, accept) =
                         (self.clone(), up.clone(), repo.clone(), reference.clone(), accept.clone());
-                    async move { me.fetch_manifest(&up, &repo, &reference, &accept).await }.boxed().shared()
+                    async move {
+                        // A fetch that panics is an error for its waiters, never a flight that
+                        // panics again for everyone who joins it later.
+                        let name = up.name().to_string();
+                        std::panic::AssertUnwindSafe(me.fetch_manifest(&up, &repo, &reference, &accept))
+                            .catch_unwind()
+                            .await
+                            .unwrap_or_else(|_| {
+                                tracing::error!(upstream = %name, "manifest fetch panicked");
+                                Err(FetchError::new(FetchErrorKind::Local, &name, "manifest fetch failed unexpectedly"))
+                            })
+                    }
+                    .boxed()
+                    .shared()
                 })
                 .clone()
         };
-        let result = flight.await;
-        if let Ok(mut flights) = self.manifest_flights.lock() {
-            flights.remove(&key);
-        }
-        result
+        // The flight leaves the map when this waiter is done or dropped (a client that went away).
+        let _leave = LeaveFlight { mirror: self, key: &key };
+        flight.await
     }
 
     fn stored_manifest(&self, digest: &Digest, cache: CacheResult) -> Result<Option<ManifestHit>, FetchError> {
@@ -414,6 +425,20 @@ impl Mirror {
     }
 }
 
+/// Removes a manifest flight from the map when its waiter ends, however it ends.
+struct LeaveFlight<'a> {
+    mirror: &'a Mirror,
+    key: &'a str,
+}
+
+impl Drop for LeaveFlight<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut flights) = self.mirror.manifest_flights.lock() {
+            flights.remove(self.key);
+        }
+    }
+}
+
 fn tender_store_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
@@ -427,7 +452,7 @@ async fn read_limited(up: &Upstream, resp: reqwest::Response, limit: usize) -> R
     let mut stream = resp.bytes_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| FetchError::from_reqwest(up.name(), &e))?;
-        if out.len() + chunk.len() > limit {
+        if out.len().saturating_add(chunk.len()) > limit {
             return Err(FetchError::new(
                 FetchErrorKind::Corrupt,
                 up.name(),

@@ -281,3 +281,138 @@ async fn should_close_silent_half_sent_and_idle_connections_at_their_deadlines()
     let text = metrics_text(&tender).await;
     assert!(text.contains("tender_limit_refusals_total{limit=\"first_byte_timeout\"} 1"), "{text}");
 }
+
+/// A registry that lies with numbers, words and sizes, one behaviour per test.
+mod liar {
+    use std::net::SocketAddr;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use axum::body::Body;
+    use axum::extract::{Request, State};
+    use axum::http::{header, StatusCode};
+    use axum::response::{IntoResponse, Response};
+
+    #[derive(Default)]
+    pub struct Liar {
+        /// The token endpoint's whole answer.
+        pub token_body: Mutex<String>,
+        /// Where the 401 challenge sends the client for a token (default: this server).
+        pub realm: Mutex<Option<String>>,
+        /// The next this many blob GETs answer 429 with this Retry-After.
+        pub too_many: Mutex<Option<(u64, String)>>,
+        /// Manifests: (repo, reference) -> body, served as an OCI manifest.
+        pub manifests: Mutex<Vec<(String, String, bytes::Bytes)>>,
+        pub blobs: Mutex<Vec<(String, bytes::Bytes)>>,
+        pub authorizations: Mutex<Vec<(String, String)>>,
+        pub requests: AtomicU64,
+    }
+
+    pub async fn start() -> (SocketAddr, Arc<Liar>) {
+        let state = Arc::new(Liar {
+            token_body: Mutex::new(r#"{"token":"t0ken","expires_in":300}"#.to_string()),
+            ..Liar::default()
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().fallback(handle).with_state(state.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        (addr, state)
+    }
+
+    async fn handle(State(s): State<Arc<Liar>>, req: Request) -> Response {
+        s.requests.fetch_add(1, Ordering::SeqCst);
+        let path = req.uri().path().to_string();
+        let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        if let Some(a) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
+            s.authorizations.lock().unwrap().push((host.clone(), a.to_string()));
+        }
+        if path == "/token" {
+            return ([(header::CONTENT_TYPE, "application/json")], s.token_body.lock().unwrap().clone())
+                .into_response();
+        }
+        let authorized = req.headers().get(header::AUTHORIZATION).is_some_and(|v| v.as_bytes().starts_with(b"Bearer "));
+        if !authorized {
+            let realm = s.realm.lock().unwrap().clone().unwrap_or_else(|| format!("http://{host}/token"));
+            return Response::builder()
+                .status(StatusCode::UNAUTHORIZED)
+                .header(header::WWW_AUTHENTICATE, format!(r#"Bearer realm="{realm}",service="liar""#))
+                .body(Body::empty())
+                .unwrap();
+        }
+        if let Some((repo, reference)) = path.strip_prefix("/v2/").and_then(|p| p.rsplit_once("/manifests/")) {
+            let found = s
+                .manifests
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|(r, t, _)| r == repo && t == reference)
+                .map(|(_, _, b)| b.clone());
+            return match found {
+                Some(b) => Response::builder()
+                    .header(header::CONTENT_TYPE, "application/vnd.oci.image.manifest.v1+json")
+                    .body(Body::from(b))
+                    .unwrap(),
+                None => StatusCode::NOT_FOUND.into_response(),
+            };
+        }
+        if let Some((_, digest)) = path.strip_prefix("/v2/").and_then(|p| p.rsplit_once("/blobs/")) {
+            {
+                let mut t = s.too_many.lock().unwrap();
+                if let Some((n, after)) = t.as_mut() {
+                    if *n > 0 {
+                        *n -= 1;
+                        return Response::builder()
+                            .status(StatusCode::TOO_MANY_REQUESTS)
+                            .header(header::RETRY_AFTER, after.clone())
+                            .body(Body::empty())
+                            .unwrap();
+                    }
+                }
+            }
+            let found = s.blobs.lock().unwrap().iter().find(|(d, _)| d == digest).map(|(_, b)| b.clone());
+            return match found {
+                Some(b) => b.into_response(),
+                None => StatusCode::NOT_FOUND.into_response(),
+            };
+        }
+        StatusCode::NOT_FOUND.into_response()
+    }
+}
+
+async fn in_front_of_liar(addr: SocketAddr) -> Tender {
+    let ups = vec![upstream_settings("liar.example", &format!("http://{addr}"))];
+    Tender::start_full(ups, None, fast_settings(), Security::default(), None, Surface::All).await
+}
+
+/// Class 7: numbers from an upstream never panic tender. A token that lives for u64::MAX
+/// seconds and a `Retry-After` of u64::MAX seconds are capped; the manifest is served, twice
+/// (a fetch that failed leaves nothing behind that wedges the next); the 429 reaches the
+/// client with a `Retry-After` of at most 5 minutes, and the blob is served once the upstream
+/// relents.
+#[tokio::test]
+async fn should_survive_absurd_numbers_from_an_upstream() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (addr, liar) = liar::start().await;
+    *liar.token_body.lock().unwrap() = format!(r#"{{"token":"t0ken","expires_in":{}}}"#, u64::MAX);
+    let manifest = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","size":1},"layers":[]}"#;
+    liar.manifests.lock().unwrap().push(("a/b".into(), "v1".into(), bytes::Bytes::from_static(manifest)));
+    let blob = random_bytes(10_000, 71);
+    let bd = sha(&blob);
+    liar.blobs.lock().unwrap().push((bd.clone(), blob.clone()));
+    *liar.too_many.lock().unwrap() = Some((1, u64::MAX.to_string()));
+    let tender = in_front_of_liar(addr).await;
+    for round in 0..2 {
+        let got = get(&tender.url("/v2/liar.example/a/b/manifests/v1"), &[]).await;
+        assert_eq!(got.status, 200, "round {round}: {:?}", got.body);
+    }
+    let r = client().get(tender.url(&format!("/v2/liar.example/a/b/blobs/{bd}"))).send().await.expect("an answer");
+    assert_eq!(r.status(), 429);
+    let after: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(after <= 300, "Retry-After {after}");
+    let got = get(&tender.url(&format!("/v2/liar.example/a/b/blobs/{bd}")), &[]).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(sha(&got.body.unwrap()), bd);
+}
