@@ -39,6 +39,7 @@ pub struct ServerMetrics {
     limit_refusals: Family<Labels, Counter>,
     /// Requests refused for wrong credentials.
     pub auth_failures: Counter,
+    auth_refusals: Family<Labels, Counter>,
     /// TLS handshakes that failed (no or untrusted client certificate, protocol errors).
     pub tls_handshake_failures: Counter,
     /// Body bytes sent straight from the page cache (`sendfile`, plain HTTP/1 connections).
@@ -70,6 +71,12 @@ impl ServerMetrics {
         );
         let auth_failures = Counter::default();
         registry.register("tender_auth_failures", "Requests refused for wrong credentials", auth_failures.clone());
+        let auth_refusals = Family::<Labels, Counter>::default();
+        registry.register(
+            "tender_auth_refusals",
+            "Requests refused by client authentication, by reason (no_credentials, bad_credentials, malformed, rate_limited, busy)",
+            auth_refusals.clone(),
+        );
         let tls_handshake_failures = Counter::default();
         registry.register(
             "tender_tls_handshake_failures",
@@ -91,6 +98,7 @@ impl ServerMetrics {
             duration,
             limit_refusals,
             auth_failures,
+            auth_refusals,
             tls_handshake_failures,
             sendfile_bytes,
             registry,
@@ -130,6 +138,11 @@ impl ServerMetrics {
                 ])
                 .inc();
         }
+    }
+
+    /// Count a request refused by client authentication (a reason from a closed set).
+    pub fn auth_refusal(&self, reason: &'static str) {
+        self.auth_refusals.get_or_create(&vec![("reason".to_string(), reason.to_string())]).inc();
     }
 
     /// Count a refusal by the named limit (a name from a closed set, never from a request).

@@ -416,3 +416,82 @@ async fn should_survive_absurd_numbers_from_an_upstream() {
     assert_eq!(got.status, 200);
     assert_eq!(sha(&got.body.unwrap()), bd);
 }
+
+/// A client whose connections come from `ip` (127.0.0.0/8).
+fn client_from(ip: IpAddr) -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().local_address(ip).timeout(Duration::from_secs(30)).build().unwrap()
+}
+
+/// Class 13: login cost is not a weapon. An unknown user costs the same bcrypt as a wrong
+/// password; an address that keeps failing is refused (429) without bcrypt, while a
+/// credential already verified still passes from it; a flood of wrong passwords from many
+/// addresses is refused at the bcrypt queue's limit instead of queueing without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_bound_the_cost_of_failed_logins() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fake = FakeUpstream::start().await;
+    let users = std::collections::HashMap::from([("worker".to_string(), bcrypt::hash("s3cret", 9).unwrap())]);
+    let auth = tender_server::auth::ClientAuth::new(users, &[], false);
+    let security = Security { auth: std::sync::RwLock::new(Some(Arc::new(auth))), ..Security::default() };
+    let tender = secured(&fake, security).await;
+    let url = tender.url("/v2/");
+    let timed = |c: reqwest::Client, user: &'static str, pass: &'static str| {
+        let url = url.clone();
+        async move {
+            let t = Instant::now();
+            let status = c.get(&url).basic_auth(user, Some(pass)).send().await.unwrap().status().as_u16();
+            (status, t.elapsed())
+        }
+    };
+    // An unknown user takes as long as a wrong password (medians of 5, from fresh addresses).
+    let mut wrong = Vec::new();
+    let mut unknown = Vec::new();
+    for _ in 0..5 {
+        let (s, d) = timed(client_from(loopback(2)), "worker", "guess").await;
+        assert_eq!(s, 401);
+        wrong.push(d);
+        let (s, d) = timed(client_from(loopback(3)), "mallory", "guess").await;
+        assert_eq!(s, 401);
+        unknown.push(d);
+    }
+    wrong.sort();
+    unknown.sort();
+    eprintln!("median wrong password {:?}, unknown user {:?}", wrong[2], unknown[2]);
+    assert!(unknown[2] * 2 >= wrong[2], "unknown user {:?} vs wrong password {:?}", unknown[2], wrong[2]);
+
+    // The right password once, from another address: verified and remembered.
+    assert_eq!(timed(client_from(loopback(5)), "worker", "s3cret").await.0, 200);
+    // One address keeps guessing: refused without bcrypt after a few, with a Retry-After.
+    let guesser = client_from(loopback(4));
+    let mut statuses = Vec::new();
+    for _ in 0..30 {
+        let r = guesser.get(&url).basic_auth("worker", Some("guess")).send().await.unwrap();
+        if r.status() == 429 {
+            assert!(r.headers().contains_key("retry-after"));
+        }
+        statuses.push(r.status().as_u16());
+    }
+    assert!(statuses.contains(&429), "never rate-limited: {statuses:?}");
+    // The verified credential passes from the limited address.
+    assert_eq!(timed(guesser.clone(), "worker", "s3cret").await.0, 200);
+
+    // A flood of wrong passwords from 20 addresses at once: bounded, never an endless queue.
+    let started = Instant::now();
+    let flood = (10..30)
+        .flat_map(|n| (0..8).map(move |_| n))
+        .map(|n| {
+            let (c, url) = (client_from(loopback(n)), url.clone());
+            tokio::spawn(async move { c.get(&url).basic_auth("worker", Some("flood")).send().await.unwrap().status() })
+        })
+        .collect::<Vec<_>>();
+    let mut busy = 0;
+    for f in flood {
+        if f.await.unwrap() == 429 {
+            busy += 1;
+        }
+    }
+    eprintln!("flood of 160: {busy} refused at the queue or rate limit, {:?}", started.elapsed());
+    assert!(busy > 0, "the bcrypt queue never refused");
+    let text = tender.app.metrics().render();
+    assert!(text.contains("tender_auth_refusals_total{reason=\"rate_limited\"}"), "{text}");
+}
