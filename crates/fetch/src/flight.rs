@@ -297,7 +297,7 @@ impl Flights {
         let mut restarted = false;
         let mut bucket_copy_bad = false;
         let outcome = loop {
-            let mut check = stream_check(&expect, &writer);
+            let mut check = stream_check(&expect, &writer, self.settings.max_decoded_size);
             let result = self.transfer_with_retries(&fill, &mut writer, source.as_ref(), deadline, &mut check).await;
             let verdict = match result {
                 Ok(()) => {
@@ -596,8 +596,9 @@ impl Flights {
                     let checked = match checked {
                         Some(r) => r,
                         None => {
-                            let (path, c) = (writer.path().to_path_buf(), *container);
-                            tokio::task::spawn_blocking(move || crate::container::check(&path, c))
+                            let (path, c, max) =
+                                (writer.path().to_path_buf(), *container, self.settings.max_decoded_size);
+                            tokio::task::spawn_blocking(move || crate::container::check(&path, c, max))
                                 .await
                                 .unwrap_or_else(|e| Err(std::io::Error::other(e)))
                         }
@@ -653,16 +654,16 @@ impl Flights {
 
 /// The streaming container check of a fill that needs one (an asset in xz, gzip or zstd),
 /// starting after the bytes a resumed spool file already holds.
-fn stream_check(expect: &Expect, writer: &SpoolWriter) -> Option<StreamCheck> {
+fn stream_check(expect: &Expect, writer: &SpoolWriter, max_decoded: u64) -> Option<StreamCheck> {
     let Expect::Tofu { container, .. } = expect else { return None };
     if !container.has_checksum() {
         return None;
     }
     if writer.is_empty() {
-        return Some(StreamCheck::start(*container, None));
+        return Some(StreamCheck::start(*container, None, max_decoded));
     }
     let prefix = File::open(writer.path()).ok()?;
-    Some(StreamCheck::start(*container, Some((prefix, writer.len()))))
+    Some(StreamCheck::start(*container, Some((prefix, writer.len())), max_decoded))
 }
 
 fn result_label(upstream: &str, result: &str) -> Vec<(String, String)> {

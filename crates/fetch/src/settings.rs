@@ -64,6 +64,8 @@ pub struct FetchSettings {
     pub stale_max_age: Duration,
     /// Upstream fills running at once; more wait for a slot (None: no limit).
     pub max_concurrent_fills: Option<usize>,
+    /// Largest decompressed size an asset's container check accepts (decompression bombs).
+    pub max_decoded_size: u64,
 }
 
 impl Default for FetchSettings {
@@ -79,6 +81,7 @@ impl Default for FetchSettings {
             tag_ttl: Duration::from_secs(300),
             stale_max_age: Duration::from_secs(7 * 24 * 3600),
             max_concurrent_fills: Some(64),
+            max_decoded_size: crate::container::DEFAULT_MAX_DECODED,
         }
     }
 }

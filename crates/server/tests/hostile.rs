@@ -305,6 +305,8 @@ mod liar {
         pub manifests: Mutex<Vec<(String, String, bytes::Bytes)>>,
         pub blobs: Mutex<Vec<(String, bytes::Bytes)>>,
         pub authorizations: Mutex<Vec<(String, String)>>,
+        /// Image Factory assets by path, served without authentication.
+        pub assets: Mutex<Vec<(String, bytes::Bytes)>>,
         pub requests: AtomicU64,
     }
 
@@ -328,6 +330,9 @@ mod liar {
         let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         if let Some(a) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
             s.authorizations.lock().unwrap().push((host.clone(), a.to_string()));
+        }
+        if let Some(b) = s.assets.lock().unwrap().iter().find(|(p, _)| *p == path).map(|(_, b)| b.clone()) {
+            return b.into_response();
         }
         if path == "/token" {
             return ([(header::CONTENT_TYPE, "application/json")], s.token_body.lock().unwrap().clone())
@@ -494,4 +499,88 @@ async fn should_bound_the_cost_of_failed_logins() {
     assert!(busy > 0, "the bcrypt queue never refused");
     let text = tender.app.metrics().render();
     assert!(text.contains("tender_auth_refusals_total{reason=\"rate_limited\"}"), "{text}");
+}
+
+const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
+
+/// An xz stream whose header asks for a `dict` byte dictionary, around a little data.
+fn xz_with_dictionary(dict: u32, data: &[u8]) -> bytes::Bytes {
+    use std::io::Write as _;
+    let mut opts = liblzma::stream::LzmaOptions::new_preset(1).unwrap();
+    opts.dict_size(dict);
+    let mut filters = liblzma::stream::Filters::new();
+    filters.lzma2(&opts);
+    let stream = liblzma::stream::Stream::new_stream_encoder(&filters, liblzma::stream::Check::Crc64).unwrap();
+    let mut e = liblzma::write::XzEncoder::new_stream(Vec::new(), stream);
+    e.write_all(data).unwrap();
+    bytes::Bytes::from(e.finish().unwrap())
+}
+
+/// `n` zero bytes, gzip-compressed (about 1000:1).
+fn gzip_zeros(n: usize) -> bytes::Bytes {
+    use std::io::Write as _;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..n >> 20 {
+        e.write_all(&zeros).unwrap();
+    }
+    bytes::Bytes::from(e.finish().unwrap())
+}
+
+/// A zstd frame that declares a 2^30 byte window.
+fn zstd_with_window_log(log: u32, data: &[u8]) -> bytes::Bytes {
+    use std::io::Write as _;
+    let mut e = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+    e.include_checksum(true).unwrap();
+    e.window_log(log).unwrap();
+    e.long_distance_matching(true).unwrap();
+    e.write_all(data).unwrap();
+    bytes::Bytes::from(e.finish().unwrap())
+}
+
+/// Class 8: decompression bombs. The container check of an asset runs with decoder memory
+/// limits and an absolute decoded-size cap: an xz stream asking for a 768 MiB dictionary, a
+/// zstd frame with a 1 GiB window and a gzip that decompresses past the cap are refused, not
+/// stored, two at a time with RSS under 512 MiB; an honest asset next to them is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_refuse_decompression_bombs_within_bounded_memory() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (addr, liar) = liar::start().await;
+    let data = random_bytes(64 * 1024, 81);
+    let honest = xz_with_dictionary(1 << 20, &data);
+    let bombs = [
+        ("metal-amd64.raw.xz", xz_with_dictionary(768 << 20, &data)),
+        ("metal-arm64.raw.zst", zstd_with_window_log(30, &data)),
+        ("metal-amd64.raw.gz", gzip_zeros(96 << 20)),
+    ];
+    let path = |asset: &str| format!("/image/{SCHEMATIC}/v1.13.6/{asset}");
+    for (asset, body) in &bombs {
+        liar.assets.lock().unwrap().push((path(asset), body.clone()));
+    }
+    liar.assets.lock().unwrap().push((path("openstack-amd64.raw.xz"), honest.clone()));
+    let settings = tender_fetch::FetchSettings { max_decoded_size: 64 << 20, attempts: 1, ..fast_settings() };
+    let tender = Tender::start_with_factory(vec![], Some(format!("http://{addr}")), settings).await;
+    let before = rss();
+    for pair in bombs.chunks(2) {
+        let asks = pair
+            .iter()
+            .map(|(asset, _)| {
+                let url = tender.url(&path(asset));
+                tokio::spawn(async move { get(&url, &[]).await })
+            })
+            .collect::<Vec<_>>();
+        for (ask, (asset, _)) in asks.into_iter().zip(pair) {
+            let got = ask.await.unwrap();
+            let whole = got.status == 200 && got.body.is_ok();
+            assert!(!whole, "{asset}: a bomb was served whole");
+        }
+    }
+    tender.wait_idle().await;
+    let after = rss();
+    eprintln!("RSS {} -> {} MiB", before >> 20, after >> 20);
+    assert!(after < 512 << 20, "RSS {after}");
+    assert!(tender.store.list_objects().unwrap().is_empty(), "a bomb was stored");
+    let got = get(&tender.url(&path("openstack-amd64.raw.xz")), &[]).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(sha(&got.body.unwrap()), sha(&honest));
 }

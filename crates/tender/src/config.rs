@@ -154,6 +154,7 @@ pub struct RawFetch {
     pub tag_ttl: Option<String>,
     pub stale_max_age: Option<String>,
     pub factory_first_byte_timeout: Option<String>,
+    pub max_decoded_size: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -534,6 +535,15 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             Some(0) => return Err(err("limits.maxConcurrentFills", "must be at least 1".into())),
             Some(n) => Some(n),
             None => d.max_concurrent_fills,
+        },
+        max_decoded_size: match &f.max_decoded_size {
+            None => d.max_decoded_size,
+            Some(s) => match parse_size(s) {
+                Some(n) if n > 0 => n,
+                _ => {
+                    return Err(err("fetch.maxDecodedSize", format!("{s:?} is not a size above 0; write it like 64Gi")))
+                }
+            },
         },
     };
     let cache_max_size = match &raw.cache.max_size {

@@ -340,6 +340,7 @@ pub fn fast_settings() -> FetchSettings {
         tag_ttl: Duration::from_secs(300),
         stale_max_age: Duration::from_secs(3600),
         max_concurrent_fills: None,
+        ..FetchSettings::default()
     }
 }
 
