@@ -18,6 +18,8 @@ use crate::settings::{FetchSettings, UpstreamSettings};
 const MAX_REDIRECTS: usize = 5;
 /// Token lifetime when the token server names none (the distribution spec's default).
 const DEFAULT_TOKEN_SECS: u64 = 60;
+/// Docker Hub's token realm: receives docker.io's credentials without configuration.
+const DOCKER_HUB_REALM: &str = "auth.docker.io";
 /// Longest a token is reused, whatever the token server says.
 const MAX_TOKEN_SECS: u64 = 3600;
 /// Longest wait an upstream's `Retry-After` can ask for.
@@ -45,6 +47,8 @@ struct AddressPolicy {
     /// Hosts of the configured endpoints: always allowed.
     endpoint_hosts: Vec<String>,
     redirect_hosts: Option<Vec<String>>,
+    /// Hosts besides the endpoints that may receive the upstream's credentials (token realms).
+    credential_hosts: Vec<String>,
     metrics: FetchMetrics,
 }
 
@@ -109,6 +113,14 @@ impl AddressPolicy {
             return Some(format!("host {host} is an internal address"));
         }
         None
+    }
+
+    /// Whether the upstream's credentials may go to `url`: an endpoint host, or a listed
+    /// token realm host, over https unless the endpoint itself is plain http.
+    fn may_receive_credentials(&self, url: &Url) -> bool {
+        let Some(host) = url.host_str() else { return false };
+        self.endpoint_hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
+            || self.credential_hosts.iter().any(|p| host_matches(p, host))
     }
 
     fn check(&self, prev: Option<&Url>, next: &Url) -> Result<(), String> {
@@ -235,6 +247,13 @@ impl Upstream {
             allow_private: endpoint_hosts.iter().any(|h| is_internal_host(h)),
             endpoint_hosts,
             redirect_hosts: settings.redirect_hosts.clone(),
+            credential_hosts: {
+                let mut hosts = settings.token_realm_hosts.clone();
+                if settings.name.eq_ignore_ascii_case("docker.io") {
+                    hosts.push(DOCKER_HUB_REALM.to_string());
+                }
+                hosts
+            },
             metrics: metrics.clone(),
         });
         let redirect_policy = {
@@ -497,7 +516,20 @@ impl Upstream {
                 q.append_pair("scope", s);
             }
         }
-        let auth = self.settings.credentials.as_ref().map(|c| Auth::Basic(c.username.clone(), c.password.clone()));
+        // Credentials only to the upstream's own hosts and its tokenRealmHosts: any other realm
+        // is asked for an anonymous token (enough for public content), and the refusal logged.
+        let auth = match &self.settings.credentials {
+            Some(c) if self.policy.may_receive_credentials(&realm_url) => {
+                Some(Auth::Basic(c.username.clone(), c.password.clone()))
+            }
+            Some(_) => {
+                self.metrics.redirects_refused.get_or_create(&self.policy.label()).inc();
+                tracing::warn!(upstream = %self.name(), realm = %redact(&realm_url),
+                    "token realm is not one of the upstream's hosts nor in tokenRealmHosts: asking without credentials");
+                None
+            }
+            None => None,
+        };
         let resp = self.send(&Method::GET, &realm_url, &HeaderMap::new(), auth.as_ref()).await?;
         let resp = self.check_status(resp).map_err(|mut e| {
             if e.status == Some(401) || e.status == Some(403) {
@@ -594,6 +626,7 @@ mod tests {
             allow_private,
             endpoint_hosts: vec!["ghcr.io".into()],
             redirect_hosts,
+            credential_hosts: vec!["*.ghcr-auth.example".into()],
             metrics: FetchMetrics::default(),
         }
     }
@@ -614,6 +647,11 @@ mod tests {
             .refuse(from.as_ref(), &Url::parse("https://pkg-containers.githubusercontent.com/x").expect("url"))
             .is_none());
         assert!(allow_list.refuse(from.as_ref(), &Url::parse("https://evil.example.com/x").expect("url")).is_some());
+        let url = |u: &str| Url::parse(u).expect("url");
+        assert!(p.may_receive_credentials(&url("https://ghcr.io/token")));
+        assert!(p.may_receive_credentials(&url("https://eu.ghcr-auth.example/token")));
+        assert!(!p.may_receive_credentials(&url("https://evil.example/token")));
+        assert!(!p.may_receive_credentials(&url("https://ghcr.io.evil.example/token")));
         let internal = policy(true, None);
         assert!(internal.refuse(None, &Url::parse("http://127.0.0.2:9000/x").expect("url")).is_none());
     }

@@ -34,6 +34,10 @@ pub struct UpstreamSettings {
     pub public: bool,
     /// If set, redirects may only go to these hosts (exact, or `*.suffix`).
     pub redirect_hosts: Option<Vec<String>>,
+    /// Token realms on other hosts than the endpoints that may receive `credentials` (exact,
+    /// or `*.suffix`); docker.io has `auth.docker.io` built in. Other realms are asked for a
+    /// token without credentials.
+    pub token_realm_hosts: Vec<String>,
     /// One-component names get `library/` (Docker Hub).
     pub library_prefix: bool,
     /// Largest object fetched from this upstream; larger ones are refused, not stored.

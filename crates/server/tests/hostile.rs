@@ -311,11 +311,15 @@ mod liar {
     }
 
     pub async fn start() -> (SocketAddr, Arc<Liar>) {
+        start_on([127, 0, 0, 1]).await
+    }
+
+    pub async fn start_on(ip: [u8; 4]) -> (SocketAddr, Arc<Liar>) {
         let state = Arc::new(Liar {
             token_body: Mutex::new(r#"{"token":"t0ken","expires_in":300}"#.to_string()),
             ..Liar::default()
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from((ip, 0))).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let app = axum::Router::new().fallback(handle).with_state(state.clone());
         tokio::spawn(async move {
@@ -583,4 +587,34 @@ async fn should_refuse_decompression_bombs_within_bounded_memory() {
     let got = get(&tender.url(&path("openstack-amd64.raw.xz")), &[]).await;
     assert_eq!(got.status, 200);
     assert_eq!(sha(&got.body.unwrap()), sha(&honest));
+}
+
+/// Class 5: upstream credentials go only to the upstream's own hosts and to its
+/// `tokenRealmHosts`. A registry whose challenge names a token realm on another host gets its
+/// token asked for without credentials; listed in `tokenRealmHosts`, the realm gets them.
+#[tokio::test]
+async fn should_send_upstream_credentials_only_to_its_own_hosts_and_token_realm_hosts() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (up_addr, registry) = liar::start().await;
+    let (realm_addr, realm) = liar::start_on([127, 0, 0, 7]).await;
+    *registry.realm.lock().unwrap() = Some(format!("http://{realm_addr}/token"));
+    let blob = random_bytes(4096, 51);
+    let bd = sha(&blob);
+    registry.blobs.lock().unwrap().push((bd.clone(), blob));
+    let mut up = upstream_settings("private.example", &format!("http://{up_addr}"));
+    up.credentials = Some(tender_fetch::Credentials { username: "robot".into(), password: "upstream-secret".into() });
+    up.public = true;
+    let tender = Tender::start(vec![up.clone()], fast_settings()).await;
+    let got = get(&tender.url(&format!("/v2/private.example/a/b/blobs/{bd}")), &[]).await;
+    assert_eq!(got.status, 200, "the token is fetched without credentials: {:?}", got.body);
+    let sent: Vec<_> = realm.authorizations.lock().unwrap().clone();
+    assert!(sent.is_empty(), "credentials went to a foreign token realm: {sent:?}");
+
+    // Listed: the realm gets them.
+    up.token_realm_hosts = vec!["127.0.0.7".into()];
+    let tender = Tender::start(vec![up], fast_settings()).await;
+    let got = get(&tender.url(&format!("/v2/private.example/a/b/blobs/{bd}")), &[]).await;
+    assert_eq!(got.status, 200);
+    let sent: Vec<_> = realm.authorizations.lock().unwrap().clone();
+    assert!(sent.iter().any(|(_, a)| a.starts_with("Basic ")), "{sent:?}");
 }

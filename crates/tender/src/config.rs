@@ -137,6 +137,7 @@ pub struct RawUpstream {
     #[serde(default)]
     pub public: bool,
     pub redirect_hosts: Option<Vec<String>>,
+    pub token_realm_hosts: Option<Vec<String>>,
     pub library_prefix: Option<bool>,
     pub max_object_size: Option<String>,
 }
@@ -494,6 +495,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             credentials,
             public: u.public,
             redirect_hosts: u.redirect_hosts.clone(),
+            token_realm_hosts: u.token_realm_hosts.clone().unwrap_or_default(),
             max_object_size,
             ns_param: None,
             client_identity: None,

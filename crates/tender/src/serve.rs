@@ -153,6 +153,7 @@ pub(crate) fn build_mirror(
         credentials: parent.and_then(|p| p.credentials.clone()),
         public: true,
         redirect_hosts: None,
+        token_realm_hosts: Vec::new(),
         library_prefix: false,
         max_object_size: None,
         ns_param: None,
@@ -247,6 +248,7 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
             // The operator gave the edge the parent's credentials for its clients.
             public: true,
             redirect_hosts: None,
+            token_realm_hosts: Vec::new(),
             library_prefix: false,
             max_object_size: None,
             ns_param: Some(n.clone()),

@@ -354,6 +354,7 @@ pub fn upstream_settings(name: &str, url: &str) -> UpstreamSettings {
         credentials: None,
         public: false,
         redirect_hosts: None,
+        token_realm_hosts: Vec::new(),
         library_prefix: name == "docker.io",
         max_object_size: None,
         ns_param: None,
