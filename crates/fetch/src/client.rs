@@ -6,6 +6,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use futures::StreamExt;
 use reqwest::header::{HeaderMap, RETRY_AFTER, WWW_AUTHENTICATE};
 use reqwest::{Method, StatusCode};
 use url::Url;
@@ -20,6 +22,8 @@ const MAX_REDIRECTS: usize = 5;
 const DEFAULT_TOKEN_SECS: u64 = 60;
 /// Docker Hub's token realm: receives docker.io's credentials without configuration.
 const DOCKER_HUB_REALM: &str = "auth.docker.io";
+/// Largest token response read (a JWT is a few KiB).
+pub const MAX_TOKEN_BYTES: usize = 1 << 20;
 /// Longest a token is reused, whatever the token server says.
 const MAX_TOKEN_SECS: u64 = 3600;
 /// Longest wait an upstream's `Retry-After` can ask for.
@@ -457,6 +461,51 @@ impl Upstream {
         e
     }
 
+    /// Read a small body (token response, manifest, listing) whole: at most `limit` bytes,
+    /// no gap longer than `stallTimeout`, all of it within `metadataTimeout`. A stall or the
+    /// deadline is a timeout (the upstream counts as down: a tag may be served stale).
+    pub async fn read_small(&self, resp: reqwest::Response, limit: usize, what: &str) -> Result<Bytes, FetchError> {
+        if resp.content_length().is_some_and(|l| l > limit as u64) {
+            return Err(FetchError::new(
+                FetchErrorKind::Corrupt,
+                self.name(),
+                format!("{what} of {} bytes is over the limit of {limit}", resp.content_length().unwrap_or(0)),
+            ));
+        }
+        let deadline = crate::later(self.fetch.metadata_timeout);
+        let mut out = Vec::new();
+        let mut stream = resp.bytes_stream();
+        loop {
+            let wait = deadline.saturating_duration_since(Instant::now()).min(self.fetch.stall_timeout);
+            let next = match tokio::time::timeout(wait, stream.next()).await {
+                Ok(n) => n,
+                Err(_) => {
+                    let e = FetchError::new(
+                        FetchErrorKind::Timeout,
+                        self.name(),
+                        format!(
+                            "{what} stalled or took longer than {:?} at byte {}",
+                            self.fetch.metadata_timeout,
+                            out.len()
+                        ),
+                    );
+                    return Err(self.count(e));
+                }
+            };
+            let Some(chunk) = next else { break };
+            let chunk = chunk.map_err(|e| self.count(FetchError::from_reqwest(self.name(), &e)))?;
+            if out.len().saturating_add(chunk.len()) > limit {
+                return Err(FetchError::new(
+                    FetchErrorKind::Corrupt,
+                    self.name(),
+                    format!("{what} larger than {limit} bytes"),
+                ));
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(out))
+    }
+
     /// Count an error the caller found (a body that broke off, a digest mismatch).
     pub fn record_error(&self, e: &FetchError) {
         let _ = self.count(e.clone());
@@ -544,9 +593,8 @@ impl Upstream {
             /// Any JSON number: negative, fractional or huge lifetimes are clamped, not refused.
             expires_in: Option<serde_json::Number>,
         }
-        let body: TokenBody = resp
-            .json()
-            .await
+        let bytes = self.read_small(resp, MAX_TOKEN_BYTES, "token response").await?;
+        let body: TokenBody = serde_json::from_slice(&bytes)
             .map_err(|e| FetchError::new(FetchErrorKind::Unauthorized, self.name(), format!("token response: {e}")))?;
         let token =
             body.token.or(body.access_token).filter(|t| !t.is_empty()).ok_or_else(|| {

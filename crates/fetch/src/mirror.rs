@@ -300,16 +300,11 @@ impl Mirror {
             .get("docker-content-digest")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<Digest>().ok());
-        if resp.content_length().is_some_and(|l| l > MAX_MANIFEST_BYTES as u64) {
-            return Err(FetchError::new(FetchErrorKind::Corrupt, up.name(), "manifest larger than 8 MiB"));
-        }
-        let body = read_limited(up, resp, MAX_MANIFEST_BYTES).await.or_else(|e| {
-            if e.is_upstream_down() {
-                self.stale_or(e, record.as_ref()).map(|h| h.bytes)
-            } else {
-                Err(e)
-            }
-        })?;
+        // A body that stalls or never ends is the upstream being down: the last known digest.
+        let body = match up.read_small(resp, MAX_MANIFEST_BYTES, "manifest").await {
+            Ok(b) => b,
+            Err(e) => return self.stale_or(e, record.as_ref()),
+        };
         let digest = Digest::of(&body);
         let expected = match reference {
             Reference::Digest(d) => Some(*d),
@@ -420,7 +415,7 @@ impl Mirror {
             .get(LINK)
             .and_then(|v| v.to_str().ok())
             .map(|l| l.replace(&format!("/v2/{repo}/"), &format!("/v2/{client_name}/")));
-        let body = read_limited(up, resp, MAX_MANIFEST_BYTES).await?;
+        let body = up.read_small(resp, MAX_MANIFEST_BYTES, "listing").await?;
         Ok(Listing { content_type, link, body })
     }
 }
@@ -445,23 +440,6 @@ fn tender_store_now() -> u64 {
 
 fn local(up: &Upstream, e: tender_store::StoreError) -> FetchError {
     FetchError::new(FetchErrorKind::Local, up.name(), e.to_string())
-}
-
-async fn read_limited(up: &Upstream, resp: reqwest::Response, limit: usize) -> Result<Bytes, FetchError> {
-    let mut out = Vec::new();
-    let mut stream = resp.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| FetchError::from_reqwest(up.name(), &e))?;
-        if out.len().saturating_add(chunk.len()) > limit {
-            return Err(FetchError::new(
-                FetchErrorKind::Corrupt,
-                up.name(),
-                format!("response larger than {limit} bytes"),
-            ));
-        }
-        out.extend_from_slice(&chunk);
-    }
-    Ok(Bytes::from(out))
 }
 
 /// An upstream path as a fill source: a registry blob, or an Image Factory asset.

@@ -70,6 +70,9 @@ pub struct FetchSettings {
     pub max_concurrent_fills: Option<usize>,
     /// Largest decompressed size an asset's container check accepts (decompression bombs).
     pub max_decoded_size: u64,
+    /// Longest a small upstream body (token response, manifest, tag list, referrers) may take
+    /// in whole, after its headers; each gap is bounded by `stall_timeout` too.
+    pub metadata_timeout: Duration,
 }
 
 impl Default for FetchSettings {
@@ -86,6 +89,7 @@ impl Default for FetchSettings {
             stale_max_age: Duration::from_secs(7 * 24 * 3600),
             max_concurrent_fills: Some(64),
             max_decoded_size: crate::container::DEFAULT_MAX_DECODED,
+            metadata_timeout: Duration::from_secs(60),
         }
     }
 }

@@ -307,6 +307,12 @@ mod liar {
         pub authorizations: Mutex<Vec<(String, String)>>,
         /// Image Factory assets by path, served without authentication.
         pub assets: Mutex<Vec<(String, bytes::Bytes)>>,
+        /// Manifest GETs send their headers and a few bytes, then nothing, for ever.
+        pub wedge_manifests: std::sync::atomic::AtomicBool,
+        /// Manifest HEADs announce this digest (a tag that moved).
+        pub head_digest: Mutex<Option<String>>,
+        /// The token endpoint's body never ends.
+        pub endless_token: std::sync::atomic::AtomicBool,
         pub requests: AtomicU64,
     }
 
@@ -338,6 +344,11 @@ mod liar {
         if let Some(b) = s.assets.lock().unwrap().iter().find(|(p, _)| *p == path).map(|(_, b)| b.clone()) {
             return b.into_response();
         }
+        if path == "/token" && s.endless_token.load(Ordering::SeqCst) {
+            let chunk = bytes::Bytes::from(vec![b' '; 64 * 1024]);
+            let endless = futures::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone()));
+            return ([(header::CONTENT_TYPE, "application/json")], Body::from_stream(endless)).into_response();
+        }
         if path == "/token" {
             return ([(header::CONTENT_TYPE, "application/json")], s.token_body.lock().unwrap().clone())
                 .into_response();
@@ -359,9 +370,30 @@ mod liar {
                 .iter()
                 .find(|(r, t, _)| r == repo && t == reference)
                 .map(|(_, _, b)| b.clone());
+            if req.method() == axum::http::Method::HEAD {
+                if let Some(d) = s.head_digest.lock().unwrap().clone() {
+                    return Response::builder()
+                        .header(header::CONTENT_TYPE, "application/vnd.oci.image.manifest.v1+json")
+                        .header("docker-content-digest", d)
+                        .body(Body::empty())
+                        .unwrap();
+                }
+            }
+            if s.wedge_manifests.load(Ordering::SeqCst) {
+                let first = futures::stream::once(async { Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"{")) });
+                let never = futures::stream::pending();
+                return Response::builder()
+                    .header(header::CONTENT_TYPE, "application/vnd.oci.image.manifest.v1+json")
+                    .body(Body::from_stream(futures::StreamExt::chain(first, never)))
+                    .unwrap();
+            }
             return match found {
                 Some(b) => Response::builder()
                     .header(header::CONTENT_TYPE, "application/vnd.oci.image.manifest.v1+json")
+                    .header(
+                        "docker-content-digest",
+                        format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&b))),
+                    )
                     .body(Body::from(b))
                     .unwrap(),
                 None => StatusCode::NOT_FOUND.into_response(),
@@ -617,4 +649,53 @@ async fn should_send_upstream_credentials_only_to_its_own_hosts_and_token_realm_
     assert_eq!(got.status, 200);
     let sent: Vec<_> = realm.authorizations.lock().unwrap().clone();
     assert!(sent.iter().any(|(_, a)| a.starts_with("Basic ")), "{sent:?}");
+}
+
+/// Class 6: upstream bodies are bounded in size and time. A tag whose upstream sends headers
+/// and then nothing is served stale (as when the upstream is down), to every client waiting
+/// for it, within the stall timeout; a token response that never ends is cut off at its size
+/// cap, and the request fails instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_bound_upstream_bodies_in_size_and_time() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (addr, liar) = liar::start().await;
+    let manifest = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:1111111111111111111111111111111111111111111111111111111111111111","size":1},"layers":[]}"#;
+    liar.manifests.lock().unwrap().push(("a/b".into(), "v1".into(), bytes::Bytes::from_static(manifest)));
+    let settings = tender_fetch::FetchSettings { tag_ttl: Duration::ZERO, ..fast_settings() };
+    let ups = vec![upstream_settings("liar.example", &format!("http://{addr}"))];
+    let tender = Tender::start_full(ups, None, settings, Security::default(), None, Surface::All).await;
+    let url = tender.url("/v2/liar.example/a/b/manifests/v1");
+    assert_eq!(get(&url, &[]).await.status, 200);
+    // The tag moves, and the new manifest's body never comes.
+    *liar.head_digest.lock().unwrap() = Some(format!("sha256:{}", "2".repeat(64)));
+    liar.wedge_manifests.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let waiting = (0..4)
+        .map(|_| {
+            let c = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(20)).build().unwrap();
+            let url = url.clone();
+            tokio::spawn(async move {
+                let r = c.get(&url).send().await.map_err(|e| e.to_string())?;
+                let status = r.status().as_u16();
+                let body = r.bytes().await.map_err(|e| e.to_string())?;
+                Ok::<_, String>((status, body))
+            })
+        })
+        .collect::<Vec<_>>();
+    for w in waiting {
+        let (status, body) = w.await.unwrap().expect("answered before the client gave up");
+        assert_eq!(status, 200);
+        assert_eq!(&body[..], &manifest[..], "the last known manifest, served stale");
+    }
+    let stale_after = started.elapsed();
+    eprintln!("wedged tag served stale to 4 clients after {stale_after:?}");
+    assert!(stale_after < Duration::from_secs(10));
+
+    // A token response that never ends.
+    liar.endless_token.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let c = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(20)).build().unwrap();
+    let r = c.get(tender.url("/v2/liar.example/c/d/manifests/v1")).send().await.expect("answered");
+    eprintln!("endless token response: {} after {:?}", r.status(), started.elapsed());
+    assert!(r.status().is_client_error() || r.status().is_server_error());
 }

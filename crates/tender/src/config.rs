@@ -156,6 +156,7 @@ pub struct RawFetch {
     pub stale_max_age: Option<String>,
     pub factory_first_byte_timeout: Option<String>,
     pub max_decoded_size: Option<String>,
+    pub metadata_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -538,6 +539,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             Some(n) => Some(n),
             None => d.max_concurrent_fills,
         },
+        metadata_timeout: duration(name, "fetch.metadataTimeout", &f.metadata_timeout, d.metadata_timeout)?,
         max_decoded_size: match &f.max_decoded_size {
             None => d.max_decoded_size,
             Some(s) => match parse_size(s) {
