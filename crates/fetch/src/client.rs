@@ -439,12 +439,18 @@ impl Upstream {
                 self.health.store(up as i8, std::sync::atomic::Ordering::Relaxed);
                 Ok(r)
             }
-            Ok(Err(e)) => Err(self.count(FetchError::from_reqwest(self.name(), &e))),
-            Err(_) => Err(self.count(FetchError::new(
-                FetchErrorKind::Timeout,
-                self.name(),
-                format!("no response headers within {:?} from {}", self.fetch.first_byte_timeout, redact(url)),
-            ))),
+            Ok(Err(e)) => {
+                tracing::info!(upstream = %self.name(), url = %redact(url), error = %e, "upstream request failed");
+                Err(self.count(FetchError::from_reqwest(self.name(), &e)))
+            }
+            Err(_) => {
+                tracing::info!(upstream = %self.name(), url = %redact(url), "no response headers in time");
+                Err(self.count(FetchError::new(
+                    FetchErrorKind::Timeout,
+                    self.name(),
+                    format!("no response headers within {:?}", self.fetch.first_byte_timeout),
+                )))
+            }
         }
     }
 
@@ -525,7 +531,10 @@ impl Upstream {
             StatusCode::RANGE_NOT_SATISFIABLE => (FetchErrorKind::Status, "range not satisfiable"),
             _ => (FetchErrorKind::Status, "unexpected status"),
         };
-        let mut e = FetchError::new(kind, self.name(), format!("{what} ({code}) for {url}")).with_status(code);
+        // The URL stays in the log: error messages reach clients, which learn the upstream's
+        // configured name only.
+        tracing::debug!(upstream = %self.name(), %url, status = code, "upstream answered {what}");
+        let mut e = FetchError::new(kind, self.name(), format!("{what} ({code})")).with_status(code);
         e.retry_after = retry_after(r.headers());
         Err(if kind == FetchErrorKind::NotFound { e } else { self.count(e) })
     }

@@ -67,7 +67,12 @@ impl Served {
 
     /// The most-served repositories, by requests.
     pub fn top(&self, n: usize) -> Vec<(String, RepoServed)> {
-        let mut v: Vec<(String, RepoServed)> = self.snapshot().into_iter().collect();
+        self.top_where(n, |_| true)
+    }
+
+    /// The most-served repositories among those `keep` admits, by requests.
+    pub fn top_where(&self, n: usize, keep: impl Fn(&str) -> bool) -> Vec<(String, RepoServed)> {
+        let mut v: Vec<(String, RepoServed)> = self.snapshot().into_iter().filter(|(r, _)| keep(r)).collect();
         v.sort_by(|a, b| {
             (b.1.manifest_requests + b.1.blob_requests)
                 .cmp(&(a.1.manifest_requests + a.1.blob_requests))

@@ -699,3 +699,51 @@ async fn should_bound_upstream_bodies_in_size_and_time() {
     eprintln!("endless token response: {} after {:?}", r.status(), started.elapsed());
     assert!(r.status().is_client_error() || r.status().is_server_error());
 }
+
+/// Class 12: anonymous clients learn nothing they may not pull. With client authentication
+/// and `anonymousPull`, the status page and `/api/v1/served` show an anonymous client neither
+/// the private upstream nor its repositories nor any upstream URL; `/metrics` needs an
+/// identity; error bodies name upstreams, never their URLs.
+#[tokio::test]
+async fn should_show_anonymous_clients_only_what_they_may_pull() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fake = FakeUpstream::start().await;
+    let d = fake.add_blob(random_bytes(1000, 91));
+    let mut private = upstream_settings("private.example", &fake.url());
+    private.credentials = Some(tender_fetch::Credentials { username: "robot".into(), password: "pw".into() });
+    // An upstream that is down: its errors carry the URL tender could not reach.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let down = upstream_settings("down.example", &format!("http://{closed}"));
+    let users = std::collections::HashMap::from([("worker".to_string(), bcrypt::hash("s3cret", 4).unwrap())]);
+    let auth = tender_server::auth::ClientAuth::new(users, &[], true);
+    let security = Security { auth: std::sync::RwLock::new(Some(Arc::new(auth))), ..Security::default() };
+    let ups = vec![upstream_settings("ghcr.io", &fake.url()), private, down];
+    let tender = Tender::start_full(ups, None, fast_settings(), security, None, Surface::All).await;
+    let authed = client()
+        .get(tender.url(&format!("/v2/private.example/team/secret-app/blobs/{d}")))
+        .basic_auth("worker", Some("s3cret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(authed.status(), 200);
+    authed.bytes().await.unwrap();
+    assert_eq!(get(&tender.url(&format!("/v2/ghcr.io/team/public-app/blobs/{d}")), &[]).await.status, 200);
+    let fake_addr = fake.addr.to_string();
+    let secrets = ["private.example", "secret-app", fake_addr.as_str()];
+    for path in ["/", "/api/v1/served"] {
+        let got = get(&tender.url(path), &[]).await;
+        assert_eq!(got.status, 200, "{path}");
+        let text = String::from_utf8_lossy(&got.body.unwrap()).into_owned();
+        assert!(text.contains("public-app"), "{path} shows what anonymous clients pull: {text}");
+        for s in secrets {
+            assert!(!text.contains(s), "{path} shows {s} to an anonymous client: {text}");
+        }
+    }
+    assert_eq!(get(&tender.url("/metrics"), &[]).await.status, 401, "/metrics needs an identity");
+    let as_worker = client().get(tender.url("/")).basic_auth("worker", Some("s3cret")).send().await.unwrap();
+    assert!(as_worker.text().await.unwrap().contains("secret-app"), "an authenticated client sees everything");
+    let err = get(&tender.url("/v2/down.example/a/b/manifests/v1"), &[]).await;
+    assert!(err.status >= 500, "{err:?}");
+    let text = String::from_utf8_lossy(&err.body.unwrap()).into_owned();
+    assert!(text.contains("down.example") && !text.contains(&closed.to_string()), "{text}");
+}
