@@ -125,6 +125,7 @@ pub async fn layer(State(metrics): State<Arc<ServerMetrics>>, req: Request, next
     let prefetch = req.headers().get("x-tender-prefetch").is_some_and(|v| v.as_bytes() == b"1");
     let resp = next.run(req).await;
     let (mut parts, body) = resp.into_parts();
+    let prefetch = prefetch && parts.extensions.remove::<crate::auth::PrefetchIgnored>().is_none();
     let info = parts.extensions.remove::<AccessInfo>().unwrap_or_default();
     let error = parts.extensions.remove::<ErrorCodeSeen>().map(|e| e.0);
     let content_length =

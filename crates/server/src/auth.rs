@@ -59,6 +59,12 @@ impl Identity {
     }
 }
 
+/// On a response whose request's `X-Tender-Prefetch` / `X-Tender-Pin` were ignored (an
+/// anonymous client while client authentication is configured): the access log and the
+/// statistics count it as an ordinary pull.
+#[derive(Debug, Clone, Copy)]
+pub struct PrefetchIgnored;
+
 /// Set by the connection layer on requests that came over TLS with a verified client certificate.
 #[derive(Debug, Clone, Copy)]
 pub struct VerifiedClientCert;
@@ -397,6 +403,13 @@ pub async fn layer(State(app): State<Arc<AppState>>, mut req: Request, next: Nex
             return challenge("authentication failed: the Authorization header is neither Basic nor Bearer");
         }
     };
+    let mut prefetch_dropped = false;
+    if verdict == Verdict::Accepted && identity == Identity::Anonymous {
+        // Prefetch and pin are for operators: an anonymous client's request is an ordinary pull.
+        for h in ["x-tender-prefetch", "x-tender-pin"] {
+            prefetch_dropped |= req.headers_mut().remove(h).is_some();
+        }
+    }
     match verdict {
         Verdict::Accepted if identity == Identity::Anonymous && !auth.anonymous_pull() => {
             app.metrics().auth_refusal("no_credentials");
@@ -404,7 +417,11 @@ pub async fn layer(State(app): State<Arc<AppState>>, mut req: Request, next: Nex
         }
         Verdict::Accepted => {
             req.extensions_mut().insert(identity);
-            next.run(req).await
+            let mut resp = next.run(req).await;
+            if prefetch_dropped {
+                resp.extensions_mut().insert(PrefetchIgnored);
+            }
+            resp
         }
         Verdict::Refused => {
             app.metrics().auth_refusal("bad_credentials");

@@ -123,7 +123,8 @@ impl ServerMetrics {
             .inc();
         self.bytes_served.get_or_create(&vec![("route".to_string(), route.to_string())]).inc_by(bytes);
         self.duration.get_or_create(&vec![("route".to_string(), route.to_string())]).observe(secs);
-        if !prefetch && (200..400).contains(&status) {
+        // Only answers that served something: a 304 or an error says nothing about demand.
+        if !prefetch && (200..300).contains(&status) {
             if let Some(repo) = &info.repository {
                 self.served.record(repo, route, bytes, info.cache, tender_store::now_secs());
             }

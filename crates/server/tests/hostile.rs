@@ -747,3 +747,66 @@ async fn should_show_anonymous_clients_only_what_they_may_pull() {
     let text = String::from_utf8_lossy(&err.body.unwrap()).into_owned();
     assert!(text.contains("down.example") && !text.contains(&closed.to_string()), "{text}");
 }
+
+/// Class 11: anonymous clients can neither pin nor pollute the statistics. With client
+/// authentication configured, `X-Tender-Prefetch` and `X-Tender-Pin` from an anonymous client
+/// are ignored (its pull counts as a pull and pins nothing), an authenticated one's are
+/// honoured; served statistics count only repositories that answered 2xx, and hold at most
+/// a fixed number of entries however many names are asked for.
+#[tokio::test]
+async fn should_let_only_authenticated_clients_pin_and_keep_served_statistics_bounded() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fake = FakeUpstream::start().await;
+    let a = fake.add_blob(random_bytes(1000, 111));
+    let b = fake.add_blob(random_bytes(1000, 112));
+    let users = std::collections::HashMap::from([("worker".to_string(), bcrypt::hash("s3cret", 4).unwrap())]);
+    let auth = tender_server::auth::ClientAuth::new(users, &[], true);
+    let security = Security { auth: std::sync::RwLock::new(Some(Arc::new(auth))), ..Security::default() };
+    let tender = secured(&fake, security).await;
+    let pin = [("x-tender-prefetch", "1"), ("x-tender-pin", "1")];
+    assert_eq!(get(&tender.url(&format!("/v2/ghcr.io/anon/app/blobs/{a}")), &pin).await.status, 200);
+    assert!(!tender.store.is_pinned(&a.parse().unwrap()), "an anonymous client pinned an object");
+    let served = tender.app.metrics().served.get("ghcr.io/anon/app");
+    assert!(served.served, "an anonymous prefetch counts as a pull");
+    let r = client()
+        .get(tender.url(&format!("/v2/ghcr.io/ops/app/blobs/{b}")))
+        .basic_auth("worker", Some("s3cret"))
+        .header("x-tender-prefetch", "1")
+        .header("x-tender-pin", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap();
+    assert!(tender.store.is_pinned(&b.parse().unwrap()), "an authenticated prefetch pins");
+    // Not-modified and not-found answers are not counted.
+    let etag = format!("\"{a}\"");
+    let c = client();
+    let r = c
+        .get(tender.url(&format!("/v2/ghcr.io/etag/app/blobs/{a}")))
+        .header("if-none-match", etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 304);
+    let missing = format!("sha256:{}", "4".repeat(64));
+    assert_eq!(get(&tender.url(&format!("/v2/ghcr.io/nope/app/blobs/{missing}")), &[]).await.status, 404);
+    // Distinct names for a blob every repository name answers: the entries stop at the cap.
+    let names = futures::stream::iter(0..(tender_server::served::MAX_REPOSITORIES + 100))
+        .map(|i| {
+            let (c, url) = (c.clone(), tender.url(&format!("/v2/ghcr.io/junk/n{i}/blobs/{a}")));
+            async move {
+                let r = c.get(&url).send().await.unwrap();
+                let status = r.status().as_u16();
+                r.bytes().await.unwrap();
+                status
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    assert!(names.iter().all(|s| *s == 200));
+    let all = tender.app.metrics().served.snapshot();
+    assert!(!all.contains_key("ghcr.io/etag/app") && !all.contains_key("ghcr.io/nope/app"), "{:?}", all.keys());
+    assert!(all.len() <= tender_server::served::MAX_REPOSITORIES, "{} entries", all.len());
+}
