@@ -321,8 +321,12 @@ impl Mirror {
                 return Err(e);
             }
         }
-        let media_type = content_type.or_else(|| media::declared_media_type(&body)).ok_or_else(|| {
-            FetchError::new(FetchErrorKind::Corrupt, up.name(), "manifest is not JSON and has no media type")
+        let media_type = media::verified_media_type(content_type.as_deref(), &body).ok_or_else(|| {
+            FetchError::new(
+                FetchErrorKind::Corrupt,
+                up.name(),
+                "manifest is not JSON or declares a media type that is not a manifest's",
+            )
         })?;
         let key = format!("manifest:{digest}");
         store.put_bytes(&key, &body, &digest).map_err(|e| local(up, e))?;

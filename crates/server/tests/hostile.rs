@@ -313,6 +313,8 @@ mod liar {
         pub head_digest: Mutex<Option<String>>,
         /// The token endpoint's body never ends.
         pub endless_token: std::sync::atomic::AtomicBool,
+        /// The Content-Type manifests are sent with (default: the OCI manifest type).
+        pub manifest_content_type: Mutex<Option<String>>,
         pub requests: AtomicU64,
     }
 
@@ -387,9 +389,15 @@ mod liar {
                     .body(Body::from_stream(futures::StreamExt::chain(first, never)))
                     .unwrap();
             }
+            let ct = s
+                .manifest_content_type
+                .lock()
+                .unwrap()
+                .clone()
+                .unwrap_or_else(|| "application/vnd.oci.image.manifest.v1+json".to_string());
             return match found {
                 Some(b) => Response::builder()
-                    .header(header::CONTENT_TYPE, "application/vnd.oci.image.manifest.v1+json")
+                    .header(header::CONTENT_TYPE, ct)
                     .header(
                         "docker-content-digest",
                         format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&b))),
@@ -809,4 +817,25 @@ async fn should_let_only_authenticated_clients_pin_and_keep_served_statistics_bo
     let all = tender.app.metrics().served.snapshot();
     assert!(!all.contains_key("ghcr.io/etag/app") && !all.contains_key("ghcr.io/nope/app"), "{:?}", all.keys());
     assert!(all.len() <= tender_server::served::MAX_REPOSITORIES, "{} entries", all.len());
+}
+
+/// Low: a manifest is served with the media type it was verified as, never the upstream's
+/// Content-Type, and with `X-Content-Type-Options: nosniff`; a body that declares a type that
+/// is not a manifest's is refused.
+#[tokio::test]
+async fn should_serve_manifests_with_their_verified_media_type_only() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (addr, liar) = liar::start().await;
+    *liar.manifest_content_type.lock().unwrap() = Some("text/html; charset=utf-8".into());
+    let manifest = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:3333333333333333333333333333333333333333333333333333333333333333","size":1},"layers":[]}"#;
+    let html = br#"{"schemaVersion":2,"mediaType":"text/html","layers":[],"x":"<script>alert(1)</script>"}"#;
+    liar.manifests.lock().unwrap().push(("a/b".into(), "v1".into(), bytes::Bytes::from_static(manifest)));
+    liar.manifests.lock().unwrap().push(("a/b".into(), "html".into(), bytes::Bytes::from_static(html)));
+    let tender = in_front_of_liar(addr).await;
+    let r = client().get(tender.url("/v2/liar.example/a/b/manifests/v1")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/vnd.oci.image.manifest.v1+json");
+    assert_eq!(r.headers().get("x-content-type-options").map(|v| v.to_str().unwrap()), Some("nosniff"));
+    let r = client().get(tender.url("/v2/liar.example/a/b/manifests/html")).send().await.unwrap();
+    assert!(r.status().is_server_error(), "a text/html manifest was served: {}", r.status());
 }

@@ -9,6 +9,9 @@ use serde::Deserialize;
 use tender_fetch::{Credentials, FetchSettings, UpstreamSettings};
 use url::Url;
 
+/// `maxObjectSize` of an upstream that sets none: larger objects are refused, not stored.
+pub const DEFAULT_MAX_OBJECT_SIZE: u64 = 64 << 30;
+
 /// The embedded default, used when no `--config` is given.
 pub const DEFAULT_CONFIG: &str = include_str!("default.yaml");
 
@@ -481,7 +484,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             ));
         }
         let max_object_size = match &u.max_object_size {
-            None => None,
+            None => Some(DEFAULT_MAX_OBJECT_SIZE),
             Some(s) => Some(parse_size(s).ok_or_else(|| {
                 err(&key("maxObjectSize"), format!("{s:?} is not a size; write it like 20Gi, 500M or 1073741824"))
             })?),
@@ -840,6 +843,14 @@ mod tests {
         assert_eq!(s.default_upstream.as_deref(), Some("docker.io"));
         assert_eq!(s.listen.to_string(), "127.0.0.1:5000");
         assert_eq!(s.image_factory.as_str(), "https://factory.talos.dev/");
+    }
+
+    #[test]
+    fn should_cap_every_upstream_at_64_gib_unless_it_says_otherwise() {
+        let yaml = "upstreams:\n  - name: ghcr.io\n    url: https://ghcr.io\n  - name: quay.io\n    url: https://quay.io\n    maxObjectSize: 1Ti\n";
+        let s = resolve("t", parse("t", yaml).unwrap(), &Overrides::default()).unwrap();
+        let sizes: Vec<Option<u64>> = s.upstreams.iter().map(|u| u.max_object_size).collect();
+        assert_eq!(sizes, [Some(64 << 30), Some(1 << 40)]);
     }
 
     #[test]
