@@ -15,19 +15,15 @@ use url::Url;
 use crate::error::{FetchError, FetchErrorKind};
 use crate::metrics::FetchMetrics;
 use crate::settings::{FetchSettings, UpstreamSettings};
+use crate::wire::{parse_challenge, parse_token_response, Challenge};
+pub use crate::wire::{parse_retry_after, MAX_RETRY_AFTER};
 
 /// Most redirects followed for one request.
 const MAX_REDIRECTS: usize = 5;
-/// Token lifetime when the token server names none (the distribution spec's default).
-const DEFAULT_TOKEN_SECS: u64 = 60;
 /// Docker Hub's token realm: receives docker.io's credentials without configuration.
 const DOCKER_HUB_REALM: &str = "auth.docker.io";
 /// Largest token response read (a JWT is a few KiB).
 pub const MAX_TOKEN_BYTES: usize = 1 << 20;
-/// Longest a token is reused, whatever the token server says.
-const MAX_TOKEN_SECS: u64 = 3600;
-/// Longest wait an upstream's `Retry-After` can ask for.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 
 /// A configured upstream and its client.
 #[derive(Debug)]
@@ -184,57 +180,9 @@ enum Auth {
     Basic(String, String),
 }
 
-/// What a `WWW-Authenticate` header asks for.
-#[derive(Debug, PartialEq, Eq)]
-enum Challenge {
-    Bearer { realm: String, service: Option<String>, scope: Option<String> },
-    Basic,
-}
-
-fn parse_challenge(value: &str) -> Option<Challenge> {
-    let (scheme, rest) = value.trim().split_once(' ').unwrap_or((value.trim(), ""));
-    if scheme.eq_ignore_ascii_case("basic") {
-        return Some(Challenge::Basic);
-    }
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return None;
-    }
-    let mut params = HashMap::new();
-    let mut s = rest.trim();
-    while !s.is_empty() {
-        let (key, after) = s.split_once('=')?;
-        let key = key.trim().to_ascii_lowercase();
-        let after = after.trim_start();
-        let (val, tail) = if let Some(q) = after.strip_prefix('"') {
-            let (val, tail) = q.split_at(q.find('"')?);
-            (val.to_string(), tail.strip_prefix('"').unwrap_or(tail))
-        } else {
-            let end = after.find(',').unwrap_or(after.len());
-            (after[..end].trim().to_string(), &after[end..])
-        };
-        params.insert(key, val);
-        s = tail.trim_start().trim_start_matches(',').trim_start();
-    }
-    Some(Challenge::Bearer {
-        realm: params.remove("realm")?,
-        service: params.remove("service"),
-        scope: params.remove("scope"),
-    })
-}
-
 /// An upstream's `Retry-After` (seconds or an HTTP date), at most [`MAX_RETRY_AFTER`].
 pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     parse_retry_after(headers.get(RETRY_AFTER)?.to_str().ok()?, std::time::SystemTime::now())
-}
-
-/// `Retry-After` as of `now`: delta-seconds or an HTTP date, capped at [`MAX_RETRY_AFTER`].
-pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
-    let v = value.trim();
-    let wait = match v.parse::<u64>() {
-        Ok(secs) => Duration::from_secs(secs),
-        Err(_) => httpdate::parse_http_date(v).ok()?.duration_since(now).unwrap_or(Duration::ZERO),
-    };
-    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 impl Upstream {
@@ -595,26 +543,8 @@ impl Upstream {
             }
             e
         })?;
-        #[derive(serde::Deserialize)]
-        struct TokenBody {
-            token: Option<String>,
-            access_token: Option<String>,
-            /// Any JSON number: negative, fractional or huge lifetimes are clamped, not refused.
-            expires_in: Option<serde_json::Number>,
-        }
         let bytes = self.read_small(resp, MAX_TOKEN_BYTES, "token response").await?;
-        let body: TokenBody = serde_json::from_slice(&bytes)
-            .map_err(|e| FetchError::new(FetchErrorKind::Unauthorized, self.name(), format!("token response: {e}")))?;
-        let token =
-            body.token.or(body.access_token).filter(|t| !t.is_empty()).ok_or_else(|| {
-                FetchError::new(FetchErrorKind::Unauthorized, self.name(), "token response has no token")
-            })?;
-        let secs = match body.expires_in {
-            None => DEFAULT_TOKEN_SECS,
-            Some(n) => n.as_u64().unwrap_or(if n.as_f64().is_some_and(|f| f > 0.0) { MAX_TOKEN_SECS } else { 1 }),
-        }
-        .clamp(1, MAX_TOKEN_SECS);
-        Ok((token, Duration::from_secs(secs)))
+        parse_token_response(&bytes).map_err(|m| FetchError::new(FetchErrorKind::Unauthorized, self.name(), m))
     }
 }
 

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod mirror;
 pub mod settings;
 pub mod shared;
+pub mod wire;
 
 pub use client::Upstream;
 pub use container::Container;

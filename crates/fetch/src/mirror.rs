@@ -418,7 +418,7 @@ impl Mirror {
             .headers()
             .get(LINK)
             .and_then(|v| v.to_str().ok())
-            .map(|l| l.replace(&format!("/v2/{repo}/"), &format!("/v2/{client_name}/")));
+            .and_then(|l| crate::wire::rewrite_link(l, repo.as_str(), client_name.as_str()));
         let body = up.read_small(resp, MAX_MANIFEST_BYTES, "listing").await?;
         Ok(Listing { content_type, link, body })
     }
