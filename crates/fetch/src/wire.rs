@@ -36,6 +36,7 @@ pub fn parse_challenge(value: &str) -> Option<Challenge> {
         let (key, after) = s.split_once('=')?;
         let key = key.trim().to_ascii_lowercase();
         let after = after.trim_start();
+        let quoted = after.starts_with('"');
         let (val, tail) = if let Some(q) = after.strip_prefix('"') {
             let (val, tail) = q.split_at(q.find('"')?);
             (val.to_string(), tail.strip_prefix('"').unwrap_or(tail))
@@ -43,6 +44,10 @@ pub fn parse_challenge(value: &str) -> Option<Challenge> {
             let end = after.find(',').unwrap_or(after.len());
             (after[..end].trim().to_string(), &after[end..])
         };
+        // A token never holds a quote, and no value holds a control character (RFC 9110 §5.6.2).
+        if val.chars().any(char::is_control) || (!quoted && val.contains('"')) {
+            return None;
+        }
         params.insert(key, val);
         s = tail.trim_start().trim_start_matches(',').trim_start();
     }
@@ -133,6 +138,14 @@ mod tests {
         ] {
             assert_eq!(next(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn should_refuse_challenges_with_quotes_or_controls_in_values() {
+        // Found by the upstream_words fuzz target.
+        assert_eq!(parse_challenge("Bearer realm=o\",x=1"), None);
+        assert_eq!(parse_challenge("Bearer realm=\"https://a/\u{0}\""), None);
+        assert!(parse_challenge("Bearer realm=https://auth.example/token,service=x").is_some());
     }
 
     #[test]
