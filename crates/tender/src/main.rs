@@ -6,6 +6,7 @@ mod clone_cmd;
 mod config;
 #[cfg(test)]
 mod config_props;
+mod datadir;
 mod exit;
 mod maint;
 mod prefetch;

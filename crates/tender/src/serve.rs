@@ -292,6 +292,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCode> {
+    crate::datadir::check(&settings.data).map_err(Failure::problem)?;
     let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
     learn_parent(&mut settings).await?;
     let store = Arc::new(store);
