@@ -12,6 +12,11 @@ pub mod range;
 #[path = "../../crates/catalog/src/asset.rs"]
 pub mod asset;
 
+/// What upstreams send in words (`WWW-Authenticate`, `Retry-After`, token responses, `Link`),
+/// from `tender-fetch`, which links reqwest and tokio.
+#[path = "../../crates/fetch/src/wire.rs"]
+pub mod wire;
+
 /// The fuzzer's bytes as text, or `None` when they are not UTF-8 (every parser here takes
 /// `&str`; HTTP layers hand them nothing else).
 pub fn text(data: &[u8]) -> Option<&str> {

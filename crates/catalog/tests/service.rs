@@ -69,6 +69,7 @@ fn mirror(data: &Path, factory: &str) -> Arc<Mirror> {
         credentials: None,
         public: true,
         redirect_hosts: None,
+        token_realm_hosts: Vec::new(),
         library_prefix: false,
         max_object_size: None,
         ns_param: None,

@@ -6,6 +6,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use futures::StreamExt;
 use reqwest::header::{HeaderMap, RETRY_AFTER, WWW_AUTHENTICATE};
 use reqwest::{Method, StatusCode};
 use url::Url;
@@ -13,11 +15,15 @@ use url::Url;
 use crate::error::{FetchError, FetchErrorKind};
 use crate::metrics::FetchMetrics;
 use crate::settings::{FetchSettings, UpstreamSettings};
+use crate::wire::{parse_challenge, parse_token_response, Challenge};
+pub use crate::wire::{parse_retry_after, MAX_RETRY_AFTER};
 
 /// Most redirects followed for one request.
 const MAX_REDIRECTS: usize = 5;
-/// Token lifetime when the token server names none (the distribution spec's default).
-const DEFAULT_TOKEN_SECS: u64 = 60;
+/// Docker Hub's token realm: receives docker.io's credentials without configuration.
+const DOCKER_HUB_REALM: &str = "auth.docker.io";
+/// Largest token response read (a JWT is a few KiB).
+pub const MAX_TOKEN_BYTES: usize = 1 << 20;
 
 /// A configured upstream and its client.
 #[derive(Debug)]
@@ -41,6 +47,8 @@ struct AddressPolicy {
     /// Hosts of the configured endpoints: always allowed.
     endpoint_hosts: Vec<String>,
     redirect_hosts: Option<Vec<String>>,
+    /// Hosts besides the endpoints that may receive the upstream's credentials (token realms).
+    credential_hosts: Vec<String>,
     metrics: FetchMetrics,
 }
 
@@ -107,6 +115,14 @@ impl AddressPolicy {
         None
     }
 
+    /// Whether the upstream's credentials may go to `url`: an endpoint host, or a listed
+    /// token realm host, over https unless the endpoint itself is plain http.
+    fn may_receive_credentials(&self, url: &Url) -> bool {
+        let Some(host) = url.host_str() else { return false };
+        self.endpoint_hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
+            || self.credential_hosts.iter().any(|p| host_matches(p, host))
+    }
+
     fn check(&self, prev: Option<&Url>, next: &Url) -> Result<(), String> {
         match self.refuse(prev, next) {
             None => Ok(()),
@@ -164,51 +180,9 @@ enum Auth {
     Basic(String, String),
 }
 
-/// What a `WWW-Authenticate` header asks for.
-#[derive(Debug, PartialEq, Eq)]
-enum Challenge {
-    Bearer { realm: String, service: Option<String>, scope: Option<String> },
-    Basic,
-}
-
-fn parse_challenge(value: &str) -> Option<Challenge> {
-    let (scheme, rest) = value.trim().split_once(' ').unwrap_or((value.trim(), ""));
-    if scheme.eq_ignore_ascii_case("basic") {
-        return Some(Challenge::Basic);
-    }
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return None;
-    }
-    let mut params = HashMap::new();
-    let mut s = rest.trim();
-    while !s.is_empty() {
-        let (key, after) = s.split_once('=')?;
-        let key = key.trim().to_ascii_lowercase();
-        let after = after.trim_start();
-        let (val, tail) = if let Some(q) = after.strip_prefix('"') {
-            let end = q.find('"')?;
-            (q[..end].to_string(), &q[end + 1..])
-        } else {
-            let end = after.find(',').unwrap_or(after.len());
-            (after[..end].trim().to_string(), &after[end..])
-        };
-        params.insert(key, val);
-        s = tail.trim_start().trim_start_matches(',').trim_start();
-    }
-    Some(Challenge::Bearer {
-        realm: params.remove("realm")?,
-        service: params.remove("service"),
-        scope: params.remove("scope"),
-    })
-}
-
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let v = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let when = httpdate::parse_http_date(v).ok()?;
-    Some(when.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO))
+/// An upstream's `Retry-After` (seconds or an HTTP date), at most [`MAX_RETRY_AFTER`].
+pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    parse_retry_after(headers.get(RETRY_AFTER)?.to_str().ok()?, std::time::SystemTime::now())
 }
 
 impl Upstream {
@@ -225,6 +199,13 @@ impl Upstream {
             allow_private: endpoint_hosts.iter().any(|h| is_internal_host(h)),
             endpoint_hosts,
             redirect_hosts: settings.redirect_hosts.clone(),
+            credential_hosts: {
+                let mut hosts = settings.token_realm_hosts.clone();
+                if settings.name.eq_ignore_ascii_case("docker.io") {
+                    hosts.push(DOCKER_HUB_REALM.to_string());
+                }
+                hosts
+            },
             metrics: metrics.clone(),
         });
         let redirect_policy = {
@@ -406,12 +387,18 @@ impl Upstream {
                 self.health.store(up as i8, std::sync::atomic::Ordering::Relaxed);
                 Ok(r)
             }
-            Ok(Err(e)) => Err(self.count(FetchError::from_reqwest(self.name(), &e))),
-            Err(_) => Err(self.count(FetchError::new(
-                FetchErrorKind::Timeout,
-                self.name(),
-                format!("no response headers within {:?} from {}", self.fetch.first_byte_timeout, redact(url)),
-            ))),
+            Ok(Err(e)) => {
+                tracing::info!(upstream = %self.name(), url = %redact(url), error = %e, "upstream request failed");
+                Err(self.count(FetchError::from_reqwest(self.name(), &e)))
+            }
+            Err(_) => {
+                tracing::info!(upstream = %self.name(), url = %redact(url), "no response headers in time");
+                Err(self.count(FetchError::new(
+                    FetchErrorKind::Timeout,
+                    self.name(),
+                    format!("no response headers within {:?}", self.fetch.first_byte_timeout),
+                )))
+            }
         }
     }
 
@@ -426,6 +413,51 @@ impl Upstream {
             .get_or_create(&vec![("upstream".to_string(), self.name().to_string()), ("kind".to_string(), kind)])
             .inc();
         e
+    }
+
+    /// Read a small body (token response, manifest, listing) whole: at most `limit` bytes,
+    /// no gap longer than `stallTimeout`, all of it within `metadataTimeout`. A stall or the
+    /// deadline is a timeout (the upstream counts as down: a tag may be served stale).
+    pub async fn read_small(&self, resp: reqwest::Response, limit: usize, what: &str) -> Result<Bytes, FetchError> {
+        if resp.content_length().is_some_and(|l| l > limit as u64) {
+            return Err(FetchError::new(
+                FetchErrorKind::Corrupt,
+                self.name(),
+                format!("{what} of {} bytes is over the limit of {limit}", resp.content_length().unwrap_or(0)),
+            ));
+        }
+        let deadline = crate::later(self.fetch.metadata_timeout);
+        let mut out = Vec::new();
+        let mut stream = resp.bytes_stream();
+        loop {
+            let wait = deadline.saturating_duration_since(Instant::now()).min(self.fetch.stall_timeout);
+            let next = match tokio::time::timeout(wait, stream.next()).await {
+                Ok(n) => n,
+                Err(_) => {
+                    let e = FetchError::new(
+                        FetchErrorKind::Timeout,
+                        self.name(),
+                        format!(
+                            "{what} stalled or took longer than {:?} at byte {}",
+                            self.fetch.metadata_timeout,
+                            out.len()
+                        ),
+                    );
+                    return Err(self.count(e));
+                }
+            };
+            let Some(chunk) = next else { break };
+            let chunk = chunk.map_err(|e| self.count(FetchError::from_reqwest(self.name(), &e)))?;
+            if out.len().saturating_add(chunk.len()) > limit {
+                return Err(FetchError::new(
+                    FetchErrorKind::Corrupt,
+                    self.name(),
+                    format!("{what} larger than {limit} bytes"),
+                ));
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(out))
     }
 
     /// Count an error the caller found (a body that broke off, a digest mismatch).
@@ -447,7 +479,10 @@ impl Upstream {
             StatusCode::RANGE_NOT_SATISFIABLE => (FetchErrorKind::Status, "range not satisfiable"),
             _ => (FetchErrorKind::Status, "unexpected status"),
         };
-        let mut e = FetchError::new(kind, self.name(), format!("{what} ({code}) for {url}")).with_status(code);
+        // The URL stays in the log: error messages reach clients, which learn the upstream's
+        // configured name only.
+        tracing::debug!(upstream = %self.name(), %url, status = code, "upstream answered {what}");
+        let mut e = FetchError::new(kind, self.name(), format!("{what} ({code})")).with_status(code);
         e.retry_after = retry_after(r.headers());
         Err(if kind == FetchErrorKind::NotFound { e } else { self.count(e) })
     }
@@ -461,7 +496,7 @@ impl Upstream {
     fn store_token(&self, host: &str, scope: &str, token: &(String, Duration)) {
         if let Ok(mut tokens) = self.tokens.lock() {
             let life = token.1.saturating_sub(Duration::from_secs(10)).max(Duration::from_secs(5));
-            tokens.insert((host.to_string(), scope.to_string()), (token.0.clone(), Instant::now() + life));
+            tokens.insert((host.to_string(), scope.to_string()), (token.0.clone(), crate::later(life)));
         }
     }
 
@@ -487,7 +522,20 @@ impl Upstream {
                 q.append_pair("scope", s);
             }
         }
-        let auth = self.settings.credentials.as_ref().map(|c| Auth::Basic(c.username.clone(), c.password.clone()));
+        // Credentials only to the upstream's own hosts and its tokenRealmHosts: any other realm
+        // is asked for an anonymous token (enough for public content), and the refusal logged.
+        let auth = match &self.settings.credentials {
+            Some(c) if self.policy.may_receive_credentials(&realm_url) => {
+                Some(Auth::Basic(c.username.clone(), c.password.clone()))
+            }
+            Some(_) => {
+                self.metrics.redirects_refused.get_or_create(&self.policy.label()).inc();
+                tracing::warn!(upstream = %self.name(), realm = %redact(&realm_url),
+                    "token realm is not one of the upstream's hosts nor in tokenRealmHosts: asking without credentials");
+                None
+            }
+            None => None,
+        };
         let resp = self.send(&Method::GET, &realm_url, &HeaderMap::new(), auth.as_ref()).await?;
         let resp = self.check_status(resp).map_err(|mut e| {
             if e.status == Some(401) || e.status == Some(403) {
@@ -495,21 +543,8 @@ impl Upstream {
             }
             e
         })?;
-        #[derive(serde::Deserialize)]
-        struct TokenBody {
-            token: Option<String>,
-            access_token: Option<String>,
-            expires_in: Option<u64>,
-        }
-        let body: TokenBody = resp
-            .json()
-            .await
-            .map_err(|e| FetchError::new(FetchErrorKind::Unauthorized, self.name(), format!("token response: {e}")))?;
-        let token =
-            body.token.or(body.access_token).filter(|t| !t.is_empty()).ok_or_else(|| {
-                FetchError::new(FetchErrorKind::Unauthorized, self.name(), "token response has no token")
-            })?;
-        Ok((token, Duration::from_secs(body.expires_in.unwrap_or(DEFAULT_TOKEN_SECS).max(1))))
+        let bytes = self.read_small(resp, MAX_TOKEN_BYTES, "token response").await?;
+        parse_token_response(&bytes).map_err(|m| FetchError::new(FetchErrorKind::Unauthorized, self.name(), m))
     }
 }
 
@@ -534,6 +569,19 @@ mod tests {
         assert_eq!(parse_challenge("Basic realm=\"x\""), Some(Challenge::Basic));
         assert_eq!(parse_challenge("Negotiate"), None);
         assert_eq!(parse_challenge("Bearer service=\"x\""), None);
+    }
+
+    #[test]
+    fn should_cap_retry_after_whatever_the_upstream_says() {
+        let now = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(parse_retry_after("7", now), Some(Duration::from_secs(7)));
+        assert_eq!(parse_retry_after(&u64::MAX.to_string(), now), Some(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now), Some(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT", now), Some(Duration::ZERO));
+        for junk in ["", "-1", "1e99", "soon", "99999999999999999999999"] {
+            assert_eq!(parse_retry_after(junk, now), None, "{junk}");
+        }
+        assert!(crate::later(Duration::MAX) > Instant::now());
     }
 
     #[test]
@@ -565,6 +613,7 @@ mod tests {
             allow_private,
             endpoint_hosts: vec!["ghcr.io".into()],
             redirect_hosts,
+            credential_hosts: vec!["*.ghcr-auth.example".into()],
             metrics: FetchMetrics::default(),
         }
     }
@@ -585,6 +634,11 @@ mod tests {
             .refuse(from.as_ref(), &Url::parse("https://pkg-containers.githubusercontent.com/x").expect("url"))
             .is_none());
         assert!(allow_list.refuse(from.as_ref(), &Url::parse("https://evil.example.com/x").expect("url")).is_some());
+        let url = |u: &str| Url::parse(u).expect("url");
+        assert!(p.may_receive_credentials(&url("https://ghcr.io/token")));
+        assert!(p.may_receive_credentials(&url("https://eu.ghcr-auth.example/token")));
+        assert!(!p.may_receive_credentials(&url("https://evil.example/token")));
+        assert!(!p.may_receive_credentials(&url("https://ghcr.io.evil.example/token")));
         let internal = policy(true, None);
         assert!(internal.refuse(None, &Url::parse("http://127.0.0.2:9000/x").expect("url")).is_none());
     }

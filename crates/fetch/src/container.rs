@@ -1,12 +1,25 @@
 //! Compression containers and their own integrity checks: xz (CRC32/CRC64/SHA-256 per block),
 //! gzip (CRC32 and length per member), zstd (the optional content checksum, and frame
 //! structure). Used to establish that an asset with no published checksum arrived whole.
+//!
+//! An asset is hostile input until it verified, and a small one can decompress into a huge
+//! one: every decoder runs with a memory limit (xz: [`XZ_MEMLIMIT`]; zstd: windows up to
+//! 2^[`ZSTD_WINDOW_LOG_MAX`]; gzip needs 32 KiB), and a check stops at an absolute decoded
+//! size (`fetch.maxDecodedSize`). There is no ratio cap: sparse raw disks legitimately
+//! decompress 1000:1.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
 use bytes::Bytes;
+
+/// Most memory the xz decoder may use (dictionary included); streams that need more fail.
+pub const XZ_MEMLIMIT: u64 = 256 << 20;
+/// Largest zstd window accepted: 2^27 = 128 MiB (zstd's own default limit, set explicitly).
+pub const ZSTD_WINDOW_LOG_MAX: u32 = 27;
+/// Default absolute cap on an asset's decompressed size (`fetch.maxDecodedSize`).
+pub const DEFAULT_MAX_DECODED: u64 = 64 << 30;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Container {
@@ -31,20 +44,29 @@ impl Container {
     fn buf_decoder<'a, R: BufRead + 'a>(self, r: R) -> io::Result<Box<dyn Read + 'a>> {
         Ok(match self {
             Container::None => Box::new(r),
-            Container::Xz => Box::new(liblzma::bufread::XzDecoder::new_multi_decoder(r)),
+            Container::Xz => {
+                let stream = liblzma::stream::Stream::new_stream_decoder(XZ_MEMLIMIT, liblzma::stream::CONCATENATED)
+                    .map_err(io::Error::other)?;
+                Box::new(liblzma::bufread::XzDecoder::new_stream(r, stream))
+            }
             Container::Gz => Box::new(flate2::bufread::MultiGzDecoder::new(r)),
-            Container::Zst => Box::new(zstd::stream::read::Decoder::with_buffer(r)?),
+            Container::Zst => {
+                let mut d = zstd::stream::read::Decoder::with_buffer(r)?;
+                d.window_log_max(ZSTD_WINDOW_LOG_MAX)?;
+                Box::new(d)
+            }
         })
     }
 }
 
-/// Decode the whole file, which fails on any integrity error or truncation.
-pub fn check(path: &Path, c: Container) -> io::Result<u64> {
-    drain(c.decoder(File::open(path)?)?)
+/// Decode the whole file, which fails on any integrity error or truncation, or once more
+/// than `max_decoded` bytes came out.
+pub fn check(path: &Path, c: Container, max_decoded: u64) -> io::Result<u64> {
+    drain(c.decoder(File::open(path)?)?, max_decoded)
 }
 
-/// Read a decoder to its end; the decompressed size.
-fn drain(mut d: Box<dyn Read + '_>) -> io::Result<u64> {
+/// Read a decoder to its end; the decompressed size. Fails beyond `max` bytes.
+fn drain(mut d: Box<dyn Read + '_>, max: u64) -> io::Result<u64> {
     let mut buf = vec![0u8; 1 << 20];
     let mut n = 0u64;
     loop {
@@ -52,7 +74,13 @@ fn drain(mut d: Box<dyn Read + '_>) -> io::Result<u64> {
         if k == 0 {
             return Ok(n);
         }
-        n += k as u64;
+        n = n.saturating_add(k as u64);
+        if n > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("decompresses to more than {max} bytes (fetch.maxDecodedSize)"),
+            ));
+        }
     }
 }
 
@@ -104,13 +132,13 @@ impl BufRead for ChannelReader {
 impl StreamCheck {
     /// Start checking. `prefix`: a file whose first `len` bytes arrived before (a spool file
     /// resumed after a crash); they are decoded first.
-    pub fn start(container: Container, prefix: Option<(File, u64)>) -> StreamCheck {
+    pub fn start(container: Container, prefix: Option<(File, u64)>, max_decoded: u64) -> StreamCheck {
         let (tx, rx) = tokio::sync::mpsc::channel(CHECK_QUEUE);
         let task = tokio::task::spawn_blocking(move || {
             let fed = ChannelReader { rx, cur: Bytes::new() };
             match prefix {
-                Some((f, len)) => drain(container.buf_decoder(BufReader::new(f.take(len)).chain(fed))?),
-                None => drain(container.buf_decoder(fed)?),
+                Some((f, len)) => drain(container.buf_decoder(BufReader::new(f.take(len)).chain(fed))?, max_decoded),
+                None => drain(container.buf_decoder(fed)?, max_decoded),
             }
         });
         StreamCheck { container, tx: Some(tx), task: Some(task) }
@@ -184,7 +212,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("prefix");
         std::fs::write(&p, &bytes[..prefix]).unwrap();
-        let mut check = StreamCheck::start(c, (prefix > 0).then(|| (File::open(&p).unwrap(), prefix as u64)));
+        let mut check =
+            StreamCheck::start(c, (prefix > 0).then(|| (File::open(&p).unwrap(), prefix as u64)), DEFAULT_MAX_DECODED);
         for piece in bytes[prefix..].chunks(step) {
             check.feed(Bytes::copy_from_slice(piece)).await?;
         }
@@ -218,16 +247,16 @@ mod tests {
             let good = compress(c, &data);
             let p = dir.path().join("x");
             std::fs::write(&p, &good).unwrap();
-            assert_eq!(check(&p, c).unwrap(), data.len() as u64, "{c:?}");
+            assert_eq!(check(&p, c, DEFAULT_MAX_DECODED).unwrap(), data.len() as u64, "{c:?}");
 
             std::fs::write(&p, &good[..good.len() - 7]).unwrap();
-            assert!(check(&p, c).is_err(), "{c:?}: truncated must fail");
+            assert!(check(&p, c, DEFAULT_MAX_DECODED).is_err(), "{c:?}: truncated must fail");
 
             let mut bad = good.clone();
             let mid = bad.len() / 2;
             bad[mid] ^= 0x55;
             std::fs::write(&p, &bad).unwrap();
-            assert!(check(&p, c).is_err(), "{c:?}: a flipped byte must fail");
+            assert!(check(&p, c, DEFAULT_MAX_DECODED).is_err(), "{c:?}: a flipped byte must fail");
         }
     }
 }

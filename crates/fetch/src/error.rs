@@ -91,8 +91,10 @@ impl FetchError {
         } else {
             FetchErrorKind::Connect
         };
-        // The chain carries the useful part (connection refused, policy refusal).
-        let mut message = e.to_string();
+        // The chain carries the useful part (connection refused, policy refusal); the URL is
+        // left out (messages reach clients; the caller logs it).
+        let bare = reqwest_without_url(e);
+        let mut message = bare;
         let mut source = std::error::Error::source(e);
         while let Some(s) = source {
             message.push_str(": ");
@@ -100,6 +102,15 @@ impl FetchError {
             source = s.source();
         }
         FetchError::new(kind, upstream, message)
+    }
+}
+
+/// A reqwest error's own message without the URL it carries.
+fn reqwest_without_url(e: &reqwest::Error) -> String {
+    let text = e.to_string();
+    match e.url() {
+        Some(u) => text.replace(&format!(" ({u})"), "").replace(u.as_str(), "<url>"),
+        None => text,
     }
 }
 

@@ -359,7 +359,7 @@ impl Flights {
                 return;
             }
         };
-        let deadline = Instant::now() + self.settings.fill_deadline;
+        let deadline = crate::later(self.settings.fill_deadline);
         // With a shared bucket: copy what another replica committed, or wait for the replica
         // holding the lease, or fetch (holding it ourselves).
         let mut lease = None;
@@ -386,7 +386,7 @@ impl Flights {
         let mut restarted = false;
         let mut bucket_copy_bad = false;
         let outcome = loop {
-            let mut check = stream_check(&expect, &writer);
+            let mut check = stream_check(&expect, &writer, self.settings.max_decoded_size);
             let result = tokio::select! {
                 r = self.transfer_with_retries(&fill, &mut writer, source.as_ref(), deadline, &mut check) => r,
                 () = abandoned(&fill, grace) => {
@@ -534,12 +534,12 @@ impl Flights {
     ) -> Result<(), FetchError> {
         let mut attempt = 0u32;
         loop {
-            attempt += 1;
+            attempt = attempt.saturating_add(1);
             match self.transfer(fill, writer, source, check).await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_retryable() && attempt < self.settings.attempts => {
                     let wait = e.retry_after.unwrap_or_else(|| self.settings.backoff(attempt));
-                    if Instant::now() + wait >= deadline {
+                    if crate::later(wait) >= deadline {
                         return Err(e);
                     }
                     self.metrics.fill_retries.get_or_create(&upstream_label(source.upstream())).inc();
@@ -615,7 +615,7 @@ impl Flights {
             bytes_counter.inc_by(chunk.len() as u64);
             let mut data = &chunk[..];
             if pos < writer.len() {
-                let n = (writer.len() - pos).min(data.len() as u64) as usize;
+                let n = usize::try_from(writer.len().saturating_sub(pos).min(data.len() as u64)).unwrap_or(0);
                 let same = writer
                     .matches_at(pos, &data[..n])
                     .map_err(|e| err(FetchErrorKind::Local, format!("reading spool: {e}")))?;
@@ -625,23 +625,24 @@ impl Flights {
                         format!("restarted transfer differs from the bytes already received near byte {pos}"),
                     ));
                 }
-                pos += n as u64;
-                data = &data[n..];
+                pos = pos.saturating_add(n as u64);
+                data = data.get(n..).unwrap_or_default();
             }
             if data.is_empty() {
                 continue;
             }
+            let after = writer.len().saturating_add(data.len() as u64);
             if let Some(t) = total {
-                if writer.len() + data.len() as u64 > t {
+                if after > t {
                     return Err(err(FetchErrorKind::Body, format!("body is longer than the announced {t} bytes")));
                 }
             }
-            if source.max_size().is_some_and(|max| writer.len() + data.len() as u64 > max) {
-                return Err(too_large(writer.len() + data.len() as u64));
+            if source.max_size().is_some_and(|max| after > max) {
+                return Err(too_large(after));
             }
             writer.append(data).map_err(|e| err(FetchErrorKind::Local, format!("writing spool: {e}")))?;
             if let Some(c) = check.as_mut() {
-                let fresh = chunk.slice(chunk.len() - data.len()..);
+                let fresh = chunk.slice(chunk.len().saturating_sub(data.len())..);
                 if let Err(e) = c.feed(fresh).await {
                     return Err(err(
                         FetchErrorKind::Corrupt,
@@ -649,7 +650,7 @@ impl Flights {
                     ));
                 }
             }
-            pos += data.len() as u64;
+            pos = pos.saturating_add(data.len() as u64);
             let written = writer.len();
             fill.state.send_modify(|s| s.written = written);
         }
@@ -722,8 +723,9 @@ impl Flights {
                     let checked = match checked {
                         Some(r) => r,
                         None => {
-                            let (path, c) = (writer.path().to_path_buf(), *container);
-                            tokio::task::spawn_blocking(move || crate::container::check(&path, c))
+                            let (path, c, max) =
+                                (writer.path().to_path_buf(), *container, self.settings.max_decoded_size);
+                            tokio::task::spawn_blocking(move || crate::container::check(&path, c, max))
                                 .await
                                 .unwrap_or_else(|e| Err(std::io::Error::other(e)))
                         }
@@ -784,16 +786,16 @@ impl Flights {
 
 /// The streaming container check of a fill that needs one (an asset in xz, gzip or zstd),
 /// starting after the bytes a resumed spool file already holds.
-fn stream_check(expect: &Expect, writer: &SpoolWriter) -> Option<StreamCheck> {
+fn stream_check(expect: &Expect, writer: &SpoolWriter, max_decoded: u64) -> Option<StreamCheck> {
     let Expect::Tofu { container, .. } = expect else { return None };
     if !container.has_checksum() {
         return None;
     }
     if writer.is_empty() {
-        return Some(StreamCheck::start(*container, None));
+        return Some(StreamCheck::start(*container, None, max_decoded));
     }
     let prefix = File::open(writer.path()).ok()?;
-    Some(StreamCheck::start(*container, Some((prefix, writer.len()))))
+    Some(StreamCheck::start(*container, Some((prefix, writer.len())), max_decoded))
 }
 
 fn result_label(upstream: &str, result: &str) -> Vec<(String, String)> {
@@ -804,7 +806,10 @@ fn result_label(upstream: &str, result: &str) -> Vec<(String, String)> {
 /// never does). Readers hold a subscription to the fill's state; a client between its claim and
 /// its first read has none for a moment, which the grace period covers.
 async fn abandoned(fill: &Fill, grace: std::time::Duration) {
-    let tick = (grace / 4).clamp(std::time::Duration::from_millis(10), std::time::Duration::from_secs(1));
+    let tick = grace
+        .checked_div(4)
+        .unwrap_or_default()
+        .clamp(std::time::Duration::from_millis(10), std::time::Duration::from_secs(1));
     let mut idle_since: Option<Instant> = None;
     loop {
         if fill.keep.load(std::sync::atomic::Ordering::Relaxed) || fill.state.receiver_count() > 0 {
@@ -974,7 +979,8 @@ struct ReadSource {
 /// (`RWF_NOWAIT` never waits for the disk): a span to send without blocking on a read.
 fn cached(file: &File, offset: u64, len: usize) -> bool {
     let mut probe = [0u8; 1];
-    [offset, offset + len as u64 - 1].into_iter().all(|at| {
+    let last = offset.saturating_add(len as u64).saturating_sub(1);
+    [offset, last].into_iter().all(|at| {
         let mut iov = [io::IoSliceMut::new(&mut probe)];
         matches!(rustix::io::preadv2(file, &mut iov, at, rustix::io::ReadWriteFlags::NOWAIT), Ok(1))
     })
@@ -1037,17 +1043,18 @@ fn read_stream(
             if st.pos < limit {
                 let (file, pos) = (st.source.file.clone(), st.pos);
                 if st.source.spans {
-                    let n = (limit - pos).min(SPAN_CHUNK) as usize;
+                    // pos < limit, and a span is at most SPAN_CHUNK: both fit.
+                    let n = (limit.saturating_sub(pos)).min(SPAN_CHUNK) as usize;
                     if cached(&file, pos, n) {
-                        st.pos += n as u64;
+                        st.pos = st.pos.saturating_add(n as u64);
                         return Some((Ok(Piece::File { file, offset: pos, len: n }), st));
                     }
                 }
-                let n = (limit - pos).min(READ_CHUNK) as usize;
+                let n = (limit.saturating_sub(pos)).min(READ_CHUNK) as usize;
                 let read = st.pool.read_at(file, pos, n).await;
                 return match read {
                     Ok(b) => {
-                        st.pos += b.len() as u64;
+                        st.pos = st.pos.saturating_add(b.len() as u64);
                         Some((Ok(Piece::Bytes(b)), st))
                     }
                     Err(e) => {
@@ -1080,7 +1087,7 @@ fn read_stream(
                     last = if withhold { e.saturating_sub(1) } else { e };
                     limit = limit.min(last);
                 }
-                limit > pos && (limit - pos >= batch || limit >= last)
+                limit > pos && (limit.saturating_sub(pos) >= batch || limit >= last)
             };
             // A slow upstream still reaches the client: whatever arrived goes out after BATCH_WAIT.
             let sender_gone = matches!(tokio::time::timeout(BATCH_WAIT, st.rx.wait_for(ready)).await, Ok(Err(_)));
@@ -1135,9 +1142,14 @@ impl BufPool {
         let mut have = 0;
         while have < n {
             let mut iov = [io::IoSliceMut::new(&mut buf[have..n])];
-            match rustix::io::preadv2(&*file, &mut iov, pos + have as u64, rustix::io::ReadWriteFlags::NOWAIT) {
+            match rustix::io::preadv2(
+                &*file,
+                &mut iov,
+                pos.saturating_add(have as u64),
+                rustix::io::ReadWriteFlags::NOWAIT,
+            ) {
                 Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "object shorter than expected")),
-                Ok(got) => have += got,
+                Ok(got) => have = have.saturating_add(got),
                 Err(rustix::io::Errno::INTR) => {}
                 // Not cached (EAGAIN), or a kernel or file system without RWF_NOWAIT.
                 Err(_) => break,
@@ -1145,7 +1157,7 @@ impl BufPool {
         }
         if have < n {
             buf = tokio::task::spawn_blocking(move || {
-                file.read_exact_at(&mut buf[have..n], pos + have as u64).map(|()| buf)
+                file.read_exact_at(&mut buf[have..n], pos.saturating_add(have as u64)).map(|()| buf)
             })
             .await
             .unwrap_or_else(|e| Err(io::Error::other(e)))?;
@@ -1198,7 +1210,7 @@ fn coalesce(body: BoxStream<'static, Result<Bytes, FetchError>>) -> BoxStream<'s
             }
             Some(Some(Ok(b))) => b,
         };
-        let mut buf = bytes::BytesMut::with_capacity(COALESCE.max(first.len() + second.len()));
+        let mut buf = bytes::BytesMut::with_capacity(COALESCE.max(first.len().saturating_add(second.len())));
         buf.extend_from_slice(&first);
         buf.extend_from_slice(&second);
         while buf.len() < COALESCE {

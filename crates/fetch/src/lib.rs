@@ -9,6 +9,10 @@
 //!
 //! An upstream is always chosen from configuration, never from a request.
 
+//! Upstream numbers (sizes, lifetimes, `Retry-After`) are hostile input: every operation on
+//! them is checked or saturating, and the lint below keeps it so.
+#![deny(clippy::arithmetic_side_effects)]
+
 pub mod client;
 pub mod container;
 pub mod error;
@@ -17,6 +21,7 @@ pub mod metrics;
 pub mod mirror;
 pub mod settings;
 pub mod shared;
+pub mod wire;
 
 pub use client::Upstream;
 pub use container::Container;
@@ -25,3 +30,13 @@ pub use flight::{Fill, Flights, ObjectBody, Piece};
 pub use metrics::FetchMetrics;
 pub use mirror::{ManifestHit, Mirror};
 pub use settings::{Credentials, FetchSettings, UpstreamSettings};
+
+/// `now + d`, or far in the future when that does not fit in an `Instant` (a `Retry-After`
+/// or a configured duration can be anything).
+pub(crate) fn later(d: std::time::Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    now.checked_add(d).or_else(|| now.checked_add(FAR)).unwrap_or(now)
+}
+
+/// "Never", as a duration every `Instant` can take: 100 years.
+const FAR: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);

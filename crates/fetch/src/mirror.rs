@@ -202,15 +202,26 @@ impl Mirror {
                 .or_insert_with(|| {
                     let (me, up, repo, reference, accept) =
                         (self.clone(), up.clone(), repo.clone(), reference.clone(), accept.clone());
-                    async move { me.fetch_manifest(&up, &repo, &reference, &accept).await }.boxed().shared()
+                    async move {
+                        // A fetch that panics is an error for its waiters, never a flight that
+                        // panics again for everyone who joins it later.
+                        let name = up.name().to_string();
+                        std::panic::AssertUnwindSafe(me.fetch_manifest(&up, &repo, &reference, &accept))
+                            .catch_unwind()
+                            .await
+                            .unwrap_or_else(|_| {
+                                tracing::error!(upstream = %name, "manifest fetch panicked");
+                                Err(FetchError::new(FetchErrorKind::Local, &name, "manifest fetch failed unexpectedly"))
+                            })
+                    }
+                    .boxed()
+                    .shared()
                 })
                 .clone()
         };
-        let result = flight.await;
-        if let Ok(mut flights) = self.manifest_flights.lock() {
-            flights.remove(&key);
-        }
-        result
+        // The flight leaves the map when this waiter is done or dropped (a client that went away).
+        let _leave = LeaveFlight { mirror: self, key: &key };
+        flight.await
     }
 
     /// Whether a client of `up` may have the stored object `digest`: it is known to exist in
@@ -399,16 +410,11 @@ impl Mirror {
             .get("docker-content-digest")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<Digest>().ok());
-        if resp.content_length().is_some_and(|l| l > MAX_MANIFEST_BYTES as u64) {
-            return Err(FetchError::new(FetchErrorKind::Corrupt, up.name(), "manifest larger than 8 MiB"));
-        }
-        let body = read_limited(up, resp, MAX_MANIFEST_BYTES).await.or_else(|e| {
-            if e.is_upstream_down() {
-                self.stale_or(e, record.as_ref()).map(|h| h.bytes)
-            } else {
-                Err(e)
-            }
-        })?;
+        // A body that stalls or never ends is the upstream being down: the last known digest.
+        let body = match up.read_small(resp, MAX_MANIFEST_BYTES, "manifest").await {
+            Ok(b) => b,
+            Err(e) => return self.stale_or(e, record.as_ref()),
+        };
         let digest = Digest::of(&body);
         let expected = match reference {
             Reference::Digest(d) => Some(*d),
@@ -425,8 +431,12 @@ impl Mirror {
                 return Err(e);
             }
         }
-        let media_type = content_type.or_else(|| media::declared_media_type(&body)).ok_or_else(|| {
-            FetchError::new(FetchErrorKind::Corrupt, up.name(), "manifest is not JSON and has no media type")
+        let media_type = media::verified_media_type(content_type.as_deref(), &body).ok_or_else(|| {
+            FetchError::new(
+                FetchErrorKind::Corrupt,
+                up.name(),
+                "manifest is not JSON or declares a media type that is not a manifest's",
+            )
         })?;
         let key = format!("manifest:{digest}");
         store.put_bytes(&key, &body, &digest).map_err(|e| local(up, e))?;
@@ -523,9 +533,23 @@ impl Mirror {
             .headers()
             .get(LINK)
             .and_then(|v| v.to_str().ok())
-            .map(|l| l.replace(&format!("/v2/{repo}/"), &format!("/v2/{client_name}/")));
-        let body = read_limited(up, resp, MAX_MANIFEST_BYTES).await?;
+            .and_then(|l| crate::wire::rewrite_link(l, repo.as_str(), client_name.as_str()));
+        let body = up.read_small(resp, MAX_MANIFEST_BYTES, "listing").await?;
         Ok(Listing { content_type, link, body })
+    }
+}
+
+/// Removes a manifest flight from the map when its waiter ends, however it ends.
+struct LeaveFlight<'a> {
+    mirror: &'a Mirror,
+    key: &'a str,
+}
+
+impl Drop for LeaveFlight<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut flights) = self.mirror.manifest_flights.lock() {
+            flights.remove(self.key);
+        }
     }
 }
 
@@ -541,23 +565,6 @@ fn not_in(up: &Upstream, repo: &RepoName, d: &Digest) -> FetchError {
 
 fn local(up: &Upstream, e: tender_store::StoreError) -> FetchError {
     FetchError::new(FetchErrorKind::Local, up.name(), e.to_string())
-}
-
-async fn read_limited(up: &Upstream, resp: reqwest::Response, limit: usize) -> Result<Bytes, FetchError> {
-    let mut out = Vec::new();
-    let mut stream = resp.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| FetchError::from_reqwest(up.name(), &e))?;
-        if out.len() + chunk.len() > limit {
-            return Err(FetchError::new(
-                FetchErrorKind::Corrupt,
-                up.name(),
-                format!("response larger than {limit} bytes"),
-            ));
-        }
-        out.extend_from_slice(&chunk);
-    }
-    Ok(Bytes::from(out))
 }
 
 /// An upstream path as a fill source: a registry blob, or an Image Factory asset.

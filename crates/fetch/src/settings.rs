@@ -34,6 +34,10 @@ pub struct UpstreamSettings {
     pub public: bool,
     /// If set, redirects may only go to these hosts (exact, or `*.suffix`).
     pub redirect_hosts: Option<Vec<String>>,
+    /// Token realms on other hosts than the endpoints that may receive `credentials` (exact,
+    /// or `*.suffix`); docker.io has `auth.docker.io` built in. Other realms are asked for a
+    /// token without credentials.
+    pub token_realm_hosts: Vec<String>,
     /// One-component names get `library/` (Docker Hub).
     pub library_prefix: bool,
     /// Largest object fetched from this upstream; larger ones are refused, not stored.
@@ -70,6 +74,11 @@ pub struct FetchSettings {
     /// A fill nobody reads or waits for (every client gone, not a prefetch) is cancelled after
     /// this long.
     pub abandoned_fill_grace: Duration,
+    /// Largest decompressed size an asset's container check accepts (decompression bombs).
+    pub max_decoded_size: u64,
+    /// Longest a small upstream body (token response, manifest, tag list, referrers) may take
+    /// in whole, after its headers; each gap is bounded by `stall_timeout` too.
+    pub metadata_timeout: Duration,
 }
 
 impl Default for FetchSettings {
@@ -87,6 +96,8 @@ impl Default for FetchSettings {
             max_concurrent_fills: Some(64),
             max_fills_per_upstream: Some(32),
             abandoned_fill_grace: Duration::from_secs(60),
+            max_decoded_size: crate::container::DEFAULT_MAX_DECODED,
+            metadata_timeout: Duration::from_secs(60),
         }
     }
 }

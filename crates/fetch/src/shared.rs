@@ -122,7 +122,7 @@ pub(crate) async fn plan(
                 }
                 waited = true;
                 let pause = retry_in.max(Duration::from_millis(25));
-                if Instant::now() + pause >= deadline {
+                if crate::later(pause) >= deadline {
                     tracing::warn!(key, %owner, "waited for another replica until the fill deadline; fetching from upstream");
                     return Plan::Upstream(None);
                 }
@@ -152,7 +152,7 @@ pub(crate) async fn publish(
 ) {
     let mut attempt = 0u32;
     loop {
-        attempt += 1;
+        attempt = attempt.saturating_add(1);
         let uploaded = if replace { bucket.replace(&digest, &path).await } else { bucket.upload(&digest, &path).await };
         let result = match uploaded {
             Ok(_) => match (&trust, &known_in) {
@@ -165,7 +165,7 @@ pub(crate) async fn publish(
         match result {
             Ok(()) => break,
             Err(e) if !e.is_corrupt() && attempt < 4 => {
-                let wait = Duration::from_millis(500) * 2u32.pow(attempt);
+                let wait = Duration::from_millis(500).saturating_mul(2u32.saturating_pow(attempt));
                 tracing::warn!(%digest, attempt, error = %e, "upload to the shared bucket failed; retrying");
                 tokio::time::sleep(wait).await;
             }

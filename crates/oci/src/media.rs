@@ -77,9 +77,52 @@ pub fn declared_media_type(body: &[u8]) -> Option<String> {
     }
 }
 
+/// Whether `media_type` may name a manifest tender stores and serves: the four it knows, and
+/// other registry types (`application/vnd.…+json`, schema 1's `+prettyjws`), never a type a
+/// browser would render.
+pub fn is_manifest_like(media_type: &str) -> bool {
+    let t = media_type.to_ascii_lowercase();
+    is_manifest(&t) || (t.starts_with("application/vnd.") && (t.ends_with("+json") || t.ends_with("+prettyjws")))
+}
+
+/// The media type a manifest body is stored and served as, once its digest verified: the
+/// type it declares (`mediaType`), else the upstream's Content-Type if that names a manifest,
+/// else the OCI type its structure says. `None`: not JSON, or it declares a type that is not a
+/// manifest's. The upstream's Content-Type alone never decides.
+pub fn verified_media_type(upstream: Option<&str>, body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        #[serde(rename = "mediaType")]
+        media_type: Option<String>,
+        manifests: Option<serde_json::Value>,
+    }
+    let probe: Probe = serde_json::from_slice(body).ok()?;
+    match probe.media_type {
+        Some(m) => is_manifest_like(&m).then_some(m),
+        None => match upstream.filter(|t| is_manifest_like(t)) {
+            Some(t) => Some(t.to_string()),
+            None if probe.manifests.is_some() => Some(OCI_INDEX.to_string()),
+            None => Some(OCI_MANIFEST.to_string()),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn should_take_the_declared_manifest_type_never_a_renderable_one() {
+        let oci = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}"#;
+        assert_eq!(verified_media_type(Some("text/html"), oci).as_deref(), Some(OCI_MANIFEST));
+        assert_eq!(verified_media_type(None, br#"{"mediaType":"text/html"}"#), None);
+        assert_eq!(verified_media_type(Some("text/html"), br#"{"layers":[]}"#).as_deref(), Some(OCI_MANIFEST));
+        assert_eq!(verified_media_type(Some(DOCKER_LIST), br#"{"manifests":[]}"#).as_deref(), Some(DOCKER_LIST));
+        assert_eq!(verified_media_type(None, br#"{"manifests":[]}"#).as_deref(), Some(OCI_INDEX));
+        assert_eq!(verified_media_type(Some(OCI_MANIFEST), b"<html>"), None);
+        assert!(is_manifest_like("application/vnd.docker.distribution.manifest.v1+prettyjws"));
+        assert!(!is_manifest_like("application/javascript") && !is_manifest_like("image/svg+xml"));
+    }
 
     #[test]
     fn should_accept_anything_without_accept_header() {

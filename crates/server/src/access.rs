@@ -112,7 +112,12 @@ impl Drop for CountingBody {
 /// Middleware: wrap every response body so it is logged and counted when done.
 pub async fn layer(State(metrics): State<Arc<ServerMetrics>>, req: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = req.method().to_string();
+    // A method is a token of any length: the log line carries at most 16 bytes of it.
+    let method = {
+        let m = req.method().as_str();
+        let end = (0..=m.len().min(16)).rev().find(|&i| m.is_char_boundary(i)).unwrap_or(0);
+        m[..end].to_string()
+    };
     let path = req.uri().path().to_string();
     let ns = req.uri().query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("ns="))).map(str::to_string);
     let user_agent =
@@ -120,6 +125,7 @@ pub async fn layer(State(metrics): State<Arc<ServerMetrics>>, req: Request, next
     let prefetch = req.headers().get("x-tender-prefetch").is_some_and(|v| v.as_bytes() == b"1");
     let resp = next.run(req).await;
     let (mut parts, body) = resp.into_parts();
+    let prefetch = prefetch && parts.extensions.remove::<crate::auth::PrefetchIgnored>().is_none();
     let info = parts.extensions.remove::<AccessInfo>().unwrap_or_default();
     let error = parts.extensions.remove::<ErrorCodeSeen>().map(|e| e.0);
     let content_length =

@@ -2,10 +2,13 @@
 //! verified client certificates) and the admin token. Off unless configured.
 
 use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -19,9 +22,19 @@ use crate::AppState;
 
 /// Shortest static token accepted: anything shorter can be guessed.
 pub const MIN_TOKEN_LEN: usize = 16;
-/// bcrypt is slow on purpose; this many checks run at once, more wait (and are refused after
-/// a while), so wrong passwords cannot take every core.
+/// bcrypt is slow on purpose; this many checks run at once, so wrong passwords cannot take
+/// every core.
 const BCRYPT_PARALLEL: usize = 2;
+/// Checks waiting for a bcrypt slot at most; more are refused at once (429).
+const BCRYPT_QUEUE: usize = 16;
+/// Longest a check waits for a bcrypt slot before it is refused (429).
+const BCRYPT_WAIT: Duration = Duration::from_secs(2);
+/// Failed authentications one client address may have per [`FAILURE_WINDOW`]; beyond, its
+/// attempts are refused (429) without running bcrypt, except credentials already verified.
+const FAILURES_PER_ADDRESS: u32 = 10;
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+/// Addresses remembered for the failure limit (memory stays bounded under address spraying).
+const FAILURE_ADDRESSES: usize = 65_536;
 /// Verified credentials remembered, so a client sending Basic on every request pays bcrypt once.
 const VERIFIED_CACHE: usize = 4096;
 
@@ -46,6 +59,12 @@ impl Identity {
     }
 }
 
+/// On a response whose request's `X-Tender-Prefetch` / `X-Tender-Pin` were ignored (an
+/// anonymous client while client authentication is configured): the access log and the
+/// statistics count it as an ordinary pull.
+#[derive(Debug, Clone, Copy)]
+pub struct PrefetchIgnored;
+
 /// Set by the connection layer on requests that came over TLS with a verified client certificate.
 #[derive(Debug, Clone, Copy)]
 pub struct VerifiedClientCert;
@@ -58,6 +77,25 @@ pub struct ClientAuth {
     anonymous_pull: bool,
     verified: Mutex<HashSet<[u8; 32]>>,
     bcrypt_slots: Semaphore,
+    /// Checks waiting for (or holding) a bcrypt slot.
+    bcrypt_queued: AtomicUsize,
+    /// What an unknown user's password is checked against, at the users' own cost, so an
+    /// unknown user takes as long as a wrong password.
+    decoy: Option<String>,
+    /// Failed authentications per client address in the current window.
+    failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
+}
+
+/// The outcome of checking presented credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Accepted,
+    /// Wrong user, password or token.
+    Refused,
+    /// The address failed too often lately; no check was run.
+    RateLimited,
+    /// The bcrypt queue is full or the wait for a slot timed out; no check was run.
+    Busy,
 }
 
 /// A file that cannot be used, with the reason (the caller names the flag or key).
@@ -139,13 +177,121 @@ pub fn read_htpasswd(path: &Path) -> Result<HashMap<String, String>, AuthFileErr
 
 impl ClientAuth {
     pub fn new(users: HashMap<String, String>, tokens: &[String], anonymous_pull: bool) -> ClientAuth {
+        // The decoy costs what the users cost (the highest, if they differ): one bcrypt run at
+        // start and reload.
+        let cost = users.values().filter_map(|h| h.parse::<bcrypt::HashParts>().ok()).map(|p| p.get_cost()).max();
+        let decoy = cost.and_then(|c| bcrypt::hash("tender-decoy", c).ok());
         ClientAuth {
             users,
             tokens: tokens.iter().map(|t| sha(t.as_bytes())).collect(),
             anonymous_pull,
             verified: Mutex::new(HashSet::new()),
             bcrypt_slots: Semaphore::new(BCRYPT_PARALLEL),
+            bcrypt_queued: AtomicUsize::new(0),
+            decoy,
+            failures: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Whether `ip` failed too often in the current window.
+    fn limited(&self, ip: Option<IpAddr>) -> bool {
+        let Some(ip) = ip else { return false };
+        let f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        f.get(&ip).is_some_and(|(n, since)| *n >= FAILURES_PER_ADDRESS && since.elapsed() < FAILURE_WINDOW)
+    }
+
+    /// Count a failed authentication from `ip`.
+    fn failed(&self, ip: Option<IpAddr>) {
+        let Some(ip) = ip else { return };
+        let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        if f.len() >= FAILURE_ADDRESSES && !f.contains_key(&ip) {
+            f.retain(|_, (_, since)| since.elapsed() < FAILURE_WINDOW);
+            if f.len() >= FAILURE_ADDRESSES {
+                // Still full within one window: forget the oldest half rather than grow.
+                let mut ages: Vec<Instant> = f.values().map(|(_, s)| *s).collect();
+                ages.sort_unstable();
+                let cut = ages[ages.len() / 2];
+                f.retain(|_, (_, since)| *since > cut);
+            }
+        }
+        let e = f.entry(ip).or_insert((0, Instant::now()));
+        if e.1.elapsed() >= FAILURE_WINDOW {
+            *e = (0, Instant::now());
+        }
+        e.0 = e.0.saturating_add(1);
+    }
+
+    /// Check a bearer token (cheap, constant time): `Accepted`, `Refused`, or `RateLimited`
+    /// for a wrong one from an address over its failure limit.
+    pub fn bearer_verdict(&self, token: &str, ip: Option<IpAddr>) -> Verdict {
+        if self.token_ok(token) {
+            return Verdict::Accepted;
+        }
+        let limited = self.limited(ip);
+        self.failed(ip);
+        if limited {
+            Verdict::RateLimited
+        } else {
+            Verdict::Refused
+        }
+    }
+
+    /// Check Basic credentials: a credential already verified passes at once (never limited);
+    /// otherwise an address over its failure limit, a full bcrypt queue or a long wait for a
+    /// slot are refused without running bcrypt.
+    pub async fn basic_verdict(&self, user: &str, password: &str, ip: Option<IpAddr>) -> Verdict {
+        let known = self.users.get(user);
+        if let Some(hash) = known {
+            let key = sha(format!("{user}\0{password}\0{hash}").as_bytes());
+            if self.verified.lock().unwrap_or_else(|p| p.into_inner()).contains(&key) {
+                return Verdict::Accepted;
+            }
+        }
+        if self.limited(ip) {
+            self.failed(ip);
+            return Verdict::RateLimited;
+        }
+        let ok = match self.bcrypt(known.or(self.decoy.as_ref()), password).await {
+            None => return Verdict::Busy,
+            Some(ok) => ok && known.is_some(),
+        };
+        if ok {
+            if let Some(hash) = known {
+                let key = sha(format!("{user}\0{password}\0{hash}").as_bytes());
+                let mut v = self.verified.lock().unwrap_or_else(|p| p.into_inner());
+                if v.len() >= VERIFIED_CACHE {
+                    v.clear();
+                }
+                v.insert(key);
+            }
+            Verdict::Accepted
+        } else {
+            self.failed(ip);
+            Verdict::Refused
+        }
+    }
+
+    /// Run bcrypt on the bounded pool: `None` when the queue is full or no slot came in time.
+    async fn bcrypt(&self, hash: Option<&String>, password: &str) -> Option<bool> {
+        let hash = hash?.clone();
+        if self.bcrypt_queued.fetch_add(1, Ordering::AcqRel) >= BCRYPT_QUEUE.saturating_add(BCRYPT_PARALLEL) {
+            self.bcrypt_queued.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        struct Queued<'a>(&'a AtomicUsize);
+        impl Drop for Queued<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let _queued = Queued(&self.bcrypt_queued);
+        let _slot = tokio::time::timeout(BCRYPT_WAIT, self.bcrypt_slots.acquire()).await.ok()?.ok()?;
+        let password = password.to_string();
+        Some(
+            tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
+                .await
+                .unwrap_or(false),
+        )
     }
 
     /// Whether requests without credentials may pull from upstreams without credentials.
@@ -159,29 +305,9 @@ impl ClientAuth {
         self.tokens.iter().fold(false, |ok, t| ok | bool::from(t.ct_eq(&h)))
     }
 
+    #[cfg(test)]
     async fn basic_ok(&self, user: &str, password: &str) -> bool {
-        let Some(hash) = self.users.get(user).cloned() else {
-            return false;
-        };
-        let key = sha(format!("{user}\0{password}\0{hash}").as_bytes());
-        if self.verified.lock().unwrap_or_else(|p| p.into_inner()).contains(&key) {
-            return true;
-        }
-        let Ok(_slot) = self.bcrypt_slots.acquire().await else {
-            return false;
-        };
-        let password = password.to_string();
-        let ok = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
-            .await
-            .unwrap_or(false);
-        if ok {
-            let mut v = self.verified.lock().unwrap_or_else(|p| p.into_inner());
-            if v.len() >= VERIFIED_CACHE {
-                v.clear();
-            }
-            v.insert(key);
-        }
-        ok
+        self.basic_verdict(user, password, None).await == Verdict::Accepted
     }
 }
 
@@ -254,33 +380,73 @@ pub async fn layer(State(app): State<Arc<AppState>>, mut req: Request, next: Nex
         return next.run(req).await;
     };
     let cert = req.extensions().get::<VerifiedClientCert>().is_some();
-    let identity = match presented(req.headers()) {
-        Presented::None if cert => Some(Identity::Certificate),
-        Presented::None => Some(Identity::Anonymous),
-        Presented::Bearer(t) => {
-            if app.security.admin.as_ref().is_some_and(|a| a.token.matches(&t)) {
-                Some(Identity::Admin)
-            } else if auth.token_ok(&t) {
-                Some(Identity::Token)
-            } else {
-                None
-            }
-        }
-        Presented::Basic(u, p) => auth.basic_ok(&u, &p).await.then_some(Identity::User(u)),
-        Presented::Malformed => None,
-    };
+    let ip = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
     let path = req.uri().path().to_string();
-    match identity {
-        None if !exempt(&path) => {
+    if exempt(&path) {
+        req.extensions_mut().insert(Identity::Anonymous);
+        return next.run(req).await;
+    }
+    let (identity, verdict) = match presented(req.headers()) {
+        Presented::None if cert => (Identity::Certificate, Verdict::Accepted),
+        Presented::None => (Identity::Anonymous, Verdict::Accepted),
+        Presented::Bearer(t) if app.security.admin.as_ref().is_some_and(|a| a.token.matches(&t)) => {
+            (Identity::Admin, Verdict::Accepted)
+        }
+        Presented::Bearer(t) => (Identity::Token, auth.bearer_verdict(&t, ip)),
+        Presented::Basic(u, p) => {
+            let v = auth.basic_verdict(&u, &p, ip).await;
+            (Identity::User(u), v)
+        }
+        Presented::Malformed => {
+            app.metrics().auth_refusal("malformed");
+            app.metrics().auth_failures.inc();
+            return challenge("authentication failed: the Authorization header is neither Basic nor Bearer");
+        }
+    };
+    let mut prefetch_dropped = false;
+    if verdict == Verdict::Accepted && identity == Identity::Anonymous {
+        // Prefetch and pin are for operators: an anonymous client's request is an ordinary pull.
+        for h in ["x-tender-prefetch", "x-tender-pin"] {
+            prefetch_dropped |= req.headers_mut().remove(h).is_some();
+        }
+    }
+    match verdict {
+        Verdict::Accepted if identity == Identity::Anonymous && !auth.anonymous_pull() => {
+            app.metrics().auth_refusal("no_credentials");
+            challenge("authentication required")
+        }
+        Verdict::Accepted => {
+            req.extensions_mut().insert(identity);
+            let mut resp = next.run(req).await;
+            if prefetch_dropped {
+                resp.extensions_mut().insert(PrefetchIgnored);
+            }
+            resp
+        }
+        Verdict::Refused => {
+            app.metrics().auth_refusal("bad_credentials");
             app.metrics().auth_failures.inc();
             challenge("authentication failed: wrong user name, password or token")
         }
-        Some(Identity::Anonymous) if !auth.anonymous_pull() && !exempt(&path) => challenge("authentication required"),
-        other => {
-            req.extensions_mut().insert(other.unwrap_or(Identity::Anonymous));
-            next.run(req).await
+        Verdict::RateLimited => {
+            app.metrics().auth_refusal("rate_limited");
+            app.metrics().auth_failures.inc();
+            too_many("too many failed authentications from this address; retry later", FAILURE_WINDOW)
+        }
+        Verdict::Busy => {
+            app.metrics().auth_refusal("busy");
+            too_many("too many password checks in progress; retry shortly", Duration::from_secs(1))
         }
     }
+}
+
+/// 429 with a `Retry-After`: an authentication that was not checked.
+fn too_many(message: &str, retry: Duration) -> Response {
+    let mut resp = ApiError::new(tender_oci::ErrorCode::TooManyRequests, message).into_response();
+    if let Ok(v) = HeaderValue::from_str(&retry.as_secs().max(1).to_string()) {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
 }
 
 /// Require the admin token on an admin endpoint; `None` when it was presented.

@@ -5,6 +5,7 @@
 pub mod access;
 pub mod admin;
 pub mod auth;
+mod conns;
 pub mod error;
 mod image;
 pub mod limits;
@@ -149,6 +150,41 @@ pub fn router(app: Arc<AppState>) -> Router {
     router_for(app, Surface::All)
 }
 
+/// What a request may see of tender's statistics and configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Viewer {
+    /// Everything: client authentication is off (everyone may pull everything), the client
+    /// authenticated, or the request came on the admin listener.
+    All,
+    /// An anonymous client while client authentication is configured: only upstreams it may
+    /// pull from, and no upstream URLs.
+    Anonymous,
+}
+
+impl Viewer {
+    pub(crate) fn of(app: &AppState, identity: Option<&auth::Identity>) -> Viewer {
+        match identity {
+            Some(auth::Identity::Anonymous) if app.security.auth().is_some() => Viewer::Anonymous,
+            _ => Viewer::All,
+        }
+    }
+
+    /// Whether this viewer may see the upstream named `name` (and its repositories).
+    pub(crate) fn sees_upstream(self, mirror: &Mirror, name: &str) -> bool {
+        match self {
+            Viewer::All => true,
+            Viewer::Anonymous => {
+                mirror.upstream(name).is_some_and(|u| u.settings().credentials.is_none() || u.settings().public)
+            }
+        }
+    }
+
+    /// Whether this viewer may see the served counts of `repository` (`<upstream>/<name>`).
+    pub(crate) fn sees_repository(self, mirror: &Mirror, repository: &str) -> bool {
+        self == Viewer::All || repository.split_once('/').is_some_and(|(up, _)| self.sees_upstream(mirror, up))
+    }
+}
+
 /// The endpoints of one listener. Client authentication (when configured) covers every
 /// endpoint of a listener that serves pulls, the health probes excepted; the admin-only
 /// listener relies on where it is bound, and its admin endpoints on the admin token.
@@ -210,12 +246,21 @@ struct ServedQuery {
 /// pulled it; without `repository`, every repository.
 async fn served_handler(
     State(app): State<Arc<AppState>>,
+    identity: Option<axum::Extension<auth::Identity>>,
     axum::extract::Query(q): axum::extract::Query<ServedQuery>,
 ) -> axum::response::Response {
     let served = &app.metrics.served;
+    let viewer = Viewer::of(&app, identity.as_deref());
+    let mirror = app.mirror();
     match q.repository {
-        Some(r) => axum::Json(served.get(&r)).into_response(),
-        None => axum::Json(served.snapshot()).into_response(),
+        Some(r) if viewer.sees_repository(&mirror, &r) => axum::Json(served.get(&r)).into_response(),
+        // As if never served: an anonymous client learns nothing of a private repository.
+        Some(r) => axum::Json(served::Served::default().get(&r)).into_response(),
+        None => {
+            let mut all = served.snapshot();
+            all.retain(|repo, _| viewer.sees_repository(&mirror, repo));
+            axum::Json(all).into_response()
+        }
     }
 }
 
@@ -240,8 +285,18 @@ async fn not_found(uri: axum::http::Uri) -> error::ApiError {
     error::ApiError::new(tender_oci::ErrorCode::NameUnknown, format!("no such endpoint: {}", uri.path()))
 }
 
-async fn metrics_handler(State(app): State<Arc<AppState>>) -> impl IntoResponse {
+/// `/metrics`: with client authentication configured, for authenticated identities only
+/// (metric labels name private upstreams), unless on the admin listener.
+async fn metrics_handler(
+    State(app): State<Arc<AppState>>,
+    identity: Option<axum::Extension<auth::Identity>>,
+) -> axum::response::Response {
+    if Viewer::of(&app, identity.as_deref()) == Viewer::Anonymous {
+        app.metrics.auth_refusal("no_credentials");
+        return auth::challenge("/metrics needs credentials (or the admin listener)");
+    }
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.render())
+        .into_response()
 }
 
 /// Ready while the data directory is usable; an upstream being down does not make tender

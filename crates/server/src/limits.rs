@@ -28,8 +28,17 @@ pub struct Limits {
     pub handshake_timeout: Duration,
     /// Requests in progress (streaming bodies included) per client address: 429 beyond.
     pub max_client_requests: usize,
-    /// Open connections in all; new ones are closed at once beyond.
+    /// Open connections in all. At the cap, a new connection closes the oldest one that has
+    /// not sent a complete request head yet (then the oldest idle one); with none of those it
+    /// is closed at once.
     pub max_connections: usize,
+    /// Open connections per client address, with the same rule within the address.
+    pub max_connections_per_address: usize,
+    /// Time a new connection has to send its first byte (plain HTTP; TLS: `handshake_timeout`).
+    pub first_byte_timeout: Duration,
+    /// Time a connection may stay open with no request in progress (HTTP/2: GOAWAY after it;
+    /// HTTP/1 waits at most `header_timeout` for the next request head anyway).
+    pub idle_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -41,6 +50,9 @@ impl Default for Limits {
             handshake_timeout: Duration::from_secs(10),
             max_client_requests: 256,
             max_connections: 10_000,
+            max_connections_per_address: 1024,
+            first_byte_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
         }
     }
 }

@@ -11,6 +11,23 @@ use crate::access::AccessInfo;
 
 type Labels = Vec<(String, String)>;
 
+/// The `method` label: the methods HTTP defines, anything else `other`. A label value never
+/// comes from the request as sent, so no client can grow the label set (issue 16, class 2).
+pub(crate) fn method_label(method: &str) -> &'static str {
+    match method {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "PATCH" => "PATCH",
+        "OPTIONS" => "OPTIONS",
+        "CONNECT" => "CONNECT",
+        "TRACE" => "TRACE",
+        _ => "other",
+    }
+}
+
 #[derive(Debug)]
 pub struct ServerMetrics {
     /// Per-repository accounting of worker pulls.
@@ -22,6 +39,7 @@ pub struct ServerMetrics {
     limit_refusals: Family<Labels, Counter>,
     /// Requests refused for wrong credentials.
     pub auth_failures: Counter,
+    auth_refusals: Family<Labels, Counter>,
     /// TLS handshakes that failed (no or untrusted client certificate, protocol errors).
     pub tls_handshake_failures: Counter,
     /// Body bytes sent straight from the page cache (`sendfile`, plain HTTP/1 connections).
@@ -48,11 +66,17 @@ impl ServerMetrics {
         let limit_refusals = Family::<Labels, Counter>::default();
         registry.register(
             "tender_limit_refusals",
-            "Requests or connections refused by a limit (url, client_requests, connections, handshake_timeout, headers, header_timeout, accept)",
+            "Requests or connections refused by a limit (url, client_requests, connections, connections_per_address, evicted, first_byte_timeout, handshake_timeout, headers, header_timeout, idle_timeout, accept)",
             limit_refusals.clone(),
         );
         let auth_failures = Counter::default();
         registry.register("tender_auth_failures", "Requests refused for wrong credentials", auth_failures.clone());
+        let auth_refusals = Family::<Labels, Counter>::default();
+        registry.register(
+            "tender_auth_refusals",
+            "Requests refused by client authentication, by reason (no_credentials, bad_credentials, malformed, rate_limited, busy)",
+            auth_refusals.clone(),
+        );
         let tls_handshake_failures = Counter::default();
         registry.register(
             "tender_tls_handshake_failures",
@@ -74,6 +98,7 @@ impl ServerMetrics {
             duration,
             limit_refusals,
             auth_failures,
+            auth_refusals,
             tls_handshake_failures,
             sendfile_bytes,
             registry,
@@ -92,13 +117,14 @@ impl ServerMetrics {
         self.requests
             .get_or_create(&vec![
                 ("route".to_string(), route.to_string()),
-                ("method".to_string(), method.to_string()),
+                ("method".to_string(), method_label(method).to_string()),
                 ("status".to_string(), status.to_string()),
             ])
             .inc();
         self.bytes_served.get_or_create(&vec![("route".to_string(), route.to_string())]).inc_by(bytes);
         self.duration.get_or_create(&vec![("route".to_string(), route.to_string())]).observe(secs);
-        if !prefetch && (200..400).contains(&status) {
+        // Only answers that served something: a 304 or an error says nothing about demand.
+        if !prefetch && (200..300).contains(&status) {
             if let Some(repo) = &info.repository {
                 self.served.record(repo, route, bytes, info.cache, tender_store::now_secs());
             }
@@ -115,7 +141,12 @@ impl ServerMetrics {
         }
     }
 
-    /// Count a refusal by the named limit.
+    /// Count a request refused by client authentication (a reason from a closed set).
+    pub fn auth_refusal(&self, reason: &'static str) {
+        self.auth_refusals.get_or_create(&vec![("reason".to_string(), reason.to_string())]).inc();
+    }
+
+    /// Count a refusal by the named limit (a name from a closed set, never from a request).
     pub fn limit_refusal(&self, limit: &str) {
         self.limit_refusals.get_or_create(&vec![("limit".to_string(), limit.to_string())]).inc();
     }

@@ -211,6 +211,7 @@ async fn manifest(
     info.digest = Some(hit.digest.to_string());
     let builder = Response::builder()
         .header(header::CONTENT_TYPE, &hit.media_type)
+        .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
         .header("docker-content-digest", hit.digest.to_string())
         .header(header::ETAG, etag(&hit.digest));
     let resp = if if_none_match(headers, &hit.digest) {

@@ -21,6 +21,10 @@ pub struct RepoServed {
     pub last_served: u64,
 }
 
+/// Most repositories counted: requests for further names are not counted (the names come
+/// from requests, so the map must not grow with them).
+pub const MAX_REPOSITORIES: usize = 4096;
+
 /// All repositories' counts.
 #[derive(Debug, Default)]
 pub struct Served {
@@ -41,6 +45,9 @@ impl Served {
     /// Count one worker request (never a prefetch).
     pub fn record(&self, repository: &str, route: &str, bytes: u64, cache: Option<&str>, now: u64) {
         let Ok(mut repos) = self.repos.lock() else { return };
+        if repos.len() >= MAX_REPOSITORIES && !repos.contains_key(repository) {
+            return;
+        }
         let r = repos.entry(repository.to_string()).or_default();
         match route {
             "manifest" => r.manifest_requests += 1,
@@ -67,7 +74,12 @@ impl Served {
 
     /// The most-served repositories, by requests.
     pub fn top(&self, n: usize) -> Vec<(String, RepoServed)> {
-        let mut v: Vec<(String, RepoServed)> = self.snapshot().into_iter().collect();
+        self.top_where(n, |_| true)
+    }
+
+    /// The most-served repositories among those `keep` admits, by requests.
+    pub fn top_where(&self, n: usize, keep: impl Fn(&str) -> bool) -> Vec<(String, RepoServed)> {
+        let mut v: Vec<(String, RepoServed)> = self.snapshot().into_iter().filter(|(r, _)| keep(r)).collect();
         v.sort_by(|a, b| {
             (b.1.manifest_requests + b.1.blob_requests)
                 .cmp(&(a.1.manifest_requests + a.1.blob_requests))

@@ -54,7 +54,11 @@ impl SizeCache {
     }
 }
 
-pub async fn page(State(app): State<Arc<AppState>>) -> impl IntoResponse {
+pub async fn page(
+    State(app): State<Arc<AppState>>,
+    identity: Option<axum::Extension<crate::auth::Identity>>,
+) -> impl IntoResponse {
+    let viewer = crate::Viewer::of(&app, identity.as_deref());
     let mirror = app.mirror();
     let store = mirror.flights().store().clone();
     let (bytes, objects, catalog) = {
@@ -67,7 +71,8 @@ pub async fn page(State(app): State<Arc<AppState>>) -> impl IntoResponse {
         .unwrap_or((0, 0, None))
     };
     let served = &app.metrics().served;
-    let all = served.snapshot();
+    let mut all = served.snapshot();
+    all.retain(|repo, _| viewer.sees_repository(&mirror, repo));
     let (hits, misses) = all.values().fold((0u64, 0u64), |(h, m), r| (h + r.hits, m + r.misses));
     let rate = if hits + misses == 0 {
         "—".to_string()
@@ -96,7 +101,12 @@ pub async fn page(State(app): State<Arc<AppState>>) -> impl IntoResponse {
         mirror.flights().active_keys().len()
     );
     h.push_str("<h2>Upstreams</h2><table id=\"upstreams\"><tr><th>name</th><th>endpoints</th><th>health</th></tr>");
-    let mut ups: Vec<_> = mirror.upstream_names().into_iter().filter_map(|n| mirror.upstream(&n).cloned()).collect();
+    let mut ups: Vec<_> = mirror
+        .upstream_names()
+        .into_iter()
+        .filter(|n| viewer.sees_upstream(&mirror, n))
+        .filter_map(|n| mirror.upstream(&n).cloned())
+        .collect();
     if let Some(f) = mirror.image_factory() {
         ups.push(f.clone());
     }
@@ -106,7 +116,10 @@ pub async fn page(State(app): State<Arc<AppState>>) -> impl IntoResponse {
             Some(false) => ("down", "down"),
             None => ("unknown", "not asked yet"),
         };
-        let endpoints: Vec<String> = u.settings().endpoints.iter().map(|e| esc(e.as_str())).collect();
+        let endpoints: Vec<String> = match viewer {
+            crate::Viewer::All => u.settings().endpoints.iter().map(|e| esc(e.as_str())).collect(),
+            crate::Viewer::Anonymous => vec!["(shown to authenticated clients)".to_string()],
+        };
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td class=\"{class}\">{word}</td></tr>",
@@ -122,7 +135,7 @@ pub async fn page(State(app): State<Arc<AppState>>) -> impl IntoResponse {
         "<h2>Most-served repositories</h2><table id=\"served\"><tr><th>repository</th><th class=\"num\">manifests</th>\
          <th class=\"num\">blobs</th><th class=\"num\">bytes</th><th class=\"num\">hits</th><th class=\"num\">misses</th></tr>",
     );
-    let top = served.top(20);
+    let top = served.top_where(20, |repo| viewer.sees_repository(&mirror, repo));
     if top.is_empty() {
         h.push_str("<tr><td colspan=\"6\">nothing served to workers yet</td></tr>");
     }

@@ -9,6 +9,9 @@ use serde::Deserialize;
 use tender_fetch::{Credentials, FetchSettings, UpstreamSettings};
 use url::Url;
 
+/// `maxObjectSize` of an upstream that sets none: larger objects are refused, not stored.
+pub const DEFAULT_MAX_OBJECT_SIZE: u64 = 64 << 30;
+
 /// The embedded default, used when no `--config` is given.
 pub const DEFAULT_CONFIG: &str = include_str!("default.yaml");
 
@@ -119,6 +122,9 @@ pub struct RawLimits {
     pub max_url_bytes: Option<String>,
     pub header_timeout: Option<String>,
     pub handshake_timeout: Option<String>,
+    pub max_connections_per_address: Option<usize>,
+    pub first_byte_timeout: Option<String>,
+    pub idle_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -138,6 +144,7 @@ pub struct RawUpstream {
     #[serde(default)]
     pub public: bool,
     pub redirect_hosts: Option<Vec<String>>,
+    pub token_realm_hosts: Option<Vec<String>>,
     pub library_prefix: Option<bool>,
     pub max_object_size: Option<String>,
 }
@@ -155,6 +162,8 @@ pub struct RawFetch {
     pub tag_ttl: Option<String>,
     pub stale_max_age: Option<String>,
     pub factory_first_byte_timeout: Option<String>,
+    pub max_decoded_size: Option<String>,
+    pub metadata_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -479,7 +488,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             ));
         }
         let max_object_size = match &u.max_object_size {
-            None => None,
+            None => Some(DEFAULT_MAX_OBJECT_SIZE),
             Some(s) => Some(parse_size(s).ok_or_else(|| {
                 err(&key("maxObjectSize"), format!("{s:?} is not a size; write it like 20Gi, 500M or 1073741824"))
             })?),
@@ -494,6 +503,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             credentials,
             public: u.public,
             redirect_hosts: u.redirect_hosts.clone(),
+            token_realm_hosts: u.token_realm_hosts.clone().unwrap_or_default(),
             max_object_size,
             ns_param: None,
             client_identity: None,
@@ -547,6 +557,16 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             &raw.limits.abandoned_fill_grace,
             d.abandoned_fill_grace,
         )?,
+        metadata_timeout: duration(name, "fetch.metadataTimeout", &f.metadata_timeout, d.metadata_timeout)?,
+        max_decoded_size: match &f.max_decoded_size {
+            None => d.max_decoded_size,
+            Some(s) => match parse_size(s) {
+                Some(n) if n > 0 => n,
+                _ => {
+                    return Err(err("fetch.maxDecodedSize", format!("{s:?} is not a size above 0; write it like 64Gi")))
+                }
+            },
+        },
     };
     let cache_max_size = match &raw.cache.max_size {
         None => None,
@@ -803,6 +823,13 @@ fn resolve_limits(name: &str, raw: &RawLimits) -> Result<tender_server::limits::
         handshake_timeout: duration(name, "limits.handshakeTimeout", &raw.handshake_timeout, d.handshake_timeout)?,
         max_client_requests: count("limits.maxClientRequests", raw.max_client_requests, d.max_client_requests)?,
         max_connections: count("limits.maxConnections", raw.max_connections, d.max_connections)?,
+        max_connections_per_address: count(
+            "limits.maxConnectionsPerAddress",
+            raw.max_connections_per_address,
+            d.max_connections_per_address,
+        )?,
+        first_byte_timeout: duration(name, "limits.firstByteTimeout", &raw.first_byte_timeout, d.first_byte_timeout)?,
+        idle_timeout: duration(name, "limits.idleTimeout", &raw.idle_timeout, d.idle_timeout)?,
     })
 }
 
@@ -831,6 +858,14 @@ mod tests {
         assert_eq!(s.default_upstream.as_deref(), Some("docker.io"));
         assert_eq!(s.listen.to_string(), "127.0.0.1:5000");
         assert_eq!(s.image_factory.as_str(), "https://factory.talos.dev/");
+    }
+
+    #[test]
+    fn should_cap_every_upstream_at_64_gib_unless_it_says_otherwise() {
+        let yaml = "upstreams:\n  - name: ghcr.io\n    url: https://ghcr.io\n  - name: quay.io\n    url: https://quay.io\n    maxObjectSize: 1Ti\n";
+        let s = resolve("t", parse("t", yaml).unwrap(), &Overrides::default()).unwrap();
+        let sizes: Vec<Option<u64>> = s.upstreams.iter().map(|u| u.max_object_size).collect();
+        assert_eq!(sizes, [Some(64 << 30), Some(1 << 40)]);
     }
 
     #[test]

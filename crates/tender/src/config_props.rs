@@ -506,7 +506,10 @@ fn check_settings(m: &Model, s: &Settings) -> Result<(), TestCaseError> {
         prop_assert_eq!(&got.endpoints, &want, "endpoints first, the upstream's own URL last");
         prop_assert_eq!(got.proxy.clone(), u.proxy.as_deref().map(parsed_url));
         prop_assert_eq!(got.library_prefix, u.library_prefix.unwrap_or(u.name == "docker.io"));
-        prop_assert_eq!(got.max_object_size, u.max_object_size.map(|(_, n)| n));
+        prop_assert_eq!(
+            got.max_object_size,
+            Some(u.max_object_size.map_or(crate::config::DEFAULT_MAX_OBJECT_SIZE, |(_, n)| n))
+        );
         prop_assert_eq!(&got.redirect_hosts, &u.redirect_hosts);
         match (&u.credentials, &got.credentials) {
             (None, None) => {}

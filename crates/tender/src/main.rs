@@ -6,6 +6,7 @@ mod clone_cmd;
 mod config;
 #[cfg(test)]
 mod config_props;
+mod datadir;
 #[cfg(test)]
 mod docs_check;
 mod docs_cmd;

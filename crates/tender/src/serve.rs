@@ -153,6 +153,7 @@ pub(crate) fn build_mirror(
         credentials: parent.and_then(|p| p.credentials.clone()),
         public: true,
         redirect_hosts: None,
+        token_realm_hosts: Vec::new(),
         library_prefix: false,
         max_object_size: None,
         ns_param: None,
@@ -247,6 +248,7 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
             // The operator gave the edge the parent's credentials for its clients.
             public: true,
             redirect_hosts: None,
+            token_realm_hosts: Vec::new(),
             library_prefix: false,
             max_object_size: None,
             ns_param: Some(n.clone()),
@@ -290,6 +292,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCode> {
+    crate::datadir::check(&settings.data).map_err(Failure::problem)?;
     let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
     learn_parent(&mut settings).await?;
     let store = Arc::new(store);

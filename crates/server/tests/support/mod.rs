@@ -352,6 +352,7 @@ pub fn fast_settings() -> FetchSettings {
         max_concurrent_fills: None,
         max_fills_per_upstream: None,
         abandoned_fill_grace: Duration::from_secs(60),
+        ..FetchSettings::default()
     }
 }
 
@@ -365,6 +366,7 @@ pub fn upstream_settings(name: &str, url: &str) -> UpstreamSettings {
         credentials: None,
         public: false,
         redirect_hosts: None,
+        token_realm_hosts: Vec::new(),
         library_prefix: name == "docker.io",
         max_object_size: None,
         ns_param: None,

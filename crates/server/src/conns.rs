@@ -1,0 +1,232 @@
+//! The open connections of one listener: the global and per-address caps, and who gives way
+//! when a cap is reached. A connection that has not sent a complete request head is worth
+//! least (it may be a socket that never will), so it is closed first, oldest first; then the
+//! oldest idle one; a connection with a request in progress is never closed for another.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::Notify;
+
+/// What the connection task and the request service share about one connection.
+#[derive(Debug)]
+pub(crate) struct ConnState {
+    /// The peer sent a byte (plain HTTP) or finished the TLS handshake.
+    spoke: AtomicBool,
+    /// A complete request head arrived (HTTP/1 request or HTTP/2 stream).
+    head_seen: AtomicBool,
+    /// Requests whose response body is not done yet.
+    in_flight: AtomicUsize,
+    /// When the last request ended (or the connection opened).
+    idle_since: Mutex<Instant>,
+    /// Closed to make room for another connection.
+    evict: Notify,
+}
+
+impl ConnState {
+    fn new() -> ConnState {
+        ConnState {
+            spoke: AtomicBool::new(false),
+            head_seen: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            idle_since: Mutex::new(Instant::now()),
+            evict: Notify::new(),
+        }
+    }
+
+    /// The peer sent something: it is not a silent socket.
+    pub(crate) fn spoke(&self) {
+        self.spoke.store(true, Ordering::Relaxed);
+    }
+
+    fn has_spoken(&self) -> bool {
+        self.spoke.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn head_seen(&self) -> bool {
+        self.head_seen.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Since when nothing is in progress; `None` while a request is.
+    pub(crate) fn idle_since(&self) -> Option<Instant> {
+        (self.in_flight() == 0).then(|| *self.idle_since.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// A request head arrived; the returned guard ends the request when dropped (with its
+    /// response body).
+    pub(crate) fn request(self: &Arc<Self>) -> RequestGuard {
+        self.spoke();
+        self.head_seen.store(true, Ordering::Relaxed);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        RequestGuard(self.clone())
+    }
+
+    /// Resolves when the connection was chosen to make room.
+    pub(crate) async fn evicted(&self) {
+        self.evict.notified().await;
+    }
+}
+
+/// One request in progress on a connection.
+pub(crate) struct RequestGuard(Arc<ConnState>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        *self.0.idle_since.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Why a new connection was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// `maxConnections`, every connection busy.
+    Connections,
+    /// `maxConnectionsPerAddress`, every connection of the address busy.
+    PerAddress,
+}
+
+#[derive(Default)]
+struct Inner {
+    next: u64,
+    /// By id: ids grow, so the first entries are the oldest.
+    open: BTreeMap<u64, (IpAddr, Arc<ConnState>)>,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+impl Inner {
+    fn remove(&mut self, id: u64) -> Option<Arc<ConnState>> {
+        let (ip, state) = self.open.remove(&id)?;
+        if let Some(n) = self.per_ip.get_mut(&ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_ip.remove(&ip);
+            }
+        }
+        Some(state)
+    }
+
+    /// The connection to close for room among those `from` admits: the oldest without a
+    /// request head (one that never sent a byte before one that did: an honest client's head
+    /// may be on its way), else the oldest idle one.
+    fn victim(&self, from: impl Fn(IpAddr) -> bool) -> Option<u64> {
+        let candidates = || self.open.iter().filter(|(_, (ip, _))| from(*ip));
+        candidates()
+            .find(|(_, (_, s))| !s.has_spoken() && !s.head_seen())
+            .or_else(|| candidates().find(|(_, (_, s))| !s.head_seen()))
+            .or_else(|| candidates().find(|(_, (_, s))| s.in_flight() == 0))
+            .map(|(id, _)| *id)
+    }
+}
+
+/// The open connections of one listener.
+#[derive(Default)]
+pub(crate) struct Conns {
+    inner: Mutex<Inner>,
+}
+
+/// An admitted connection: leaves the table when dropped.
+pub(crate) struct Admitted {
+    conns: Arc<Conns>,
+    id: u64,
+    pub(crate) state: Arc<ConnState>,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.conns.lock().remove(self.id);
+    }
+}
+
+impl Conns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Admit a connection from `ip`, closing others to make room if a cap is reached. Returns
+    /// the admitted connection and how many were evicted for it.
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        ip: IpAddr,
+        max_total: usize,
+        max_per_ip: usize,
+    ) -> Result<(Admitted, usize), Refused> {
+        let mut inner = self.lock();
+        let mut evicted = 0;
+        if inner.per_ip.get(&ip).copied().unwrap_or(0) >= max_per_ip {
+            let id = inner.victim(|i| i == ip).ok_or(Refused::PerAddress)?;
+            if let Some(s) = inner.remove(id) {
+                s.evict.notify_one();
+                evicted += 1;
+            }
+        }
+        if inner.open.len() >= max_total {
+            let id = inner.victim(|_| true).ok_or(Refused::Connections)?;
+            if let Some(s) = inner.remove(id) {
+                s.evict.notify_one();
+                evicted += 1;
+            }
+        }
+        let id = inner.next;
+        inner.next = inner.next.wrapping_add(1);
+        let state = Arc::new(ConnState::new());
+        inner.open.insert(id, (ip, state.clone()));
+        *inner.per_ip.entry(ip).or_insert(0) += 1;
+        Ok((Admitted { conns: self.clone(), id, state }, evicted))
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().open.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    fn ip(n: u8) -> IpAddr {
+        IpAddr::from([127, 0, 0, n])
+    }
+
+    #[test]
+    fn should_evict_headless_then_idle_and_never_busy_connections() {
+        let conns = Arc::new(Conns::default());
+        let (busy, _) = conns.admit(ip(1), 3, 10).unwrap();
+        let _req = busy.state.request();
+        let (idle, _) = conns.admit(ip(1), 3, 10).unwrap();
+        drop(idle.state.request());
+        let (silent, _) = conns.admit(ip(2), 3, 10).unwrap();
+        // Full: the silent one goes first, although it is the youngest.
+        let (fourth, n) = conns.admit(ip(3), 3, 10).unwrap();
+        let _r4 = fourth.state.request();
+        assert_eq!(n, 1);
+        assert!(!conns.lock().open.values().any(|(_, s)| Arc::ptr_eq(s, &silent.state)));
+        // Then the idle one; the busy one never.
+        let (fifth, _) = conns.admit(ip(3), 3, 10).unwrap();
+        assert!(!conns.lock().open.values().any(|(_, s)| Arc::ptr_eq(s, &idle.state)));
+        let _r5 = fifth.state.request();
+        assert_eq!(conns.admit(ip(4), 3, 10).err(), Some(Refused::Connections), "every connection is busy");
+        drop((silent, idle));
+        assert_eq!(conns.len(), 3);
+    }
+
+    #[test]
+    fn should_keep_one_address_within_its_own_cap() {
+        let conns = Arc::new(Conns::default());
+        let (a, _) = conns.admit(ip(1), 100, 2).unwrap();
+        let _ra = a.state.request();
+        let (b, _) = conns.admit(ip(1), 100, 2).unwrap();
+        let _rb = b.state.request();
+        assert_eq!(conns.admit(ip(1), 100, 2).err(), Some(Refused::PerAddress));
+        assert!(conns.admit(ip(2), 100, 2).is_ok(), "another address is not limited by it");
+    }
+}
