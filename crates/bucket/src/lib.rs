@@ -1,16 +1,22 @@
 //! Shared storage in an S3-compatible bucket, in front of which each replica's data directory
 //! is a spool and read cache.
 //!
-//! Layout under the configured prefix:
+//! Layout under the configured prefix (bucket format 2, see [`BUCKET_FORMAT`]):
 //! ```text
+//! tender-bucket.json            the bucket format; a replica refuses a newer one
 //! objects/sha256/<hex>          committed content (uploaded whole or in parts of chunkSize)
 //! index/sha256/<hex>.json       size, chunk size and the sha256 of every chunk; written last,
 //!                               after the content was re-hashed and uploaded: an object
 //!                               without its index does not exist for readers
+//! known/sha256/<hex>/<sha256(upstream)>.json
+//!                               the object is known to exist in that upstream (create-only;
+//!                               an object without one is known in no upstream)
 //! trust/<sha256(key)>.json      first verified digest of an Image Factory asset
 //! leases/<sha256(key)>.json     the replica fetching `key` from upstream now (conditional create)
 //! quarantine/sha256/<hex>       content `tender fsck --repair` found corrupt (moved, never deleted)
 //! ```
+//! Every content path names its digest algorithm, so `objects/sha512/`, `index/sha512/` and
+//! `known/sha512/` fit beside without a new format.
 //! Every read, whole or ranged, fetches whole chunks and checks each against the index before
 //! a byte of it is handed on.
 
@@ -40,6 +46,26 @@ pub use settings::{BucketSettings, Credentials, MIN_CHUNK_SIZE};
 
 /// Indexes kept in memory (they never change once written); the map is cleared when full.
 const INDEX_CACHE: usize = 8192;
+/// Known-upstream records remembered (positive answers only); the set is cleared when full.
+const KNOWN_CACHE: usize = 65536;
+/// The bucket format this tender writes: 2 added `known/` (format 1 had no marker file).
+pub const BUCKET_FORMAT: u32 = 2;
+const FORMAT_KEY: &str = "tender-bucket.json";
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BucketFormat {
+    format: u32,
+    created_by: String,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KnownMarker {
+    digest: Digest,
+    upstream: String,
+    replica: String,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum BucketError {
@@ -81,6 +107,7 @@ pub struct Bucket {
     store: Arc<dyn ObjectStore>,
     settings: BucketSettings,
     indexes: Mutex<HashMap<Digest, Arc<ChunkIndex>>>,
+    known: Mutex<std::collections::HashSet<(Digest, String)>>,
     metrics: BucketMetrics,
 }
 
@@ -98,12 +125,12 @@ impl Bucket {
     /// A client for the configured bucket (no request is made yet; see [`Bucket::check`]).
     pub fn new(settings: BucketSettings, metrics: BucketMetrics) -> Result<Arc<Bucket>, BucketError> {
         let store = settings.build()?;
-        Ok(Arc::new(Bucket { store, settings, indexes: Mutex::new(HashMap::new()), metrics }))
+        Ok(Bucket::with_store(store, settings, metrics))
     }
 
     /// A bucket over any object store (tests use the in-memory one).
     pub fn with_store(store: Arc<dyn ObjectStore>, settings: BucketSettings, metrics: BucketMetrics) -> Arc<Bucket> {
-        Arc::new(Bucket { store, settings, indexes: Mutex::new(HashMap::new()), metrics })
+        Arc::new(Bucket { store, settings, indexes: Mutex::new(HashMap::new()), known: Mutex::default(), metrics })
     }
 
     pub fn settings(&self) -> &BucketSettings {
@@ -133,6 +160,68 @@ impl Bucket {
 
     fn index_path(&self, d: &Digest) -> ObjectPath {
         self.path(&format!("index/sha256/{}.json", d.hex()))
+    }
+
+    fn known_path(&self, d: &Digest, upstream: &str) -> ObjectPath {
+        self.path(&format!("known/sha256/{}/{}.json", d.hex(), key_hash(&upstream.to_ascii_lowercase())))
+    }
+
+    /// Whether a replica recorded that `d` exists in `upstream`.
+    pub async fn is_known(&self, d: &Digest, upstream: &str) -> Result<bool, BucketError> {
+        let key = (*d, upstream.to_ascii_lowercase());
+        if self.known.lock().is_ok_and(|k| k.contains(&key)) {
+            return Ok(true);
+        }
+        let p = self.known_path(d, upstream);
+        let found = match self.store.head(&p).await {
+            Ok(_) => true,
+            Err(object_store::Error::NotFound { .. }) => false,
+            Err(e) => return Err(self.store_err("head", &p, e)),
+        };
+        if found {
+            self.remember_known(key);
+        }
+        Ok(found)
+    }
+
+    /// Record that `d` exists in `upstream` (create-only: replicas never race on a record).
+    pub async fn put_known(&self, d: &Digest, upstream: &str) -> Result<(), BucketError> {
+        let marker = KnownMarker { digest: *d, upstream: upstream.to_string(), replica: self.settings.replica.clone() };
+        self.put_json(&self.known_path(d, upstream), &marker, PutMode::Create).await?;
+        self.remember_known((*d, upstream.to_ascii_lowercase()));
+        Ok(())
+    }
+
+    fn remember_known(&self, key: (Digest, String)) {
+        if let Ok(mut k) = self.known.lock() {
+            if k.len() >= KNOWN_CACHE {
+                k.clear();
+            }
+            k.insert(key);
+        }
+    }
+
+    /// Check the bucket's format marker, writing it when absent: a bucket of a newer format is
+    /// refused (its records would be misread), an older one (format 1 had no marker) is used as
+    /// is: its objects are known in no upstream.
+    pub async fn check_format(&self) -> Result<(), BucketError> {
+        let p = self.path(FORMAT_KEY);
+        match self.get_json::<BucketFormat>(&p).await? {
+            Some(f) if f.format > BUCKET_FORMAT => Err(BucketError::Setup {
+                bucket: self.settings.bucket.clone(),
+                message: format!(
+                    "the bucket has format {} (written by {}), newer than this tender understands ({BUCKET_FORMAT}); \
+                     upgrade this replica, or point storage.s3 at another bucket or prefix",
+                    f.format, f.created_by
+                ),
+            }),
+            Some(_) => Ok(()),
+            None => {
+                let f =
+                    BucketFormat { format: BUCKET_FORMAT, created_by: format!("tender {}", env!("CARGO_PKG_VERSION")) };
+                self.put_json(&p, &f, PutMode::Create).await
+            }
+        }
     }
 
     fn trust_path(&self, key: &str) -> ObjectPath {
@@ -181,6 +270,7 @@ impl Bucket {
             .map_err(|e| self.store_err("put", &probe, e))?;
         let second = self.store.put_opts(&probe, PutPayload::from_static(b"{}"), create()).await;
         let _ = self.store.delete(&probe).await;
+        self.check_format().await?;
         match second {
             Err(object_store::Error::AlreadyExists { .. }) | Err(object_store::Error::Precondition { .. }) => Ok(()),
             _ if !self.settings.lease => Ok(()),

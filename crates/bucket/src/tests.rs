@@ -186,3 +186,25 @@ fn should_never_show_credentials() {
     let shown = format!("{s:?}");
     assert!(!shown.contains("s3cr3t") && !shown.contains("AKIAEXAMPLE"), "{shown}");
 }
+
+#[tokio::test]
+async fn should_record_known_upstreams_for_every_replica_and_refuse_a_newer_bucket_format() {
+    let mem = Arc::new(InMemory::new());
+    let (a, b) = (bucket_on(&mem, "a"), bucket_on(&mem, "b"));
+    let d = uploaded(&a, &content(3000)).await;
+    assert!(!b.is_known(&d, "ghcr.io").await.unwrap(), "an object without a record is known nowhere");
+    a.put_known(&d, "ghcr.io").await.unwrap();
+    a.put_known(&d, "GHCR.io").await.unwrap();
+    assert!(b.is_known(&d, "ghcr.io").await.unwrap(), "another replica sees the record");
+    assert!(b.is_known(&d, "Ghcr.IO").await.unwrap(), "names compare as routing does");
+    assert!(!b.is_known(&d, "docker.io").await.unwrap());
+
+    a.check_format().await.unwrap();
+    let marker = object_store::path::Path::from("fleet/tender-bucket.json");
+    let f: serde_json::Value = serde_json::from_slice(&mem.get(&marker).await.unwrap().bytes().await.unwrap()).unwrap();
+    assert_eq!(f["format"], BUCKET_FORMAT);
+    b.check_format().await.unwrap();
+    mem.put(&marker, PutPayload::from_static(br#"{"format":99,"createdBy":"tender 9"}"#)).await.unwrap();
+    let e = b.check_format().await.unwrap_err();
+    assert!(e.to_string().contains("format 99") && e.to_string().contains("upgrade this replica"), "{e}");
+}

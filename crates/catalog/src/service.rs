@@ -66,6 +66,8 @@ pub fn container(c: Compression) -> Container {
 
 /// Wait until a fill committed (its digest) or failed, reporting its state as it goes.
 pub async fn wait_committed(fill: &Fill, mut on_state: impl FnMut(&FillState)) -> Result<Digest, FetchError> {
+    // Waited for by polling, without reading: not an abandoned fill.
+    fill.keep();
     fill.started().await;
     loop {
         let s = fill.state();

@@ -78,6 +78,14 @@ pub enum Expect {
 }
 
 impl Expect {
+    /// What the fill stores: the digest, or the asset key (GC protects it while the fill runs).
+    fn object(&self) -> String {
+        match self {
+            Expect::Digest(d) => d.to_string(),
+            Expect::Tofu { key, .. } => key.clone(),
+        }
+    }
+
     /// The stored object this expectation is already met by, if any.
     fn stored(&self, store: &Store) -> Option<Digest> {
         match self {
@@ -109,12 +117,19 @@ pub struct FillState {
     pub written: u64,
     pub total: Option<u64>,
     pub phase: Phase,
+    /// The bytes must match a trust record before any of them goes out (a refill of an asset
+    /// tender already trusts): readers wait for `Verified`.
+    pub gated: bool,
 }
 
 /// One object being fetched.
 #[derive(Debug)]
 pub struct Fill {
     key: String,
+    /// The digest or asset key being filled (several upstreams may fill one digest at once).
+    object: String,
+    /// Kept even when nobody reads it (a prefetch, a catalog import): never cancelled as abandoned.
+    keep: std::sync::atomic::AtomicBool,
     /// The spool file, opened once: readers use this handle, never the path, so the rename
     /// into the store cannot race with a reader opening it.
     file: Arc<File>,
@@ -144,6 +159,8 @@ pub struct Flights {
     active: Mutex<HashMap<String, Arc<Fill>>>,
     /// `maxConcurrentFills`: a fill holds a slot from its first upstream request to its end.
     slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// `maxFillsPerUpstream`: taken before a global slot, so one upstream never holds them all.
+    upstream_slots: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
     /// The bucket shared with other replicas (`storage.s3`), if any.
     shared: Option<Arc<Bucket>>,
 }
@@ -161,7 +178,15 @@ impl Flights {
         shared: Option<Arc<Bucket>>,
     ) -> Arc<Flights> {
         let slots = settings.max_concurrent_fills.map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1))));
-        Arc::new(Flights { store, settings, metrics, active: Mutex::new(HashMap::new()), slots, shared })
+        Arc::new(Flights {
+            store,
+            settings,
+            metrics,
+            active: Mutex::new(HashMap::new()),
+            slots,
+            upstream_slots: Mutex::new(HashMap::new()),
+            shared,
+        })
     }
 
     /// The shared bucket, if configured.
@@ -171,9 +196,10 @@ impl Flights {
 
     /// The object `expect` asks for, if the shared bucket holds it (for HEAD and ranges served
     /// straight from the bucket). A bucket error reads as absent: the caller fills instead.
+    /// Whether a client may have it is the caller's question ([`crate::Mirror::known_in`]).
     pub async fn shared_lookup(&self, expect: &Expect) -> Option<shared::SharedObject> {
         let bucket = self.shared.as_ref()?;
-        match shared::lookup(bucket, &self.store, expect).await {
+        match shared::lookup(bucket, &self.store, expect, None).await {
             Ok(found) => found,
             Err(e) => {
                 tracing::warn!(error = %e, "shared bucket lookup failed");
@@ -186,9 +212,19 @@ impl Flights {
         &self.store
     }
 
-    /// Keys of fills in progress (objects that GC must not touch).
+    /// Objects being filled (digests and asset keys that GC must not touch), once each.
     pub fn active_keys(&self) -> Vec<String> {
-        self.active.lock().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+        let mut v: Vec<String> =
+            self.active.lock().map(|m| m.values().map(|f| f.object.clone()).collect()).unwrap_or_default();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// The fill key of a registry object: per upstream, so a client of one upstream never joins
+    /// (nor waits for, nor fails with) another upstream's transfer of the same digest.
+    pub fn blob_key(upstream: &str, digest: &Digest) -> String {
+        format!("{}@{digest}", upstream.to_ascii_lowercase())
     }
 
     /// Join the fill for `key`, or start one, unless the object is already stored.
@@ -212,7 +248,8 @@ impl Flights {
             }
             None => self.store.create_spool(key).map_err(local)?,
         };
-        let fill = Arc::new(Fill::new(key, &writer).map_err(|e| {
+        let gated = self.gated(&expect, false);
+        let fill = Arc::new(Fill::new(key, &expect.object(), &writer, gated).map_err(|e| {
             FetchError::new(FetchErrorKind::Local, source.upstream(), format!("opening the spool: {e}"))
         })?);
         active.insert(key.to_string(), fill.clone());
@@ -243,6 +280,54 @@ impl Flights {
         self.active.lock().ok()?.get(key).cloned()
     }
 
+    /// Whether a fill's readers must wait for its verdict: an asset that already has a trust
+    /// record, refilled from the upstream (a copy from the bucket is verified chunk by chunk
+    /// against the index of the trusted digest, so its bytes may go out as they come).
+    fn gated(&self, expect: &Expect, from_bucket: bool) -> bool {
+        match expect {
+            Expect::Tofu { key, .. } => !from_bucket && self.store.trust_get(key).ok().flatten().is_some(),
+            Expect::Digest(_) => false,
+        }
+    }
+
+    /// The per-upstream slot, then the global one; both `None` when not limited.
+    async fn take_slots(
+        &self,
+        fill: &Fill,
+        upstream: &str,
+    ) -> (Option<tokio::sync::OwnedSemaphorePermit>, Option<tokio::sync::OwnedSemaphorePermit>) {
+        let mine = self.settings.max_fills_per_upstream.and_then(|n| {
+            let mut m = self.upstream_slots.lock().ok()?;
+            Some(
+                m.entry(upstream.to_ascii_lowercase())
+                    .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(n.max(1))))
+                    .clone(),
+            )
+        });
+        let mut waiting = false;
+        let mut take = async |sem: Option<Arc<tokio::sync::Semaphore>>, what: &str| {
+            let sem = sem?;
+            match sem.clone().try_acquire_owned() {
+                Ok(s) => Some(s),
+                Err(_) => {
+                    // Clients of this fill wait for their headers meanwhile.
+                    if !waiting {
+                        waiting = true;
+                        self.metrics.fills_waiting.inc();
+                    }
+                    tracing::info!(%upstream, key = %fill.key, "fill waiting for a slot ({what} reached)");
+                    sem.acquire_owned().await.ok()
+                }
+            }
+        };
+        let own = take(mine, "limits.maxFillsPerUpstream").await;
+        let global = take(self.slots.clone(), "limits.maxConcurrentFills").await;
+        if waiting {
+            self.metrics.fills_waiting.dec();
+        }
+        (own, global)
+    }
+
     fn finish(&self, fill: &Arc<Fill>) {
         if let Ok(mut active) = self.active.lock() {
             if active.get(&fill.key).is_some_and(|f| Arc::ptr_eq(f, fill)) {
@@ -261,20 +346,18 @@ impl Flights {
         mut source: Arc<dyn Source>,
     ) {
         let origin = (source.clone(), expect.clone());
-        let _slot = match &self.slots {
-            Some(slots) => match slots.clone().try_acquire_owned() {
-                Ok(s) => Some(s),
-                Err(_) => {
-                    // Clients of this fill wait for their headers meanwhile.
-                    self.metrics.fills_waiting.inc();
-                    tracing::info!(upstream = %source.upstream(), key = %fill.key,
-                        "fill waiting for a slot (limits.maxConcurrentFills reached)");
-                    let s = slots.clone().acquire_owned().await.ok();
-                    self.metrics.fills_waiting.dec();
-                    s
-                }
-            },
-            None => None,
+        // The upstream the object is known in once this fill commits (registry objects).
+        let known_in = match &expect {
+            Expect::Digest(_) => Some(source.upstream().to_string()),
+            Expect::Tofu { .. } => None,
+        };
+        let grace = self.settings.abandoned_fill_grace;
+        let _slots = tokio::select! {
+            s = self.take_slots(&fill, source.upstream()) => s,
+            () = abandoned(&fill, grace) => {
+                self.abandon(&fill, source.upstream(), "waiting for a slot");
+                return;
+            }
         };
         let deadline = Instant::now() + self.settings.fill_deadline;
         // With a shared bucket: copy what another replica committed, or wait for the replica
@@ -282,14 +365,20 @@ impl Flights {
         let mut lease = None;
         let mut from_bucket = None;
         if let Some(bucket) = &self.shared {
-            match shared::plan(bucket, &self.store, &fill.key, &expect, deadline).await {
+            match shared::plan(bucket, &self.store, &fill.key, &expect, known_in.as_deref(), deadline).await {
                 Plan::Bucket(found) => {
                     expect = Expect::Digest(found.digest);
                     from_bucket = Some(found.clone());
                     let label = shared::source_label(bucket);
                     source = Arc::new(BucketSource { bucket: bucket.clone(), label, object: found });
+                    fill.state.send_modify(|s| s.gated = false);
                 }
-                Plan::Upstream(l) => lease = l,
+                Plan::Upstream(l) => {
+                    lease = l;
+                    // The bucket's trust record (now local too) gates a refill from upstream.
+                    let gated = self.gated(&expect, false);
+                    fill.state.send_modify(|s| s.gated = gated);
+                }
             }
         }
         let mut upstream = source.upstream().to_string();
@@ -298,7 +387,19 @@ impl Flights {
         let mut bucket_copy_bad = false;
         let outcome = loop {
             let mut check = stream_check(&expect, &writer);
-            let result = self.transfer_with_retries(&fill, &mut writer, source.as_ref(), deadline, &mut check).await;
+            let result = tokio::select! {
+                r = self.transfer_with_retries(&fill, &mut writer, source.as_ref(), deadline, &mut check) => r,
+                () = abandoned(&fill, grace) => {
+                    drop(check);
+                    // The spool stays: a later claim resumes it.
+                    drop(writer);
+                    self.abandon(&fill, &upstream, "transferring");
+                    if let Some(l) = lease.take() {
+                        l.release().await;
+                    }
+                    return;
+                }
+            };
             let verdict = match result {
                 Ok(()) => {
                     let total = fill.state.borrow().total;
@@ -306,7 +407,7 @@ impl Flights {
                         Some(c) => Some(c.finish().await),
                         None => None,
                     };
-                    self.verify_and_commit(&fill, writer, &expect, &upstream, total, checked).await
+                    self.verify_and_commit(&fill, writer, &expect, &upstream, total, checked, known_in.as_deref()).await
                 }
                 Err(e) => Err((e, Some(writer))),
             };
@@ -324,6 +425,8 @@ impl Flights {
                     (source, expect) = origin.clone();
                     upstream = source.upstream().to_string();
                     self.metrics.fills_started.get_or_create(&upstream_label(&upstream)).inc();
+                    let gated = self.gated(&expect, false);
+                    fill.state.send_modify(|s| s.gated = gated);
                     writer = w;
                 }
                 Err((e, w)) if e.kind == FetchErrorKind::Corrupt && !restarted => {
@@ -339,7 +442,7 @@ impl Flights {
                         Ok(w) => w,
                         Err(se) => break Err(FetchError::new(FetchErrorKind::Local, &upstream, se.to_string())),
                     };
-                    let next = match Fill::new(&fill.key, &fresh) {
+                    let next = match Fill::new(&fill.key, &fill.object, &fresh, fill.state.borrow().gated) {
                         Ok(f) => Arc::new(f),
                         Err(e) => {
                             fresh.discard();
@@ -350,6 +453,9 @@ impl Flights {
                             ));
                         }
                     };
+                    if fill.keep.load(std::sync::atomic::Ordering::Relaxed) {
+                        next.keep();
+                    }
                     if let Ok(mut active) = self.active.lock() {
                         active.insert(fill.key.clone(), next.clone());
                     }
@@ -361,6 +467,8 @@ impl Flights {
                         (source, expect) = origin.clone();
                         bucket_copy_bad = true;
                         upstream = source.upstream().to_string();
+                        let gated = self.gated(&expect, false);
+                        fill.state.send_modify(|s| s.gated = gated);
                         self.metrics.fills_started.get_or_create(&upstream_label(&upstream)).inc();
                     }
                 }
@@ -396,7 +504,8 @@ impl Flights {
                         Expect::Digest(_) => None,
                     };
                     let path = self.store.object_path(&digest);
-                    shared::publish(bucket.clone(), digest, path, trust, lease.take(), bucket_copy_bad).await;
+                    let known = known_in.clone();
+                    shared::publish(bucket.clone(), digest, path, trust, known, lease.take(), bucket_copy_bad).await;
                 }
             }
             Err(e) => {
@@ -558,6 +667,23 @@ impl Flights {
         Ok(())
     }
 
+    /// A fill nobody waits for any more: fail it for anyone who comes late (they claim anew)
+    /// and free its slots.
+    fn abandon(&self, fill: &Arc<Fill>, upstream: &str, when: &str) {
+        let grace = self.settings.abandoned_fill_grace;
+        tracing::info!(%upstream, key = %fill.key, when, grace_ms = grace.as_millis() as u64,
+            "fill cancelled: no client has waited for it for the grace period");
+        self.metrics.fills_active.dec();
+        self.metrics.fills_finished.get_or_create(&result_label(upstream, "abandoned")).inc();
+        self.finish(fill);
+        fill.fail(FetchError::new(
+            FetchErrorKind::Timeout,
+            upstream,
+            format!("fill cancelled after {grace:?} without a client (limits.abandonedFillGrace)"),
+        ));
+    }
+
+    #[allow(clippy::too_many_arguments, reason = "one call site, each argument distinct")]
     async fn verify_and_commit(
         &self,
         fill: &Fill,
@@ -566,6 +692,7 @@ impl Flights {
         upstream: &str,
         total: Option<u64>,
         checked: Option<io::Result<u64>>,
+        known_in: Option<&str>,
     ) -> Result<Digest, (FetchError, Option<SpoolWriter>)> {
         let err = |kind, m: String| FetchError::new(kind, upstream, m);
         let got = writer.digest_so_far();
@@ -633,9 +760,14 @@ impl Flights {
         };
         fill.state.send_modify(|s| s.phase = Phase::Verified(want));
         let store = self.store.clone();
+        let known_in = known_in.map(str::to_string);
         let committed = tokio::task::spawn_blocking(move || {
             let sealed = writer.seal().map_err(|e| e.to_string())?;
             store.commit(sealed, &want).map_err(|e| e.to_string())?;
+            // Before the fill leaves the registry: a later request through this upstream is a hit.
+            if let Some(u) = &known_in {
+                store.record_known(&want, u).map_err(|e| e.to_string())?;
+            }
             if let Some(r) = trust {
                 store.trust_put(&r).map_err(|e| e.to_string())?;
             }
@@ -668,10 +800,39 @@ fn result_label(upstream: &str, result: &str) -> Vec<(String, String)> {
     vec![("upstream".to_string(), upstream.to_string()), ("result".to_string(), result.to_string())]
 }
 
+/// Resolves once nobody has read or waited for `fill` for `grace` (a fill kept for a prefetch
+/// never does). Readers hold a subscription to the fill's state; a client between its claim and
+/// its first read has none for a moment, which the grace period covers.
+async fn abandoned(fill: &Fill, grace: std::time::Duration) {
+    let tick = (grace / 4).clamp(std::time::Duration::from_millis(10), std::time::Duration::from_secs(1));
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        if fill.keep.load(std::sync::atomic::Ordering::Relaxed) || fill.state.receiver_count() > 0 {
+            idle_since = None;
+        } else if idle_since.get_or_insert_with(Instant::now).elapsed() >= grace {
+            return;
+        }
+        tokio::time::sleep(tick).await;
+    }
+}
+
 impl Fill {
-    fn new(key: &str, writer: &SpoolWriter) -> io::Result<Fill> {
-        let (state, _) = watch::channel(FillState { written: writer.len(), total: None, phase: Phase::Connecting });
-        Ok(Fill { key: key.to_string(), file: Arc::new(writer.read_handle()?), state })
+    fn new(key: &str, object: &str, writer: &SpoolWriter, gated: bool) -> io::Result<Fill> {
+        let (state, _) =
+            watch::channel(FillState { written: writer.len(), total: None, phase: Phase::Connecting, gated });
+        Ok(Fill {
+            key: key.to_string(),
+            object: object.to_string(),
+            keep: std::sync::atomic::AtomicBool::new(false),
+            file: Arc::new(writer.read_handle()?),
+            state,
+        })
+    }
+
+    /// Never cancel this fill for want of readers (a prefetch or an import waits for it by
+    /// polling, without reading).
+    pub fn keep(&self) {
+        self.keep.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn fail(&self, e: FetchError) {
@@ -786,7 +947,8 @@ fn stored_read(
     end: u64,
     spans: bool,
 ) -> BoxStream<'static, io::Result<Piece>> {
-    let (tx, rx) = watch::channel(FillState { written: len, total: Some(len), phase: Phase::Committed(digest) });
+    let (tx, rx) =
+        watch::channel(FillState { written: len, total: Some(len), phase: Phase::Committed(digest), gated: false });
     drop(tx);
     read_stream(ReadSource { file: Arc::new(file), spans }, rx, start, Some(end), false)
 }
@@ -864,7 +1026,8 @@ fn read_stream(
             if end.is_some_and(|e| st.pos >= e) {
                 return None;
             }
-            let mut limit = s.written;
+            // A gated fill hands out nothing before its content matched the trust record.
+            let mut limit = if s.gated && !committed { st.pos } else { s.written };
             if let Some(e) = end {
                 limit = limit.min(e);
                 if st.withhold && !committed {
@@ -905,6 +1068,9 @@ fn read_stream(
             let ready = move |s: &FillState| {
                 if !matches!(s.phase, Phase::Connecting | Phase::Streaming) {
                     return true;
+                }
+                if s.gated {
+                    return false;
                 }
                 // What this reader may read now, and the most it will ever read before the end.
                 let end = asked_end.or(s.total);
@@ -1100,7 +1266,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), tender_store::OpenMode::Exclusive).unwrap();
         let mut writer = store.create_spool("k").unwrap();
-        let fill = Arc::new(Fill::new("k", &writer).unwrap());
+        let fill = Arc::new(Fill::new("k", "k", &writer, false).unwrap());
         let content: Vec<u8> = (0..MAX_PIECE + 100).map(|i| (i % 251) as u8).collect();
         writer.append(&content).unwrap();
         fill.state.send_modify(|s| {
@@ -1136,7 +1302,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), tender_store::OpenMode::Exclusive).unwrap();
         let writer = store.create_spool("k").unwrap();
-        let fill = Arc::new(Fill::new("k", &writer).unwrap());
+        let fill = Arc::new(Fill::new("k", "k", &writer, false).unwrap());
         fill.state.send_modify(|s| s.phase = Phase::Streaming);
         assert_eq!(fill.committed().await, None, "a fill still streaming is not waited for");
         let d = Digest::of(b"x");
@@ -1173,7 +1339,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), tender_store::OpenMode::Exclusive).unwrap();
         let mut writer = store.create_spool("k").unwrap();
-        let fill = Arc::new(Fill::new("k", &writer).unwrap());
+        let fill = Arc::new(Fill::new("k", "k", &writer, false).unwrap());
         let total = 2 * SPAN_BATCH;
         let mut append = |n: u64| {
             writer.append(&vec![7u8; n as usize]).unwrap();

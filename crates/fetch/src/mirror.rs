@@ -76,6 +76,13 @@ pub enum RouteRefusal {
     NoDefault(String),
 }
 
+/// What a digest names, for the HEAD that asks an upstream whether it holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectKind {
+    Blob,
+    Manifest,
+}
+
 type ManifestFlight = Shared<BoxFuture<'static, Result<ManifestHit, FetchError>>>;
 
 /// The pull-through mirror over all configured upstreams.
@@ -166,14 +173,18 @@ impl Mirror {
         match reference {
             Reference::Digest(d) => {
                 if let Some(hit) = self.stored_manifest(d, CacheResult::Hit)? {
-                    return Ok(hit);
+                    // Stored, perhaps for another upstream: served only if known in this one.
+                    if self.known_in(up, repo, d, ObjectKind::Manifest).await? {
+                        return Ok(hit);
+                    }
+                    return Err(not_in(up, repo, d));
                 }
             }
             Reference::Tag(t) => {
                 let record = store.tag_get(up.name(), repo.as_str(), t.as_str()).map_err(|e| local(up, e))?;
                 if let Some(r) = &record {
                     if r.age_secs() < self.settings.tag_ttl.as_secs() && accept.accepts(&r.media_type) {
-                        if let Some(hit) = self.stored_manifest(&r.digest, CacheResult::Hit)? {
+                        if let Some(hit) = self.stored_known_manifest(up, &r.digest, CacheResult::Hit)? {
                             return Ok(hit);
                         }
                     }
@@ -200,6 +211,91 @@ impl Mirror {
             flights.remove(&key);
         }
         result
+    }
+
+    /// Whether a client of `up` may have the stored object `digest`: it is known to exist in
+    /// `up` (recorded here or, with a shared bucket, by any replica), or `up` confirms it now
+    /// with a HEAD by digest in `repo` (then recorded). `Ok(false)`: `up` does not have it (404).
+    /// Any other failure is an error: an object not known in `up` is never served on a guess.
+    pub async fn known_in(
+        &self,
+        up: &Arc<Upstream>,
+        repo: &RepoName,
+        digest: &Digest,
+        kind: ObjectKind,
+    ) -> Result<bool, FetchError> {
+        let store = self.flights.store();
+        if store.is_known_in(digest, up.name()).map_err(|e| local(up, e))? {
+            return Ok(true);
+        }
+        if let Some(bucket) = self.flights.shared() {
+            match bucket.is_known(digest, up.name()).await {
+                Ok(true) => {
+                    store.record_known(digest, up.name()).map_err(|e| local(up, e))?;
+                    return Ok(true);
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(%digest, upstream = %up.name(), error = %e,
+                    "shared bucket: known-upstream record unreadable; asking the upstream"),
+            }
+        }
+        let (path, mut headers) = match kind {
+            ObjectKind::Blob => (format!("/v2/{repo}/blobs/{digest}"), HeaderMap::new()),
+            ObjectKind::Manifest => (format!("/v2/{repo}/manifests/{digest}"), HeaderMap::new()),
+        };
+        if kind == ObjectKind::Manifest {
+            if let Ok(v) = HeaderValue::from_str(&media::ALL_MANIFESTS.join(", ")) {
+                headers.insert(ACCEPT, v);
+            }
+        }
+        let resp = match up.request(Method::HEAD, &path, headers, Some(&format!("repository:{repo}:pull"))).await {
+            Ok(r) => r,
+            Err(e) if e.kind == FetchErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        // Absent on some CDN-redirected blob HEADs (Docker Hub); when present it must name the
+        // digest asked for.
+        if let Some(v) = resp.headers().get("docker-content-digest") {
+            if v.to_str().ok().and_then(|v| v.parse::<Digest>().ok()) != Some(*digest) {
+                let e = FetchError::new(
+                    FetchErrorKind::Corrupt,
+                    up.name(),
+                    format!("HEAD {path} answered with Docker-Content-Digest {v:?}; not served through this upstream"),
+                );
+                up.record_error(&e);
+                return Err(e);
+            }
+        }
+        tracing::info!(%digest, upstream = %up.name(), %repo, "stored object confirmed by the upstream; now known there");
+        self.remember_known(up, digest)?;
+        Ok(true)
+    }
+
+    /// Record that `digest` exists in `up`, here and (off the response path) in the bucket.
+    fn remember_known(&self, up: &Upstream, digest: &Digest) -> Result<(), FetchError> {
+        self.flights.store().record_known(digest, up.name()).map_err(|e| local(up, e))?;
+        if let Some(bucket) = self.flights.shared() {
+            let (bucket, digest, name) = (bucket.clone(), *digest, up.name().to_string());
+            tokio::spawn(async move {
+                if let Err(e) = bucket.put_known(&digest, &name).await {
+                    tracing::warn!(%digest, upstream = %name, error = %e, "known-upstream record not written to the bucket");
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// A stored manifest that is known in `up` (no question to anyone).
+    fn stored_known_manifest(
+        &self,
+        up: &Upstream,
+        digest: &Digest,
+        cache: CacheResult,
+    ) -> Result<Option<ManifestHit>, FetchError> {
+        if !self.flights.store().is_known_in(digest, up.name()).map_err(|e| local(up, e))? {
+            return Ok(None);
+        }
+        self.stored_manifest(digest, cache)
     }
 
     fn stored_manifest(&self, digest: &Digest, cache: CacheResult) -> Result<Option<ManifestHit>, FetchError> {
@@ -232,8 +328,19 @@ impl Mirror {
             Reference::Tag(t) => store.tag_get(up.name(), repo.as_str(), t.as_str()).map_err(|e| local(up, e))?,
             Reference::Digest(_) => None,
         };
-        // By digest, another replica may have put it in the shared bucket.
-        if let (Reference::Digest(d), Some(bucket)) = (reference, self.flights.shared()) {
+        // By digest, another replica may have put it in the shared bucket: usable if it is known
+        // in this upstream there (else the upstream's own answer decides).
+        let in_bucket = match (reference, self.flights.shared()) {
+            (Reference::Digest(d), Some(bucket)) => match bucket.is_known(d, up.name()).await {
+                Ok(known) => known.then_some((d, bucket)),
+                Err(e) => {
+                    tracing::warn!(digest = %d, error = %e, "shared bucket: known-upstream record unreadable");
+                    None
+                }
+            },
+            _ => None,
+        };
+        if let Some((d, bucket)) = in_bucket {
             match bucket.read_small(d, MAX_MANIFEST_BYTES as u64).await {
                 Ok(Some((body, index))) => {
                     if let Some(media_type) = index.media_type.clone().filter(|m| accept.accepts(m)) {
@@ -241,6 +348,7 @@ impl Mirror {
                         store
                             .meta_put(d, &ManifestMeta { media_type: media_type.clone(), size: body.len() as u64 })
                             .map_err(|e| local(up, e))?;
+                        store.record_known(d, up.name()).map_err(|e| local(up, e))?;
                         return Ok(ManifestHit { digest: *d, media_type, bytes: body, cache: CacheResult::Shared });
                     }
                 }
@@ -265,6 +373,8 @@ impl Mirror {
                             let mut fresh = r.clone();
                             fresh.fetched_at = tender_store_now();
                             store.tag_put(&fresh).map_err(|e| local(up, e))?;
+                            // The upstream just named this digest for the tag: known there.
+                            self.remember_known(up, &r.digest)?;
                             if let Some(hit) = self.stored_manifest(&r.digest, CacheResult::Revalidated)? {
                                 return Ok(hit);
                             }
@@ -323,6 +433,7 @@ impl Mirror {
         store
             .meta_put(&digest, &ManifestMeta { media_type: media_type.clone(), size: body.len() as u64 })
             .map_err(|e| local(up, e))?;
+        self.remember_known(up, &digest)?;
         if let Some(bucket) = self.flights.shared() {
             // Small and off the response path: the other replicas find it by digest.
             let (bucket, path, mt) = (bucket.clone(), store.object_path(&digest), media_type.clone());
@@ -348,12 +459,16 @@ impl Mirror {
         Ok(ManifestHit { digest, media_type, bytes: body, cache: CacheResult::Miss })
     }
 
-    /// Serve the last known mapping of a tag when the upstream is down, within the maximum age.
+    /// Serve the last known mapping of a tag when the upstream is down, within the maximum age
+    /// (and only a manifest known in that upstream).
     fn stale_or(&self, e: FetchError, record: Option<&TagRecord>) -> Result<ManifestHit, FetchError> {
         if e.is_upstream_down() {
             if let Some(r) = record {
                 if r.age_secs() <= self.settings.stale_max_age.as_secs() {
-                    if let Some(hit) = self.stored_manifest(&r.digest, CacheResult::Stale)? {
+                    let known = self.flights.store().is_known_in(&r.digest, &r.upstream).unwrap_or(false);
+                    if let Some(hit) =
+                        known.then(|| self.stored_manifest(&r.digest, CacheResult::Stale)).transpose()?.flatten()
+                    {
                         tracing::warn!(upstream = %e.upstream, repository = %r.repository, tag = %r.tag,
                             error = %e, "upstream down: serving the last known digest");
                         return Ok(hit);
@@ -371,7 +486,7 @@ impl Mirror {
             path: format!("/v2/{repo}/blobs/{digest}"),
             scope: Some(format!("repository:{repo}:pull")),
         });
-        self.flights.claim(&digest.to_string(), Expect::Digest(*digest), source)
+        self.flights.claim(&Flights::blob_key(up.name(), digest), Expect::Digest(*digest), source)
     }
 
     /// Size of a blob we do not hold, from the upstream (HEAD).
@@ -416,6 +531,12 @@ impl Mirror {
 
 fn tender_store_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// The upstream's own answer to a digest it does not hold.
+fn not_in(up: &Upstream, repo: &RepoName, d: &Digest) -> FetchError {
+    FetchError::new(FetchErrorKind::NotFound, up.name(), format!("{repo}@{d} is unknown to {}", up.name()))
+        .with_status(404)
 }
 
 fn local(up: &Upstream, e: tender_store::StoreError) -> FetchError {

@@ -64,6 +64,12 @@ pub struct FetchSettings {
     pub stale_max_age: Duration,
     /// Upstream fills running at once; more wait for a slot (None: no limit).
     pub max_concurrent_fills: Option<usize>,
+    /// Upstream fills running at once per upstream (None: only the global limit), so one slow
+    /// or hostile upstream cannot hold every slot.
+    pub max_fills_per_upstream: Option<usize>,
+    /// A fill nobody reads or waits for (every client gone, not a prefetch) is cancelled after
+    /// this long.
+    pub abandoned_fill_grace: Duration,
 }
 
 impl Default for FetchSettings {
@@ -79,6 +85,8 @@ impl Default for FetchSettings {
             tag_ttl: Duration::from_secs(300),
             stale_max_age: Duration::from_secs(7 * 24 * 3600),
             max_concurrent_fills: Some(64),
+            max_fills_per_upstream: Some(32),
+            abandoned_fill_grace: Duration::from_secs(60),
         }
     }
 }

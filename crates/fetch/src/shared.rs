@@ -48,28 +48,53 @@ pub(crate) fn fetch_error(bucket: &Bucket, e: BucketError) -> FetchError {
     FetchError::new(kind, &source_label(bucket), e.to_string())
 }
 
-/// The object `expect` asks for, if the bucket holds it.
-pub async fn lookup(bucket: &Bucket, store: &Store, expect: &Expect) -> Result<Option<SharedObject>, BucketError> {
+/// The object `expect` asks for, if the bucket holds it. With `known_in`, only if the object is
+/// known to exist in that upstream (recorded here or in the bucket): a fill for one upstream
+/// never hands out a copy that only another upstream's clients may have.
+pub async fn lookup(
+    bucket: &Bucket,
+    store: &Store,
+    expect: &Expect,
+    known_in: Option<&str>,
+) -> Result<Option<SharedObject>, BucketError> {
     let (digest, trust) = match expect {
         Expect::Digest(d) => (*d, None),
         Expect::Tofu { key, .. } => match store.trust_get(key).ok().flatten() {
             Some(t) => (t.digest, Some(t)),
             None => match bucket.trust(key).await? {
-                Some(t) => (t.digest, Some(t)),
+                Some(t) => {
+                    // Recorded locally too, so a refill from the factory is checked against it.
+                    if let Err(e) = store.trust_put(&t) {
+                        tracing::warn!(key, error = %e, "could not record the bucket's trust record locally");
+                    }
+                    (t.digest, Some(t))
+                }
                 None => return Ok(None),
             },
         },
     };
+    if let Some(u) = known_in {
+        if !store.is_known_in(&digest, u).unwrap_or(false) && !bucket.is_known(&digest, u).await? {
+            return Ok(None);
+        }
+    }
     Ok(bucket.index(&digest).await?.map(|index| SharedObject { digest, index, trust }))
 }
 
 /// Decide where the fill of `key` gets its bytes. Waits (bounded by `deadline`) while another
 /// replica holds the lease; a bucket that cannot be reached never blocks a fill: it goes
 /// upstream.
-pub(crate) async fn plan(bucket: &Arc<Bucket>, store: &Store, key: &str, expect: &Expect, deadline: Instant) -> Plan {
+pub(crate) async fn plan(
+    bucket: &Arc<Bucket>,
+    store: &Store,
+    key: &str,
+    expect: &Expect,
+    known_in: Option<&str>,
+    deadline: Instant,
+) -> Plan {
     let mut waited = false;
     loop {
-        match lookup(bucket, store, expect).await {
+        match lookup(bucket, store, expect, known_in).await {
             Ok(Some(found)) => return Plan::Bucket(found),
             Ok(None) => {}
             Err(e) => {
@@ -84,7 +109,7 @@ pub(crate) async fn plan(bucket: &Arc<Bucket>, store: &Store, key: &str, expect:
             Ok(LeaseOutcome::Won(lease)) => {
                 // The holder may have committed between our look and our lease.
                 if waited {
-                    if let Ok(Some(found)) = lookup(bucket, store, expect).await {
+                    if let Ok(Some(found)) = lookup(bucket, store, expect, known_in).await {
                         lease.release().await;
                         return Plan::Bucket(found);
                     }
@@ -111,13 +136,17 @@ pub(crate) async fn plan(bucket: &Arc<Bucket>, store: &Store, key: &str, expect:
     }
 }
 
-/// Upload a committed object (and an asset's trust record), retrying a few times; then give
-/// the lease up. `replace`: the bucket's copy failed verification; overwrite it. A failure leaves the object local only: other replicas fetch it themselves.
+/// Upload a committed object (and an asset's trust record, or the upstream a registry object
+/// is known in), retrying a few times; then give the lease up (after the known record, so a
+/// replica waiting on the lease finds the object usable). `replace`: the bucket's copy failed
+/// verification; overwrite it. A failure leaves the object local only: other replicas fetch it
+/// themselves.
 pub(crate) async fn publish(
     bucket: Arc<Bucket>,
     digest: Digest,
     path: std::path::PathBuf,
     trust: Option<TrustRecord>,
+    known_in: Option<String>,
     lease: Option<Lease>,
     replace: bool,
 ) {
@@ -126,9 +155,10 @@ pub(crate) async fn publish(
         attempt += 1;
         let uploaded = if replace { bucket.replace(&digest, &path).await } else { bucket.upload(&digest, &path).await };
         let result = match uploaded {
-            Ok(_) => match &trust {
-                Some(t) => bucket.put_trust(t).await,
-                None => Ok(()),
+            Ok(_) => match (&trust, &known_in) {
+                (Some(t), _) => bucket.put_trust(t).await,
+                (None, Some(u)) => bucket.put_known(&digest, u).await,
+                (None, None) => Ok(()),
             },
             Err(e) => Err(e),
         };

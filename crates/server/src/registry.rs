@@ -7,7 +7,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tender_fetch::flight::{Claim, Expect};
-use tender_fetch::mirror::CacheResult;
+use tender_fetch::mirror::{CacheResult, ObjectKind};
 use tender_fetch::Upstream;
 use tender_oci::media::AcceptList;
 use tender_oci::{Digest, ErrorCode, Reference, RepoName, Route, RouteError, RouteKind};
@@ -225,6 +225,11 @@ async fn manifest(
     resp.map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))
 }
 
+/// What `up` answers for a blob it does not hold: 404 `BLOB_UNKNOWN`.
+fn unknown_blob(up: &Upstream, repo: &RepoName, digest: &Digest) -> ApiError {
+    ApiError::new(ErrorCode::BlobUnknown, format!("{repo}@{digest} is unknown to {}", up.name()))
+}
+
 fn blob_describe(digest: &Digest) -> object::Describe {
     object::Describe {
         content_type: "application/octet-stream".to_string(),
@@ -248,16 +253,32 @@ async fn blob(
     let store = mirror.flights().store().clone();
     let local = |e: tender_store::StoreError| ApiError::new(ErrorCode::Unknown, e.to_string());
     let describe = blob_describe(digest);
+    // Stored here or in the bucket (perhaps for another upstream): nothing of it, not even a
+    // 304, goes to a client of `up` unless the blob is known to exist in `up`.
+    let here = store.object_len(digest).is_some();
+    let shared = match (here, mirror.flights().shared()) {
+        (false, Some(bucket)) => {
+            mirror.flights().shared_lookup(&Expect::Digest(*digest)).await.map(|found| (bucket.clone(), found))
+        }
+        _ => None,
+    };
+    if (here || shared.is_some())
+        && !mirror
+            .known_in(up, repo, digest, ObjectKind::Blob)
+            .await
+            .map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?
+    {
+        info.cache = Some(CacheResult::Pass.as_str());
+        return Err(unknown_blob(up, repo, digest));
+    }
     if let Some((file, len)) = store.open_object(digest).map_err(local)? {
         info.cache = Some(CacheResult::Hit.as_str());
         return object::stored(file, len, *digest, &describe, headers, head);
     }
-    if let Some(bucket) = mirror.flights().shared() {
-        if let Some(found) = mirror.flights().shared_lookup(&Expect::Digest(*digest)).await {
-            if let Some(resp) = object::shared(bucket, &found, &describe, headers, head) {
-                info.cache = Some(CacheResult::Shared.as_str());
-                return resp;
-            }
+    if let Some((bucket, found)) = &shared {
+        if let Some(resp) = object::shared(bucket, found, &describe, headers, head) {
+            info.cache = Some(CacheResult::Shared.as_str());
+            return resp;
         }
     }
     if head {
@@ -267,6 +288,14 @@ async fn blob(
     }
     match mirror.blob(up, repo, digest).map_err(|e| ApiError::from_fetch(&e, Subject::Blob))? {
         Claim::Stored(_) => {
+            // Committed since the look above, by this upstream's fill or another's.
+            if !mirror
+                .known_in(up, repo, digest, ObjectKind::Blob)
+                .await
+                .map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?
+            {
+                return Err(unknown_blob(up, repo, digest));
+            }
             info.cache = Some(CacheResult::Hit.as_str());
             let (file, len) = store
                 .open_object(digest)
@@ -275,6 +304,9 @@ async fn blob(
             object::stored(file, len, *digest, &describe, headers, head)
         }
         Claim::Filling(fill) => {
+            if headers.get("x-tender-prefetch").is_some_and(|v| v.as_bytes() == b"1") {
+                fill.keep();
+            }
             // A fill whose content already verified (its commit is under way) holds every byte:
             // for this request it is as good as stored.
             info.cache = Some(if fill.is_verified() { CacheResult::Hit } else { CacheResult::Miss }.as_str());

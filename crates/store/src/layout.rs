@@ -11,8 +11,11 @@ use tender_oci::Digest;
 use crate::fsutil::{sync_dir, write_atomic};
 use crate::spool::{Sealed, SpoolWriter};
 
-/// The data directory format this tender writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The data directory format this tender writes. 2: objects record the upstreams they are
+/// known to exist in (`known/`); fill keys (spool names) include the upstream. Every path of
+/// content is qualified by its digest algorithm (`objects/sha256/`, `meta/sha256/`,
+/// `known/sha256/`), so a `sha512/` tree fits beside it without another format.
+pub const FORMAT_VERSION: u32 = 2;
 const FORMAT_FILE: &str = "tender-data.json";
 const LOCK_FILE: &str = "lock";
 /// How often an object's mtime (its LRU clock) is refreshed on read, at most.
@@ -62,6 +65,11 @@ impl StoreError {
 struct FormatFile {
     format: u32,
     created_by: String,
+    /// The format this directory was migrated from, and by which tender.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    migrated_from: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    migrated_by: Option<String>,
 }
 
 /// How a command opens the data directory.
@@ -78,6 +86,10 @@ pub enum OpenMode {
 pub struct Store {
     root: PathBuf,
     _lock: Option<File>,
+    /// Serialises read-modify-write of known-upstream records.
+    pub(crate) known_lock: std::sync::Mutex<()>,
+    /// Known-upstream records read or written lately (they only grow while the object lives).
+    pub(crate) known_cache: std::sync::Mutex<std::collections::HashMap<Digest, Vec<String>>>,
 }
 
 impl Store {
@@ -88,6 +100,7 @@ impl Store {
             fs::create_dir_all(root).map_err(err)?;
         }
         let format_path = root.join(FORMAT_FILE);
+        let mut migrate_from = None;
         match fs::read(&format_path) {
             Ok(bytes) => {
                 let f: FormatFile = serde_json::from_slice(&bytes)
@@ -95,7 +108,9 @@ impl Store {
                 if f.format > FORMAT_VERSION {
                     return Err(StoreError::TooNew { dir: root.to_path_buf(), found: f.format });
                 }
-                // Older formats would be migrated here; format 1 is the first.
+                if f.format < FORMAT_VERSION {
+                    migrate_from = Some(f.format);
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 if mode == OpenMode::ReadOnly && !root.exists() {
@@ -111,18 +126,57 @@ impl Store {
             Err(e) => return Err(err(e)),
         }
         let lock = if mode == OpenMode::Exclusive { Some(take_lock(root)?) } else { None };
+        let me = format!("tender {}", env!("CARGO_PKG_VERSION"));
         if !format_path.exists() {
-            let f = FormatFile { format: FORMAT_VERSION, created_by: format!("tender {}", env!("CARGO_PKG_VERSION")) };
+            let f =
+                FormatFile { format: FORMAT_VERSION, created_by: me.clone(), migrated_from: None, migrated_by: None };
             let bytes = serde_json::to_vec_pretty(&f).map_err(|e| err(io::Error::other(e)))?;
             write_atomic(&format_path, &bytes).map_err(err)?;
         }
-        let store = Store { root: root.to_path_buf(), _lock: lock };
+        let store = Store {
+            root: root.to_path_buf(),
+            _lock: lock,
+            known_lock: std::sync::Mutex::new(()),
+            known_cache: std::sync::Mutex::new(std::collections::HashMap::new()),
+        };
         if mode == OpenMode::Exclusive {
-            for d in ["objects/sha256", "meta/sha256", "tags", "spool", "quarantine"] {
+            for d in ["objects/sha256", "meta/sha256", "known/sha256", "tags", "spool", "quarantine"] {
                 fs::create_dir_all(root.join(d)).map_err(err)?;
+            }
+            if let Some(from) = migrate_from {
+                store.migrate(from)?;
+                let bytes = fs::read(&format_path).map_err(err)?;
+                let mut f: FormatFile = serde_json::from_slice(&bytes)
+                    .map_err(|e| StoreError::BadFormatFile { dir: root.to_path_buf(), reason: e.to_string() })?;
+                (f.format, f.migrated_from, f.migrated_by) = (FORMAT_VERSION, Some(from), Some(me));
+                let bytes = serde_json::to_vec_pretty(&f).map_err(|e| err(io::Error::other(e)))?;
+                // Written last: a migration cut short by a crash runs again (every step is idempotent).
+                write_atomic(&format_path, &bytes).map_err(err)?;
+                tracing::info!(dir = %root.display(), from, to = FORMAT_VERSION, "data directory migrated");
             }
         }
         Ok(store)
+    }
+
+    /// Bring an older data directory up to [`FORMAT_VERSION`]. Format 1 -> 2: objects stay where
+    /// they are and have no known-upstream record, so each counts as known in no upstream (the
+    /// first request through an upstream asks it with a HEAD); spool files are dropped, since fill
+    /// keys now name the upstream and a format-1 spool would never be resumed.
+    fn migrate(&self, from: u32) -> Result<(), StoreError> {
+        if from < 2 {
+            match fs::read_dir(self.spool_dir()) {
+                Ok(entries) => {
+                    for e in entries.flatten() {
+                        if e.file_type().is_ok_and(|t| t.is_file()) {
+                            fs::remove_file(e.path()).map_err(|e| self.err(e))?;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(self.err(e)),
+            }
+        }
+        Ok(())
     }
 
     /// Whether another process holds the directory's lock now.
@@ -244,8 +298,10 @@ impl Store {
         self.commit(sealed, expected)
     }
 
-    /// Remove a committed object (eviction, `catalog trust --reset`).
+    /// Remove a committed object (eviction, `catalog trust --reset`) and its known-upstream
+    /// record (a later copy may come from another upstream).
     pub fn remove_object(&self, digest: &Digest) -> Result<(), StoreError> {
+        self.forget_known(digest)?;
         match fs::remove_file(self.object_path(digest)) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),

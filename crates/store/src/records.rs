@@ -178,6 +178,80 @@ impl Store {
     }
 }
 
+/// The upstreams an object is known to exist in: each one served it to tender, or confirmed
+/// it with a HEAD by digest. An object without a record is known in no upstream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KnownRecord {
+    pub upstreams: Vec<String>,
+}
+
+/// Entries the in-memory known-upstream cache holds before it is cleared.
+const KNOWN_CACHE: usize = 65536;
+
+impl Store {
+    fn known_path(&self, digest: &Digest) -> PathBuf {
+        let hex = digest.hex();
+        self.root().join("known/sha256").join(&hex[..2]).join(format!("{hex}.json"))
+    }
+
+    /// The upstreams `digest` is known to exist in (empty: none).
+    pub fn known_upstreams(&self, digest: &Digest) -> Result<Vec<String>, StoreError> {
+        if let Some(v) = self.known_cache.lock().ok().and_then(|c| c.get(digest).cloned()) {
+            return Ok(v);
+        }
+        let r: Option<KnownRecord> = read_json(&self.known_path(digest)).map_err(|e| self.err(e))?;
+        let v = r.map(|r| r.upstreams).unwrap_or_default();
+        self.cache_known(digest, &v);
+        Ok(v)
+    }
+
+    /// Whether `digest` is known to exist in `upstream` (names compare case-insensitively, as
+    /// routing does).
+    pub fn is_known_in(&self, digest: &Digest, upstream: &str) -> Result<bool, StoreError> {
+        Ok(self.known_upstreams(digest)?.iter().any(|u| u.eq_ignore_ascii_case(upstream)))
+    }
+
+    /// Record that `digest` exists in `upstream`.
+    pub fn record_known(&self, digest: &Digest, upstream: &str) -> Result<(), StoreError> {
+        if self.is_known_in(digest, upstream)? {
+            return Ok(());
+        }
+        let _guard = self.known_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let path = self.known_path(digest);
+        let mut r: KnownRecord = read_json(&path).map_err(|e| self.err(e))?.unwrap_or_default();
+        if !r.upstreams.iter().any(|u| u.eq_ignore_ascii_case(upstream)) {
+            r.upstreams.push(upstream.to_string());
+            r.upstreams.sort();
+            let bytes = serde_json::to_vec(&r).map_err(|e| self.err(io::Error::other(e)))?;
+            write_atomic(&path, &bytes).map_err(|e| self.err(e))?;
+        }
+        self.cache_known(digest, &r.upstreams);
+        Ok(())
+    }
+
+    pub(crate) fn forget_known(&self, digest: &Digest) -> Result<(), StoreError> {
+        let _guard = self.known_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if let Ok(mut c) = self.known_cache.lock() {
+            c.remove(digest);
+        }
+        match fs::remove_file(self.known_path(digest)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    fn cache_known(&self, digest: &Digest, upstreams: &[String]) {
+        if let Ok(mut c) = self.known_cache.lock() {
+            if c.len() >= KNOWN_CACHE {
+                c.clear();
+            }
+            c.insert(*digest, upstreams.to_vec());
+        }
+    }
+}
+
 fn read_json<T: for<'de> Deserialize<'de>>(path: &std::path::Path) -> io::Result<Option<T>> {
     match fs::read(path) {
         Ok(bytes) => match serde_json::from_slice(&bytes) {

@@ -69,3 +69,31 @@ fn should_resume_a_spool_with_its_hash() {
     store.commit(sealed, &Digest::of(b"hello world")).unwrap();
     assert_eq!(store.read_object(&Digest::of(b"hello world")).unwrap().unwrap(), b"hello world");
 }
+
+#[test]
+fn should_migrate_format_1_with_objects_known_in_no_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::write(root.join("tender-data.json"), r#"{"format":1,"createdBy":"tender 0.1.0"}"#).unwrap();
+    let body = b"an object stored by format 1";
+    let d = Digest::of(body);
+    fs::create_dir_all(root.join("objects/sha256").join(&d.hex()[..2])).unwrap();
+    fs::write(root.join("objects/sha256").join(&d.hex()[..2]).join(d.hex()), body).unwrap();
+    fs::create_dir_all(root.join("spool")).unwrap();
+    fs::write(root.join("spool/0123.part"), b"a format-1 fill").unwrap();
+    let store = Store::open(root, OpenMode::Exclusive).unwrap();
+    let format: serde_json::Value = serde_json::from_slice(&fs::read(root.join("tender-data.json")).unwrap()).unwrap();
+    assert_eq!((format["format"].as_u64(), format["migratedFrom"].as_u64()), (Some(2), Some(1)), "{format}");
+    assert_eq!(store.read_object(&d).unwrap().unwrap(), body, "objects stay where they are");
+    assert!(store.known_upstreams(&d).unwrap().is_empty(), "known in no upstream");
+    assert!(!root.join("spool/0123.part").exists(), "format-1 spool files are dropped");
+    store.record_known(&d, "ghcr.io").unwrap();
+    store.record_known(&d, "GHCR.io").unwrap();
+    store.record_known(&d, "docker.io").unwrap();
+    drop(store);
+    let store = Store::open(root, OpenMode::Exclusive).unwrap();
+    assert_eq!(store.known_upstreams(&d).unwrap(), ["docker.io", "ghcr.io"]);
+    assert!(store.is_known_in(&d, "ghcr.io").unwrap() && !store.is_known_in(&d, "quay.io").unwrap());
+    store.remove_object(&d).unwrap();
+    assert!(store.known_upstreams(&d).unwrap().is_empty(), "eviction forgets where it was known");
+}

@@ -109,6 +109,8 @@ pub struct RawAdmin {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RawLimits {
     pub max_concurrent_fills: Option<usize>,
+    pub max_fills_per_upstream: Option<usize>,
+    pub abandoned_fill_grace: Option<String>,
     pub max_client_requests: Option<usize>,
     pub max_connections: Option<usize>,
     pub max_header_bytes: Option<String>,
@@ -532,6 +534,17 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             Some(n) => Some(n),
             None => d.max_concurrent_fills,
         },
+        max_fills_per_upstream: match raw.limits.max_fills_per_upstream {
+            Some(0) => return Err(err("limits.maxFillsPerUpstream", "must be at least 1".into())),
+            Some(n) => Some(n),
+            None => d.max_fills_per_upstream,
+        },
+        abandoned_fill_grace: duration(
+            name,
+            "limits.abandonedFillGrace",
+            &raw.limits.abandoned_fill_grace,
+            d.abandoned_fill_grace,
+        )?,
     };
     let cache_max_size = match &raw.cache.max_size {
         None => None,

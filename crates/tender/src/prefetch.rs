@@ -696,6 +696,8 @@ impl LocalBackend {
         reported: &mut u64,
     ) -> Result<Digest, FetchError> {
         let give_up = Instant::now() + self.wait_limit;
+        // Waited for by polling, without reading: not an abandoned fill.
+        fill.keep();
         loop {
             let s = fill.state();
             if let (Some(t), true) = (s.total, sized_by_fill) {

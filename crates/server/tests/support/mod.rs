@@ -205,7 +205,11 @@ async fn fake_handler(State(s): State<Arc<FakeState>>, req: Request) -> Response
         };
         if head {
             s.blob_heads.fetch_add(1, Ordering::SeqCst);
-            return Response::builder().header(header::CONTENT_LENGTH, body.len()).body(Body::empty()).unwrap();
+            return Response::builder()
+                .header(header::CONTENT_LENGTH, body.len())
+                .header("docker-content-digest", digest)
+                .body(Body::empty())
+                .unwrap();
         }
         s.blob_gets.fetch_add(1, Ordering::SeqCst);
         if let Some(to) = s.redirect_blobs_to.lock().unwrap().clone() {
@@ -340,6 +344,8 @@ pub fn fast_settings() -> FetchSettings {
         tag_ttl: Duration::from_secs(300),
         stale_max_age: Duration::from_secs(3600),
         max_concurrent_fills: None,
+        max_fills_per_upstream: None,
+        abandoned_fill_grace: Duration::from_secs(60),
     }
 }
 
@@ -396,6 +402,21 @@ impl Tender {
         bucket: Option<Arc<tender_bucket::Bucket>>,
     ) -> Tender {
         let dir = tempfile::tempdir().unwrap();
+        Tender::start_in(dir, upstreams, factory, settings, security, tls, surface, bucket).await
+    }
+
+    /// A replica over an existing data directory (an older format, for migration tests).
+    #[allow(clippy::too_many_arguments, reason = "test bed")]
+    pub async fn start_in(
+        dir: tempfile::TempDir,
+        upstreams: Vec<UpstreamSettings>,
+        factory: Option<String>,
+        settings: FetchSettings,
+        security: Security,
+        tls: Option<Arc<tender_server::tls::TlsReloader>>,
+        surface: Surface,
+        bucket: Option<Arc<tender_bucket::Bucket>>,
+    ) -> Tender {
         let store = Arc::new(Store::open(dir.path(), OpenMode::Exclusive).unwrap());
         let metrics = FetchMetrics::default();
         let flights = Flights::with_bucket(store.clone(), settings.clone(), metrics.clone(), bucket);
