@@ -161,13 +161,49 @@ impl Mirror {
         }
     }
 
-    /// A manifest by tag or digest.
+    /// A manifest by tag or digest, for a client that accepts `accept`. A tag is always
+    /// resolved to its true target (the upstream is asked with every manifest type); a client
+    /// that cannot take a stored index gets the entry distribution would give it (linux/amd64,
+    /// else the first), chosen from the stored index, so one client's Accept never changes what
+    /// the tag means for the others, and the choice works with the upstream down.
     pub async fn manifest(
         self: &Arc<Self>,
         up: &Arc<Upstream>,
         repo: &RepoName,
         reference: &Reference,
         accept: &AcceptList,
+    ) -> Result<ManifestHit, FetchError> {
+        let hit = self.resolve(up, repo, reference).await?;
+        let Reference::Tag(tag) = reference else {
+            return Ok(hit);
+        };
+        if accept.accepts(&hit.media_type) || !media::is_index(&hit.media_type) {
+            return Ok(hit);
+        }
+        let Some(entry) = media::default_platform(&hit.bytes) else {
+            return Err(FetchError::new(
+                FetchErrorKind::NotFound,
+                up.name(),
+                format!(
+                    "{repo}:{tag} is an index ({}) with no manifest for a client that does not accept it",
+                    hit.media_type
+                ),
+            )
+            .with_status(404));
+        };
+        let mut chosen = self.resolve(up, repo, &Reference::Digest(entry)).await?;
+        if hit.cache == CacheResult::Stale {
+            chosen.cache = CacheResult::Stale;
+        }
+        Ok(chosen)
+    }
+
+    /// A manifest by tag (its true target) or digest, whatever its media type.
+    async fn resolve(
+        self: &Arc<Self>,
+        up: &Arc<Upstream>,
+        repo: &RepoName,
+        reference: &Reference,
     ) -> Result<ManifestHit, FetchError> {
         let store = self.flights.store();
         match reference {
@@ -183,7 +219,7 @@ impl Mirror {
             Reference::Tag(t) => {
                 let record = store.tag_get(up.name(), repo.as_str(), t.as_str()).map_err(|e| local(up, e))?;
                 if let Some(r) = &record {
-                    if r.age_secs() < self.settings.tag_ttl.as_secs() && accept.accepts(&r.media_type) {
+                    if r.age_secs() < self.settings.tag_ttl.as_secs() {
                         if let Some(hit) = self.stored_known_manifest(up, &r.digest, CacheResult::Hit)? {
                             return Ok(hit);
                         }
@@ -191,7 +227,7 @@ impl Mirror {
                 }
             }
         }
-        let key = format!("{}\0{}\0{}\0{}", up.name(), repo, reference, accept.upstream_header());
+        let key = format!("{}\0{}\0{}", up.name(), repo, reference);
         let flight = {
             let mut flights = self
                 .manifest_flights
@@ -200,9 +236,8 @@ impl Mirror {
             flights
                 .entry(key.clone())
                 .or_insert_with(|| {
-                    let (me, up, repo, reference, accept) =
-                        (self.clone(), up.clone(), repo.clone(), reference.clone(), accept.clone());
-                    async move { me.fetch_manifest(&up, &repo, &reference, &accept).await }.boxed().shared()
+                    let (me, up, repo, reference) = (self.clone(), up.clone(), repo.clone(), reference.clone());
+                    async move { me.fetch_manifest(&up, &repo, &reference).await }.boxed().shared()
                 })
                 .clone()
         };
@@ -315,13 +350,14 @@ impl Mirror {
         up: &Arc<Upstream>,
         repo: &RepoName,
         reference: &Reference,
-        accept: &AcceptList,
     ) -> Result<ManifestHit, FetchError> {
         let store = self.flights.store();
         let path = format!("/v2/{repo}/manifests/{reference}");
         let scope = format!("repository:{repo}:pull");
+        // Always every type: the answer is the tag's true target, never one narrowed to a
+        // client's Accept (a narrowed answer would become the tag's record for everyone).
         let mut headers = HeaderMap::new();
-        if let Ok(v) = HeaderValue::from_str(&accept.upstream_header()) {
+        if let Ok(v) = HeaderValue::from_str(&media::ALL_MANIFESTS.join(", ")) {
             headers.insert(ACCEPT, v);
         }
         let record = match reference {
@@ -343,7 +379,7 @@ impl Mirror {
         if let Some((d, bucket)) = in_bucket {
             match bucket.read_small(d, MAX_MANIFEST_BYTES as u64).await {
                 Ok(Some((body, index))) => {
-                    if let Some(media_type) = index.media_type.clone().filter(|m| accept.accepts(m)) {
+                    if let Some(media_type) = index.media_type.clone() {
                         store.put_bytes(&format!("manifest:{d}"), &body, d).map_err(|e| local(up, e))?;
                         store
                             .meta_put(d, &ManifestMeta { media_type: media_type.clone(), size: body.len() as u64 })
@@ -360,7 +396,7 @@ impl Mirror {
         }
         // A tag we hold: ask with HEAD (cheap, not rate-limited by Docker Hub) whether it moved.
         if let (Some(r), Reference::Tag(_)) = (&record, reference) {
-            if accept.accepts(&r.media_type) && store.object_len(&r.digest).is_some() {
+            if store.object_len(&r.digest).is_some() {
                 match up.request(Method::HEAD, &path, headers.clone(), Some(&scope)).await {
                     Ok(resp) => {
                         let same = resp

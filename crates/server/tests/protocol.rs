@@ -12,6 +12,32 @@ use support::*;
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+const ALL_MANIFESTS: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, \
+     application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docker.distribution.manifest.v2+json";
+
+/// A multi-arch tag `v1` in `a/multi`: a Docker manifest list naming arm64 first, then amd64.
+/// Returns (list, amd64, arm64) digests.
+fn add_multi_arch(fake: &FakeUpstream) -> (String, String, String) {
+    let child = |arch: &str| {
+        format!(r#"{{"schemaVersion":2,"mediaType":"{DOCKER_MANIFEST}","config":{{"digest":"{arch}"}},"layers":[]}}"#)
+    };
+    let (amd, arm) = (child("amd64"), child("arm64"));
+    let amd_d = fake.add_manifest("a/multi", "amd64-only", DOCKER_MANIFEST, amd.as_bytes());
+    let arm_d = fake.add_manifest("a/multi", "arm64-only", DOCKER_MANIFEST, arm.as_bytes());
+    let entry = |d: &str, len: usize, arch: &str| {
+        format!(
+            r#"{{"mediaType":"{DOCKER_MANIFEST}","digest":"{d}","size":{len},"platform":{{"os":"linux","architecture":"{arch}"}}}}"#
+        )
+    };
+    let list = format!(
+        r#"{{"schemaVersion":2,"mediaType":"{DOCKER_LIST}","manifests":[{},{}]}}"#,
+        entry(&arm_d, arm.len(), "arm64"),
+        entry(&amd_d, amd.len(), "amd64")
+    );
+    let list_d = fake.add_manifest("a/multi", "v1", DOCKER_LIST, list.as_bytes());
+    (list_d, amd_d, arm_d)
+}
 
 async fn error_code(resp: reqwest::Response) -> (u16, String) {
     let status = resp.status().as_u16();
@@ -44,7 +70,8 @@ async fn should_negotiate_manifest_media_types_with_accept() {
     assert_eq!(resp.headers()["etag"], format!("\"{digest}\"").as_str());
     assert_eq!(resp.headers()["content-length"], index.len().to_string().as_str());
     assert_eq!(resp.bytes().await.unwrap().as_ref(), index);
-    assert_eq!(fake.state.accepts.lock().unwrap().last().unwrap(), &format!("{OCI_INDEX}, {OCI_MANIFEST}"));
+    // the tag is resolved with every manifest type, whatever the client named
+    assert_eq!(fake.state.accepts.lock().unwrap().last().unwrap(), ALL_MANIFESTS);
 
     // a cached tag whose type the client accepts is served without asking upstream
     let gets = fake.state.manifest_gets.load(Ordering::SeqCst);
@@ -52,10 +79,12 @@ async fn should_negotiate_manifest_media_types_with_accept() {
     assert_eq!(resp.status(), 200);
     assert_eq!(fake.state.manifest_gets.load(Ordering::SeqCst), gets);
 
-    // a client that does not accept the cached type is sent upstream with its own Accept
+    // a client that does not accept the index gets its platform manifest from the stored
+    // index; this one has none: 404 MANIFEST_UNKNOWN, as distribution answers, and no question
+    // upstream with the client's narrowed Accept
     let resp = client().get(&url).header("Accept", DOCKER_MANIFEST).send().await.unwrap();
-    assert_eq!(resp.status(), 200);
-    assert_eq!(fake.state.accepts.lock().unwrap().last().unwrap(), DOCKER_MANIFEST);
+    assert_eq!(error_code(resp).await, (404, "MANIFEST_UNKNOWN".into()));
+    assert!(fake.state.accepts.lock().unwrap().iter().all(|a| a != DOCKER_MANIFEST));
 
     // by digest: served from the store
     let gets = fake.state.manifest_gets.load(Ordering::SeqCst);
@@ -63,6 +92,42 @@ async fn should_negotiate_manifest_media_types_with_accept() {
         client().get(tender.url(&format!("/v2/ghcr.io/siderolabs/kubelet/manifests/{digest}"))).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(fake.state.manifest_gets.load(Ordering::SeqCst), gets);
+}
+
+/// Issue 17 item 1: a client that accepts only Docker v2s2 never changes what a tag means for
+/// the others, and gets the linux/amd64 manifest chosen from the stored list — also with the
+/// upstream down.
+#[tokio::test]
+async fn should_never_let_a_narrow_accept_change_the_tag_record() {
+    let fake = FakeUpstream::start().await;
+    let (list, amd, arm) = add_multi_arch(&fake);
+    // every request revalidates the tag, so the upstream's answer is what counts each time
+    let settings = tender_fetch::FetchSettings { tag_ttl: std::time::Duration::ZERO, ..fast_settings() };
+    let tender = Tender::start(vec![upstream_settings("ghcr.io", &fake.url())], settings).await;
+    let url = tender.url("/v2/ghcr.io/a/multi/manifests/v1");
+    let digest_of = |resp: &reqwest::Response| resp.headers()["docker-content-digest"].to_str().unwrap().to_string();
+    for down in [false, true] {
+        *fake.state.down.lock().unwrap() = down;
+        let narrow = client().get(&url).header("Accept", DOCKER_MANIFEST).send().await.unwrap();
+        assert_eq!(narrow.status(), 200, "down={down}");
+        assert_eq!(narrow.headers()["content-type"], DOCKER_MANIFEST, "down={down}");
+        assert_eq!(digest_of(&narrow), amd, "down={down}: linux/amd64 from the list");
+        let record = tender.store.tag_get("ghcr.io", "a/multi", "v1").unwrap().expect("a tag record");
+        assert_eq!(record.digest.to_string(), list, "down={down}: the record names the list");
+        assert_eq!(record.media_type, DOCKER_LIST);
+        let full = client().get(&url).header("Accept", ALL_MANIFESTS).send().await.unwrap();
+        assert_eq!(full.status(), 200, "down={down}");
+        assert_eq!(digest_of(&full), list, "down={down}");
+        assert_eq!(full.headers()["content-type"], DOCKER_LIST);
+        if !down {
+            // the arm64 client then follows the list by digest
+            let resp = client().get(tender.url(&format!("/v2/ghcr.io/a/multi/manifests/{arm}"))).send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+        }
+    }
+    // tags were always resolved upstream with the complete Accept set
+    let accepts = fake.state.accepts.lock().unwrap().clone();
+    assert!(accepts.iter().all(|a| a.contains(DOCKER_LIST) && a.contains(OCI_INDEX)), "{accepts:?}");
 }
 
 #[tokio::test]

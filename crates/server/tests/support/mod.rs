@@ -188,7 +188,23 @@ async fn fake_handler(State(s): State<Arc<FakeState>>, req: Request) -> Response
         if let Some(a) = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
             s.accepts.lock().unwrap().push(a.to_string());
         }
-        let m = s.manifests.lock().unwrap().get(&(repo.to_string(), reference.to_string())).cloned();
+        let mut m = s.manifests.lock().unwrap().get(&(repo.to_string(), reference.to_string())).cloned();
+        // Like a real registry: a tag naming an index, asked for by a client whose Accept
+        // excludes the index's type, answers with the linux/amd64 (else the first) entry.
+        let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        if let Some((mt, body)) = m.clone() {
+            let list = mt.contains("index") || mt.contains("manifest.list");
+            if list && !reference.contains(':') && !accept.is_empty() && !accept.contains(&mt) {
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let entries = v["manifests"].as_array().cloned().unwrap_or_default();
+                let pick = entries
+                    .iter()
+                    .find(|e| e["platform"]["os"] == "linux" && e["platform"]["architecture"] == "amd64")
+                    .or(entries.first())
+                    .and_then(|e| e["digest"].as_str().map(str::to_string));
+                m = pick.and_then(|d| s.manifests.lock().unwrap().get(&(repo.to_string(), d)).cloned());
+            }
+        }
         return match m {
             Some((mt, body)) => Response::builder()
                 .header(header::CONTENT_TYPE, mt)
