@@ -620,6 +620,7 @@ impl Mirror {
                         link: link.clone(),
                         filters_applied: filters_applied.clone(),
                         body: text.to_string(),
+                        not_found: false,
                         fetched_at: tender_store_now(),
                     };
                     if let Err(e) = store.listing_put(&record) {
@@ -628,6 +629,22 @@ impl Mirror {
                 }
                 (content_type, link, filters_applied, body, CacheResult::Pass)
             }
+            Err(e) if e.kind == FetchErrorKind::NotFound => {
+                let record = ListingRecord {
+                    upstream: up.name().to_string(),
+                    request: request.clone(),
+                    content_type: String::new(),
+                    link: None,
+                    filters_applied: None,
+                    body: String::new(),
+                    not_found: true,
+                    fetched_at: tender_store_now(),
+                };
+                if let Err(e) = store.listing_put(&record) {
+                    tracing::warn!(upstream = %up.name(), %request, error = %e, "listing 404 not kept for offline use");
+                }
+                return Err(e);
+            }
             Err(e) if e.is_upstream_down() => {
                 let stale = store
                     .listing_get(up.name(), &request)
@@ -635,6 +652,14 @@ impl Mirror {
                     .filter(|r| r.age_secs() <= self.settings.stale_max_age.as_secs());
                 let Some(r) = stale else { return Err(e) };
                 tracing::warn!(upstream = %up.name(), %request, error = %e, "upstream down: serving the last good listing");
+                if r.not_found {
+                    return Err(FetchError::new(
+                        FetchErrorKind::NotFound,
+                        up.name(),
+                        format!("{request}: 404 when {} last answered", up.name()),
+                    )
+                    .with_status(404));
+                }
                 (r.content_type, r.link, r.filters_applied, Bytes::from(r.body), CacheResult::Stale)
             }
             Err(e) => return Err(e),

@@ -429,6 +429,11 @@ async fn should_pass_the_referrers_404_through_and_report_filters_and_pages() {
     let url = tender.url(&format!("/v2/ghcr.io/a/b/referrers/{zero}"));
     let resp = client().get(&url).send().await.unwrap();
     assert_eq!(resp.status(), 404, "the upstream's 404, so clients use the tag-schema fallback");
+    // and the same 404 while the upstream is down (issue 17 item 6: signature checks offline)
+    *fake.state.down.lock().unwrap() = true;
+    let resp = client().get(&url).send().await.unwrap();
+    assert_eq!(resp.status(), 404, "the last answer, 404, while the upstream is down");
+    *fake.state.down.lock().unwrap() = false;
 
     let referrer = |i: usize, t: &str| serde_json::json!({"mediaType": OCI_MANIFEST, "digest": format!("sha256:{}", i.to_string().repeat(64)), "size": 1, "artifactType": t});
     *fake.state.referrers.lock().unwrap() = Some(vec![

@@ -59,6 +59,10 @@ pub struct ListingRecord {
     pub link: Option<String>,
     pub filters_applied: Option<String>,
     pub body: String,
+    /// The upstream answered 404 (no referrers API: clients fall back to tags); kept so that
+    /// the same 404, not an error, is the answer while it is down.
+    #[serde(default)]
+    pub not_found: bool,
     /// Seconds since the Unix epoch when the upstream gave this answer.
     pub fetched_at: u64,
 }
