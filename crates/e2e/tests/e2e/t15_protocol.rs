@@ -145,3 +145,161 @@ fn should_serve_arm64_after_a_v2s2_only_client_also_with_the_upstream_stopped() 
     let stale = t.access().iter().filter(|a| a.cache == "stale").count();
     assert!(stale > 0, "the answers with the upstream stopped were stale ones");
 }
+
+const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const SIGNATURE: &str = "application/vnd.example.signature.v1";
+
+/// Push a blob to docker-registry (POST an upload, PUT it with the digest); its digest.
+fn push_blob(registry: &str, repo: &str, body: &[u8], work: &Path) -> String {
+    let digest = sha256(body);
+    let file = work.join(hex_of(&digest));
+    std::fs::write(&file, body).unwrap();
+    let location = proc::run(Command::new("curl").args([
+        "-sSf",
+        "-o",
+        "/dev/null",
+        "-X",
+        "POST",
+        "-w",
+        "%header{location}",
+        &format!("http://{registry}/v2/{repo}/blobs/uploads/"),
+    ]));
+    let location = location.trim();
+    let location =
+        if location.starts_with("http") { location.to_string() } else { format!("http://{registry}{location}") };
+    let sep = if location.contains('?') { '&' } else { '?' };
+    proc::run(Command::new("curl").args([
+        "-sSf",
+        "-X",
+        "PUT",
+        "-H",
+        "Content-Type: application/octet-stream",
+        "--data-binary",
+        &format!("@{}", file.display()),
+        &format!("{location}{sep}digest={digest}"),
+    ]));
+    digest
+}
+
+/// PUT a manifest of `media_type` under `reference`; its digest.
+fn push_manifest(registry: &str, repo: &str, reference: &str, media_type: &str, body: &str, work: &Path) -> String {
+    let digest = sha256(body.as_bytes());
+    let file = work.join(format!("{}.json", hex_of(&digest)));
+    std::fs::write(&file, body).unwrap();
+    proc::run(Command::new("curl").args([
+        "-sSf",
+        "-X",
+        "PUT",
+        "-H",
+        &format!("Content-Type: {media_type}"),
+        "--data-binary",
+        &format!("@{}", file.display()),
+        &format!("http://{registry}/v2/{repo}/manifests/{reference}"),
+    ]));
+    digest
+}
+
+/// A referrers client as the distribution spec prescribes it: the referrers API, and on 404
+/// the tag-schema fallback (`<alg>-<hex>`). The referrers' descriptors.
+fn referrers(t: &Tender, repo: &str, subject: &str) -> Vec<serde_json::Value> {
+    let addr = t.hostport().parse().unwrap();
+    let r = tender_e2e::http::request(addr, "GET", &format!("/v2/{repo}/referrers/{subject}"), &[]).unwrap();
+    let index = match r.status() {
+        200 => r.text(),
+        404 => {
+            let tag = subject.replacen(':', "-", 1);
+            let r = tender_e2e::http::request(
+                addr,
+                "GET",
+                &format!("/v2/{repo}/manifests/{tag}"),
+                &[("Accept", OCI_INDEX)],
+            )
+            .unwrap();
+            match r.status() {
+                200 => r.text(),
+                404 => return Vec::new(),
+                s => panic!("fallback tag {tag}: {s} {}", r.text()),
+            }
+        }
+        s => panic!("referrers of {subject}: {s} {}", r.text()),
+    };
+    let v: serde_json::Value = serde_json::from_str(&index).unwrap();
+    v["manifests"].as_array().cloned().unwrap_or_default()
+}
+
+/// `skopeo list-tags` through tender.
+fn list_tags(t: &Tender, repo: &str) -> Vec<String> {
+    let out = proc::run(Command::new("skopeo").args([
+        "list-tags",
+        "--tls-verify=false",
+        &format!("docker://{}/{repo}", t.hostport()),
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["Tags"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect()
+}
+
+/// Issue 17 items 2 and 6: a signature pushed to docker-registry (which has no referrers API)
+/// as a tag-schema fallback tag is found through tender by a spec client; tag lists, the
+/// referrers 404 and `skopeo inspect` keep working with the upstream stopped.
+#[test]
+fn should_find_a_fallback_tag_signature_and_keep_listing_with_the_upstream_stopped() {
+    let bed = Bed::new("referrers", Sizes::SMALL);
+    proc::need(&["skopeo", "curl"]);
+    let (reg, repo) = (bed.registry.hostport(), "siderolabs/installer");
+    let subject = bed.images.var("INSTALLER_MANIFEST").to_string();
+    let subject_len = std::fs::metadata(bed.images.blob_path(&subject)).unwrap().len();
+    let work = bed.path("push");
+    std::fs::create_dir_all(&work).unwrap();
+    let config = push_blob(&reg, repo, b"{}", &work);
+    let payload = push_blob(&reg, repo, b"signed by e2e", &work);
+    let signature = format!(
+        r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","artifactType":"{SIGNATURE}","config":{{"mediaType":"application/vnd.oci.empty.v1+json","digest":"{config}","size":2}},"layers":[{{"mediaType":"application/octet-stream","digest":"{payload}","size":13}}],"subject":{{"mediaType":"{OCI_MANIFEST}","digest":"{subject}","size":{subject_len}}}}}"#
+    );
+    let sig_digest = sha256(signature.as_bytes());
+    push_manifest(&reg, repo, &sig_digest, OCI_MANIFEST, &signature, &work);
+    let fallback = format!(
+        r#"{{"schemaVersion":2,"mediaType":"{OCI_INDEX}","manifests":[{{"mediaType":"{OCI_MANIFEST}","artifactType":"{SIGNATURE}","digest":"{sig_digest}","size":{}}}]}}"#,
+        signature.len()
+    );
+    push_manifest(&reg, repo, &subject.replacen(':', "-", 1), OCI_INDEX, &fallback, &work);
+    let t = bed.start_tender("tender.log");
+    let name = format!("ghcr.io/{repo}");
+
+    let check = |when: &str| {
+        let found = referrers(&t, &name, &subject);
+        assert_eq!(found.len(), 1, "{when}: the signature through the fallback tag: {found:?}");
+        assert_eq!(found[0]["digest"], sig_digest.as_str(), "{when}");
+        assert_eq!(found[0]["artifactType"], SIGNATURE, "{when}");
+        let addr = t.hostport().parse().unwrap();
+        let sig = tender_e2e::http::request(
+            addr,
+            "GET",
+            &format!("/v2/{name}/manifests/{sig_digest}"),
+            &[("Accept", OCI_MANIFEST)],
+        )
+        .unwrap();
+        assert_eq!(sig.status(), 200, "{when}");
+        assert_eq!(sha256(sig.text().as_bytes()), sig_digest, "{when}");
+        let blob = tender_e2e::http::request(addr, "GET", &format!("/v2/{name}/blobs/{payload}"), &[]).unwrap();
+        assert_eq!(blob.text(), "signed by e2e", "{when}");
+        let tags = list_tags(&t, &name);
+        assert!(
+            tags.contains(&"v1.10.5".to_string()) && tags.contains(&subject.replacen(':', "-", 1)),
+            "{when}: {tags:?}"
+        );
+        let inspect = proc::run(Command::new("skopeo").args([
+            "inspect",
+            "--tls-verify=false",
+            &format!("docker://{}/{name}:v1.10.5", t.hostport()),
+        ]));
+        let v: serde_json::Value = serde_json::from_str(&inspect).unwrap();
+        assert_eq!(v["Digest"], subject.as_str(), "{when}: skopeo inspect");
+    };
+    check("upstream up");
+    let Bed { registry, images: _images, dir: _dir } = bed;
+    drop(registry);
+    check("upstream stopped");
+    let stale = t.access().iter().filter(|a| a.cache == "stale").count();
+    assert!(stale >= 2, "tag list and manifests answered stale");
+}
