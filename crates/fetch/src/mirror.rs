@@ -164,13 +164,20 @@ impl Mirror {
         self.upstreams.get(&name.to_ascii_lowercase())
     }
 
-    /// Choose the upstream for a request: `ns`, else a path prefix naming a configured
-    /// upstream, else the default. Returns the upstream and the name to ask it for.
+    /// Choose the upstream for a request: a path prefix naming a configured upstream, else
+    /// `ns`, else the default. Returns the upstream and the name to ask it for. The prefix wins
+    /// over `ns` because containerd with a path-routed mirror (`override_path`) sends both, and
+    /// the prefix is the one the operator wrote; `ns` is what containerd adds for the registry.
     pub fn route(&self, ns: Option<&str>, name: &RepoName) -> Result<(Arc<Upstream>, RepoName), RouteRefusal> {
         let finish = |up: &Arc<Upstream>, n: RepoName| {
             let n = if up.settings().library_prefix { n.with_library_prefix() } else { n };
             (up.clone(), n)
         };
+        if let Some((first, rest)) = name.strip_first() {
+            if let Some(up) = self.upstream(first) {
+                return Ok(finish(up, rest));
+            }
+        }
         if let Some(ns) = ns {
             return match self.upstream(ns) {
                 Some(up) => Ok(finish(up, name.clone())),

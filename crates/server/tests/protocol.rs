@@ -526,6 +526,16 @@ async fn should_refuse_unconfigured_hostnames_when_the_default_is_docker_io() {
     assert_eq!(resp.status(), 200);
     assert!(resp.headers().get("oci-namespace").is_none());
 
+    let hub_before = hub.requests();
+    // containerd with a path-routed mirror (`override_path`) sends both a prefix and `ns`:
+    // the prefix, written by the operator, wins; `ns` is what containerd adds for the registry
+    let resp = client().get(tender.url("/v2/ghcr.io/a/b/manifests/v1?ns=ghcr.io")).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "prefix and ns agree");
+    let resp = client().get(tender.url("/v2/ghcr.io/a/b/manifests/v1?ns=docker.io")).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "a _default hosts.toml pointing at /v2/ghcr.io");
+    assert_eq!(resp.headers()["oci-namespace"], "ghcr.io", "the namespace that answered");
+    assert_eq!(hub.requests(), hub_before);
+
     // another default: a dotted first component goes to it as a repository name
     let tender = Tender::in_front_of(&ghcr).await;
     ghcr.add_manifest("quay.io/a/b", "v1", OCI_MANIFEST, b"{}");
