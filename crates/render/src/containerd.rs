@@ -14,10 +14,11 @@
 //! containerd always appends the `server` entry as the last host and, when `server` is absent,
 //! fills it with the registry itself. So "skip fallback" cannot be written as "no server": it is
 //! written as `server = "<mirror>"` with the mirror's settings at the top level, which leaves the
-//! mirror as the only host. The mirror is also listed as a `[host."<mirror>"]` table: containerd
-//! 1.6 refuses a hosts.toml without a `host` tree ("invalid `host` tree") and then falls back to
-//! the registry itself, the very thing `--skip-fallback` must prevent; listing it twice costs one
-//! retry of the same mirror. Relative paths (`ca.crt`) resolve against the host directory.
+//! mirror as the only host. An empty `[host]` table follows: containerd 1.6 refuses a hosts.toml
+//! without a `host` tree ("invalid `host` tree") and then falls back to the registry itself, the
+//! very thing `--skip-fallback` must prevent; an empty tree satisfies it without listing the
+//! mirror a second time (which made containerd ask tender twice for every miss). Relative paths
+//! (`ca.crt`) resolve against the host directory.
 
 use std::collections::BTreeMap;
 
@@ -59,7 +60,7 @@ struct HostsFile {
     server: Option<String>,
     #[serde(flatten)]
     root: HostSettings,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    /// Always written, empty with `--skip-fallback` (containerd 1.6 needs the table).
     host: BTreeMap<String, HostSettings>,
 }
 
@@ -95,11 +96,7 @@ pub fn hosts_files(plan: &MirrorPlan) -> Result<Vec<OutputFile>, Error> {
         let dir = registry.containerd_dir();
         let mirror_settings = settings(plan, &plan.config);
         let file = if plan.skip_fallback {
-            HostsFile {
-                server: Some(plan.mirror.url.to_string()),
-                root: settings(plan, &plan.config),
-                host: BTreeMap::from([(plan.mirror.url.to_string(), mirror_settings)]),
-            }
+            HostsFile { server: Some(plan.mirror.url.to_string()), root: mirror_settings, host: BTreeMap::new() }
         } else {
             HostsFile {
                 server: registry.upstream(),

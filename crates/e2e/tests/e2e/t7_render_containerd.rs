@@ -34,6 +34,26 @@ fn should_pull_through_tender_with_the_rendered_containerd_hosts_toml() {
     assert!(rendered.contains(&t.hostport()), "{rendered}");
     assert!(!rendered.contains("https://ghcr.io"), "no fallback to the real registry: {rendered}");
 
+    // A miss containerd cannot resolve: asked of tender once, not once per listed host.
+    let missing = ctrd.ctr(&[
+        "-n",
+        "e2e",
+        "images",
+        "pull",
+        "--hosts-dir",
+        certs.to_str().unwrap(),
+        "--snapshotter",
+        "native",
+        "ghcr.io/siderolabs/kubelet:no-such-tag",
+    ]);
+    assert!(!missing.status.success(), "a tag the upstream lacks does not pull");
+    let asked = t.access().iter().filter(|a| a.path.contains("/manifests/no-such-tag")).count();
+    assert_eq!(asked, 1, "containerd asked tender once for the missing tag");
+    // issue 17 item 7: tender is listed once (as `server`), with the empty `[host]` table that
+    // containerd 1.6 needs, exactly as docs/render.md shows it
+    let mirror = format!("http://{}", t.hostport());
+    assert_eq!(rendered, format!("server = \"{mirror}\"\ncapabilities = [\"pull\", \"resolve\"]\n\n[host]\n"));
+
     let image = "ghcr.io/siderolabs/kubelet:v1.33.1";
     let pull = ctrd.ctr(&[
         "-n",
@@ -60,7 +80,10 @@ fn should_pull_through_tender_with_the_rendered_containerd_hosts_toml() {
     assert!(ls.lines().any(|l| l.starts_with(image) && l.contains(index)), "{image} at {index} in:\n{ls}");
     // containerd sent ns=ghcr.io to the mirror, and every request reached the ghcr.io upstream
     let access = t.access();
-    let registry: Vec<_> = access.iter().filter(|a| a.path.starts_with("/v2/") && a.path != "/v2/").collect();
+    let registry: Vec<_> = access
+        .iter()
+        .filter(|a| a.path.starts_with("/v2/") && a.path != "/v2/" && !a.path.contains("no-such-tag"))
+        .collect();
     assert!(!registry.is_empty());
     for a in &registry {
         assert_eq!((a.ns.as_str(), a.upstream.as_str(), a.status), ("ghcr.io", "ghcr.io", 200), "{a:?}");
