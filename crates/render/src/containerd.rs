@@ -197,6 +197,7 @@ pub fn config_dropin(version: ContainerdVersion, config_path: &str) -> String {
 
 #[cfg(test)]
 mod dropin_tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
 
     #[test]
