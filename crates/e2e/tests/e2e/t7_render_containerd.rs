@@ -89,3 +89,53 @@ fn should_pull_through_tender_with_the_rendered_containerd_hosts_toml() {
         assert_eq!((a.ns.as_str(), a.upstream.as_str(), a.status), ("ghcr.io", "ghcr.io", 200), "{a:?}");
     }
 }
+
+/// Issue 17 item 5: a path-routed mirror (`override_path`) makes containerd send both a path
+/// prefix and `ns`; the prefix names the upstream and the pull works.
+#[test]
+fn should_pull_through_a_path_routed_mirror_with_override_path() {
+    let bed = Bed::new("render-override-path", Sizes::SMALL);
+    let t = bed.start_tender("tender.log");
+    let ctrd = Containerd::start(&bed.path("containerd"));
+    let certs = bed.path("certs.d");
+    proc::run(Command::new(tender_bin()).args([
+        "render",
+        "registries",
+        "--format",
+        "containerd",
+        "--mirror",
+        &format!("http://{}/v2/ghcr.io", t.hostport()),
+        "--registry",
+        "ghcr.io",
+        "--skip-fallback",
+        "--out",
+        certs.to_str().unwrap(),
+    ]));
+    let rendered = std::fs::read_to_string(certs.join("ghcr.io/hosts.toml")).unwrap();
+    assert!(rendered.contains("override_path = true"), "{rendered}");
+    let pull = ctrd.ctr(&[
+        "-n",
+        "e2e",
+        "images",
+        "pull",
+        "--hosts-dir",
+        certs.to_str().unwrap(),
+        "--platform",
+        "linux/amd64",
+        "--snapshotter",
+        "native",
+        "ghcr.io/siderolabs/kubelet:v1.33.1",
+    ]);
+    assert!(
+        pull.status.success(),
+        "ctr images pull through a path-routed mirror failed:\n{}{}",
+        String::from_utf8_lossy(&pull.stdout),
+        String::from_utf8_lossy(&pull.stderr)
+    );
+    let access = t.access();
+    let registry: Vec<_> = access.iter().filter(|a| a.path.starts_with("/v2/ghcr.io/")).collect();
+    assert!(!registry.is_empty(), "containerd used the path prefix: {access:#?}");
+    for a in &registry {
+        assert_eq!((a.ns.as_str(), a.upstream.as_str(), a.status), ("ghcr.io", "ghcr.io", 200), "{a:?}");
+    }
+}
