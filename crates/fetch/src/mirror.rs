@@ -12,7 +12,7 @@ use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_RA
 use reqwest::Method;
 use tender_oci::media::{self, AcceptList};
 use tender_oci::{Digest, Reference, RepoName};
-use tender_store::{ManifestMeta, TagRecord};
+use tender_store::{ListingRecord, ManifestMeta, TagRecord};
 
 use crate::client::Upstream;
 use crate::error::{FetchError, FetchErrorKind};
@@ -59,12 +59,37 @@ pub struct ManifestHit {
     pub cache: CacheResult,
 }
 
-/// A passed-through listing (tags, referrers).
+/// Largest tag list or referrers page accepted from an upstream.
+pub const MAX_LISTING_BYTES: usize = 8 * 1024 * 1024;
+
+/// A passed-through listing (tags, referrers), ready for the client that asked.
 #[derive(Debug, Clone)]
 pub struct Listing {
     pub content_type: String,
+    /// The upstream's next page as tender's own relative path, `rel="next"`.
     pub link: Option<String>,
+    /// The upstream's `OCI-Filters-Applied` (referrers: the filters it applied).
+    pub filters_applied: Option<String>,
     pub body: Bytes,
+    /// `Pass`, or `Stale` for the last good copy while the upstream is down.
+    pub cache: CacheResult,
+}
+
+/// Which listing a client asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListingKind {
+    Tags,
+    Referrers(Digest),
+}
+
+impl ListingKind {
+    /// The path after `/v2/<name>/`.
+    fn path(&self) -> String {
+        match self {
+            ListingKind::Tags => "tags/list".to_string(),
+            ListingKind::Referrers(d) => format!("referrers/{d}"),
+        }
+    }
 }
 
 /// Why a request names no configured upstream.
@@ -74,6 +99,8 @@ pub enum RouteRefusal {
     UnknownNamespace(String),
     #[error("no upstream configured for {0:?} and no default upstream")]
     NoDefault(String),
+    #[error("{0:?} names a registry that is not a configured upstream")]
+    UnknownRegistry(String),
 }
 
 /// What a digest names, for the HEAD that asks an upstream whether it holds it.
@@ -137,13 +164,20 @@ impl Mirror {
         self.upstreams.get(&name.to_ascii_lowercase())
     }
 
-    /// Choose the upstream for a request: `ns`, else a path prefix naming a configured
-    /// upstream, else the default. Returns the upstream and the name to ask it for.
+    /// Choose the upstream for a request: a path prefix naming a configured upstream, else
+    /// `ns`, else the default. Returns the upstream and the name to ask it for. The prefix wins
+    /// over `ns` because containerd with a path-routed mirror (`override_path`) sends both, and
+    /// the prefix is the one the operator wrote; `ns` is what containerd adds for the registry.
     pub fn route(&self, ns: Option<&str>, name: &RepoName) -> Result<(Arc<Upstream>, RepoName), RouteRefusal> {
         let finish = |up: &Arc<Upstream>, n: RepoName| {
             let n = if up.settings().library_prefix { n.with_library_prefix() } else { n };
             (up.clone(), n)
         };
+        if let Some((first, rest)) = name.strip_first() {
+            if let Some(up) = self.upstream(first) {
+                return Ok(finish(up, rest));
+            }
+        }
         if let Some(ns) = ns {
             return match self.upstream(ns) {
                 Some(up) => Ok(finish(up, name.clone())),
@@ -154,6 +188,12 @@ impl Mirror {
             if let Some(up) = self.upstream(first) {
                 return Ok(finish(up, rest));
             }
+            // Docker Hub names never have a host-like first component: such a name is meant
+            // for a registry that is not configured, and is never asked of docker.io.
+            let hub_default = self.default_upstream.as_deref().is_some_and(|d| d.eq_ignore_ascii_case("docker.io"));
+            if hub_default && (first.contains('.') || first.contains(':') || first == "localhost") {
+                return Err(RouteRefusal::UnknownRegistry(first.to_string()));
+            }
         }
         match self.default_upstream.as_deref().and_then(|d| self.upstream(d)) {
             Some(up) => Ok(finish(up, name.clone())),
@@ -161,13 +201,49 @@ impl Mirror {
         }
     }
 
-    /// A manifest by tag or digest.
+    /// A manifest by tag or digest, for a client that accepts `accept`. A tag is always
+    /// resolved to its true target (the upstream is asked with every manifest type); a client
+    /// that cannot take a stored index gets the entry distribution would give it (linux/amd64,
+    /// else the first), chosen from the stored index, so one client's Accept never changes what
+    /// the tag means for the others, and the choice works with the upstream down.
     pub async fn manifest(
         self: &Arc<Self>,
         up: &Arc<Upstream>,
         repo: &RepoName,
         reference: &Reference,
         accept: &AcceptList,
+    ) -> Result<ManifestHit, FetchError> {
+        let hit = self.resolve(up, repo, reference).await?;
+        let Reference::Tag(tag) = reference else {
+            return Ok(hit);
+        };
+        if accept.accepts(&hit.media_type) || !media::is_index(&hit.media_type) {
+            return Ok(hit);
+        }
+        let Some(entry) = media::default_platform(&hit.bytes) else {
+            return Err(FetchError::new(
+                FetchErrorKind::NotFound,
+                up.name(),
+                format!(
+                    "{repo}:{tag} is an index ({}) with no manifest for a client that does not accept it",
+                    hit.media_type
+                ),
+            )
+            .with_status(404));
+        };
+        let mut chosen = self.resolve(up, repo, &Reference::Digest(entry)).await?;
+        if hit.cache == CacheResult::Stale {
+            chosen.cache = CacheResult::Stale;
+        }
+        Ok(chosen)
+    }
+
+    /// A manifest by tag (its true target) or digest, whatever its media type.
+    async fn resolve(
+        self: &Arc<Self>,
+        up: &Arc<Upstream>,
+        repo: &RepoName,
+        reference: &Reference,
     ) -> Result<ManifestHit, FetchError> {
         let store = self.flights.store();
         match reference {
@@ -183,7 +259,7 @@ impl Mirror {
             Reference::Tag(t) => {
                 let record = store.tag_get(up.name(), repo.as_str(), t.as_str()).map_err(|e| local(up, e))?;
                 if let Some(r) = &record {
-                    if r.age_secs() < self.settings.tag_ttl.as_secs() && accept.accepts(&r.media_type) {
+                    if r.age_secs() < self.settings.tag_ttl.as_secs() {
                         if let Some(hit) = self.stored_known_manifest(up, &r.digest, CacheResult::Hit)? {
                             return Ok(hit);
                         }
@@ -191,7 +267,7 @@ impl Mirror {
                 }
             }
         }
-        let key = format!("{}\0{}\0{}\0{}", up.name(), repo, reference, accept.upstream_header());
+        let key = format!("{}\0{}\0{}", up.name(), repo, reference);
         let flight = {
             let mut flights = self
                 .manifest_flights
@@ -200,13 +276,12 @@ impl Mirror {
             flights
                 .entry(key.clone())
                 .or_insert_with(|| {
-                    let (me, up, repo, reference, accept) =
-                        (self.clone(), up.clone(), repo.clone(), reference.clone(), accept.clone());
+                    let (me, up, repo, reference) = (self.clone(), up.clone(), repo.clone(), reference.clone());
                     async move {
                         // A fetch that panics is an error for its waiters, never a flight that
                         // panics again for everyone who joins it later.
                         let name = up.name().to_string();
-                        std::panic::AssertUnwindSafe(me.fetch_manifest(&up, &repo, &reference, &accept))
+                        std::panic::AssertUnwindSafe(me.fetch_manifest(&up, &repo, &reference))
                             .catch_unwind()
                             .await
                             .unwrap_or_else(|_| {
@@ -326,13 +401,14 @@ impl Mirror {
         up: &Arc<Upstream>,
         repo: &RepoName,
         reference: &Reference,
-        accept: &AcceptList,
     ) -> Result<ManifestHit, FetchError> {
         let store = self.flights.store();
         let path = format!("/v2/{repo}/manifests/{reference}");
         let scope = format!("repository:{repo}:pull");
+        // Always every type: the answer is the tag's true target, never one narrowed to a
+        // client's Accept (a narrowed answer would become the tag's record for everyone).
         let mut headers = HeaderMap::new();
-        if let Ok(v) = HeaderValue::from_str(&accept.upstream_header()) {
+        if let Ok(v) = HeaderValue::from_str(&media::ALL_MANIFESTS.join(", ")) {
             headers.insert(ACCEPT, v);
         }
         let record = match reference {
@@ -354,7 +430,7 @@ impl Mirror {
         if let Some((d, bucket)) = in_bucket {
             match bucket.read_small(d, MAX_MANIFEST_BYTES as u64).await {
                 Ok(Some((body, index))) => {
-                    if let Some(media_type) = index.media_type.clone().filter(|m| accept.accepts(m)) {
+                    if let Some(media_type) = index.media_type.clone() {
                         store.put_bytes(&format!("manifest:{d}"), &body, d).map_err(|e| local(up, e))?;
                         store
                             .meta_put(d, &ManifestMeta { media_type: media_type.clone(), size: body.len() as u64 })
@@ -371,7 +447,7 @@ impl Mirror {
         }
         // A tag we hold: ask with HEAD (cheap, not rate-limited by Docker Hub) whether it moved.
         if let (Some(r), Reference::Tag(_)) = (&record, reference) {
-            if accept.accepts(&r.media_type) && store.object_len(&r.digest).is_some() {
+            if store.object_len(&r.digest).is_some() {
                 match up.request(Method::HEAD, &path, headers.clone(), Some(&scope)).await {
                     Ok(resp) => {
                         let same = resp
@@ -511,32 +587,146 @@ impl Mirror {
         Ok(resp.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()))
     }
 
-    /// Pass a listing (`tags/list`, `referrers`) through. `client_name` is the name the client
-    /// used, for rewriting pagination links.
+    /// Pass a listing (tag list, referrers) through: every query parameter but `ns` goes to the
+    /// upstream (`n`, `last`, the opaque ones of its `Link`); its `Link` comes back as tender's
+    /// own path for `client_name` (with `ns` when the client used it) and a tag list's `name` is
+    /// `client_name`. The last good answer is kept per upstream and request, and served (stale)
+    /// while the upstream is down.
     pub async fn listing(
         &self,
         up: &Arc<Upstream>,
         repo: &RepoName,
-        what: &str,
-        query: Option<&str>,
+        kind: &ListingKind,
+        query: &[(String, String)],
         client_name: &RepoName,
+        ns: Option<&str>,
     ) -> Result<Listing, FetchError> {
-        let mut path = format!("/v2/{repo}/{what}");
-        if let Some(q) = query.filter(|q| !q.is_empty()) {
-            path.push('?');
-            path.push_str(q);
+        let mut request = format!("/v2/{repo}/{}", kind.path());
+        let q = {
+            let mut q = url::form_urlencoded::Serializer::new(String::new());
+            for (k, v) in query.iter().filter(|(k, _)| k != "ns") {
+                q.append_pair(k, v);
+            }
+            q.finish()
+        };
+        if !q.is_empty() {
+            request.push('?');
+            request.push_str(&q);
         }
-        let resp = up.request(Method::GET, &path, HeaderMap::new(), Some(&format!("repository:{repo}:pull"))).await?;
-        let content_type =
-            resp.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
-        let link = resp
-            .headers()
-            .get(LINK)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|l| crate::wire::rewrite_link(l, repo.as_str(), client_name.as_str()));
-        let body = up.read_small(resp, MAX_MANIFEST_BYTES, "listing").await?;
-        Ok(Listing { content_type, link, body })
+        let store = self.flights.store();
+        let scope = format!("repository:{repo}:pull");
+        let fetched = async {
+            let resp = up.request(Method::GET, &request, HeaderMap::new(), Some(&scope)).await?;
+            let header = |n: &str| resp.headers().get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
+            let (content_type, link, filters_applied) =
+                (header(CONTENT_TYPE.as_str()), header(LINK.as_str()), header("oci-filters-applied"));
+            if resp.content_length().is_some_and(|l| l > MAX_LISTING_BYTES as u64) {
+                return Err(FetchError::new(FetchErrorKind::Corrupt, up.name(), "listing larger than 8 MiB"));
+            }
+            let body = up.read_small(resp, MAX_LISTING_BYTES, "listing").await?;
+            Ok((content_type.unwrap_or_else(|| "application/json".to_string()), link, filters_applied, body))
+        }
+        .await;
+        let (content_type, link, filters_applied, body, cache) = match fetched {
+            Ok((content_type, link, filters_applied, body)) => {
+                if let Ok(text) = std::str::from_utf8(&body) {
+                    let record = ListingRecord {
+                        upstream: up.name().to_string(),
+                        request: request.clone(),
+                        content_type: content_type.clone(),
+                        link: link.clone(),
+                        filters_applied: filters_applied.clone(),
+                        body: text.to_string(),
+                        not_found: false,
+                        fetched_at: tender_store_now(),
+                    };
+                    if let Err(e) = store.listing_put(&record) {
+                        tracing::warn!(upstream = %up.name(), %request, error = %e, "listing not kept for offline use");
+                    }
+                }
+                (content_type, link, filters_applied, body, CacheResult::Pass)
+            }
+            Err(e) if e.kind == FetchErrorKind::NotFound => {
+                let record = ListingRecord {
+                    upstream: up.name().to_string(),
+                    request: request.clone(),
+                    content_type: String::new(),
+                    link: None,
+                    filters_applied: None,
+                    body: String::new(),
+                    not_found: true,
+                    fetched_at: tender_store_now(),
+                };
+                if let Err(e) = store.listing_put(&record) {
+                    tracing::warn!(upstream = %up.name(), %request, error = %e, "listing 404 not kept for offline use");
+                }
+                return Err(e);
+            }
+            Err(e) if e.is_upstream_down() => {
+                let stale = store
+                    .listing_get(up.name(), &request)
+                    .map_err(|e| local(up, e))?
+                    .filter(|r| r.age_secs() <= self.settings.stale_max_age.as_secs());
+                let Some(r) = stale else { return Err(e) };
+                tracing::warn!(upstream = %up.name(), %request, error = %e, "upstream down: serving the last good listing");
+                if r.not_found {
+                    return Err(FetchError::new(
+                        FetchErrorKind::NotFound,
+                        up.name(),
+                        format!("{request}: 404 when {} last answered", up.name()),
+                    )
+                    .with_status(404));
+                }
+                (r.content_type, r.link, r.filters_applied, Bytes::from(r.body), CacheResult::Stale)
+            }
+            Err(e) => return Err(e),
+        };
+        let body = match kind {
+            ListingKind::Tags => rename_tag_list(body, client_name),
+            ListingKind::Referrers(_) => body,
+        };
+        let link = link.and_then(|l| rewrite_link(&l, client_name, &kind.path(), ns));
+        Ok(Listing { content_type, link, filters_applied, body, cache })
     }
+}
+
+/// A tag list whose `name` is the one the client asked for (anything else passes unchanged).
+fn rename_tag_list(body: Bytes, client_name: &RepoName) -> Bytes {
+    let Ok(serde_json::Value::Object(mut list)) = serde_json::from_slice::<serde_json::Value>(&body) else {
+        return body;
+    };
+    if !list.contains_key("name") {
+        return body;
+    }
+    list.insert("name".to_string(), serde_json::Value::String(client_name.to_string()));
+    serde_json::to_vec(&list).map(Bytes::from).unwrap_or(body)
+}
+
+/// An upstream's `Link: <URL>; rel="next"` (relative like distribution, or absolute with an
+/// opaque token like Quay) as tender's own relative path for `client_name`: only the query
+/// survives (without any `ns`), `ns` is added back when the client used it. `None` for a
+/// header that is not a next link.
+fn rewrite_link(link: &str, client_name: &RepoName, what: &str, ns: Option<&str>) -> Option<String> {
+    let (target, params) = link.trim().strip_prefix('<')?.split_once('>')?;
+    let rel_next = params.split(';').any(|p| {
+        let p = p.trim();
+        p.strip_prefix("rel=").is_some_and(|v| v.trim_matches('"').split_whitespace().any(|r| r == "next"))
+    });
+    if !rel_next {
+        return None;
+    }
+    let query = target.split_once('?').map_or("", |(_, q)| q);
+    let query = query.split_once('#').map_or(query, |(q, _)| q);
+    let mut out = url::form_urlencoded::Serializer::new(String::new());
+    for (k, v) in url::form_urlencoded::parse(query.as_bytes()).filter(|(k, _)| k != "ns") {
+        out.append_pair(&k, &v);
+    }
+    if let Some(ns) = ns {
+        out.append_pair("ns", ns);
+    }
+    let q = out.finish();
+    let sep = if q.is_empty() { "" } else { "?" };
+    Some(format!("</v2/{client_name}/{what}{sep}{q}>; rel=\"next\""))
 }
 
 /// Removes a manifest flight from the map when its waiter ends, however it ends.
@@ -675,7 +865,40 @@ impl Mirror {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
+
+    #[test]
+    fn should_rewrite_next_links_to_tenders_own_path() {
+        let name: RepoName = "ghcr.io/a/b".parse().unwrap();
+        let cases = [
+            (r#"</v2/a/b/tags/list?n=3&last=v2>; rel="next""#, None, Some("</v2/ghcr.io/a/b/tags/list?n=3&last=v2>")),
+            (
+                r#"<https://quay.io/v2/a/b/tags/list?next_page=t%2Bk&n=3>; rel="next""#,
+                Some("quay.io"),
+                Some("</v2/ghcr.io/a/b/tags/list?next_page=t%2Bk&n=3&ns=quay.io>"),
+            ),
+            (r#"</v2/a/b/tags/list?ns=evil&last=x>; rel="next""#, None, Some("</v2/ghcr.io/a/b/tags/list?last=x>")),
+            (r#"</v2/a/b/tags/list>; rel="prev""#, None, None),
+            ("garbage", None, None),
+            ("<unterminated", None, None),
+            (r#"<http://x/?a=%ZZ\r\n>; rel=next"#, None, Some("</v2/ghcr.io/a/b/tags/list?a=%25ZZ%5Cr%5Cn>")),
+        ];
+        for (link, ns, want) in cases {
+            let want = want.map(|w| format!("{w}; rel=\"next\""));
+            assert_eq!(rewrite_link(link, &name, "tags/list", ns), want, "{link}");
+        }
+    }
+
+    #[test]
+    fn should_name_a_tag_list_as_the_client_asked() {
+        let name: RepoName = "alpine".parse().unwrap();
+        let out = rename_tag_list(Bytes::from_static(br#"{"name":"library/alpine","tags":["3"]}"#), &name);
+        assert_eq!(out.as_ref(), br#"{"name":"alpine","tags":["3"]}"#);
+        for other in [&b"not json"[..], b"[1]", br#"{"tags":[]}"#] {
+            assert_eq!(rename_tag_list(Bytes::copy_from_slice(other), &name).as_ref(), other);
+        }
+    }
 
     #[test]
     fn should_parse_content_range() {

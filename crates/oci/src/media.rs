@@ -44,21 +44,44 @@ impl AcceptList {
     pub fn accepts(&self, media_type: &str) -> bool {
         self.is_open() || self.types.iter().any(|t| t.eq_ignore_ascii_case(media_type))
     }
-
-    /// The `Accept` value to send upstream: the client's manifest types, or all of ours.
-    pub fn upstream_header(&self) -> String {
-        let named: Vec<&str> = self.types.iter().map(String::as_str).filter(|t| is_manifest(t)).collect();
-        if named.is_empty() || self.wildcard {
-            ALL_MANIFESTS.join(", ")
-        } else {
-            named.join(", ")
-        }
-    }
 }
 
 /// Whether `media_type` is one of the manifest types tender serves.
 pub fn is_manifest(media_type: &str) -> bool {
     ALL_MANIFESTS.iter().any(|m| m.eq_ignore_ascii_case(media_type))
+}
+
+/// Whether `media_type` is an index (OCI image index or Docker manifest list).
+pub fn is_index(media_type: &str) -> bool {
+    media_type.eq_ignore_ascii_case(OCI_INDEX) || media_type.eq_ignore_ascii_case(DOCKER_LIST)
+}
+
+/// The entry of an index that a client which cannot take the index gets, chosen the way
+/// distribution chooses it: linux/amd64, else the first entry. `None` for an empty or
+/// unreadable index (or an entry without a valid digest).
+pub fn default_platform(index: &[u8]) -> Option<crate::Digest> {
+    #[derive(serde::Deserialize)]
+    struct Platform {
+        os: Option<String>,
+        architecture: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        digest: String,
+        platform: Option<Platform>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Index {
+        manifests: Vec<Entry>,
+    }
+    let index: Index = serde_json::from_slice(index).ok()?;
+    let linux_amd64 = |e: &&Entry| {
+        e.platform
+            .as_ref()
+            .is_some_and(|p| p.os.as_deref() == Some("linux") && p.architecture.as_deref() == Some("amd64"))
+    };
+    let entry = index.manifests.iter().find(linux_amd64).or(index.manifests.first())?;
+    entry.digest.parse().ok()
 }
 
 /// The media type a manifest declares in its own `mediaType` field, if any.
@@ -128,7 +151,6 @@ mod tests {
     fn should_accept_anything_without_accept_header() {
         let a = AcceptList::parse([]);
         assert!(a.accepts(OCI_INDEX));
-        assert_eq!(a.upstream_header(), ALL_MANIFESTS.join(", "));
     }
 
     #[test]
@@ -140,7 +162,25 @@ mod tests {
         assert!(a.accepts(DOCKER_MANIFEST));
         assert!(a.accepts(OCI_MANIFEST));
         assert!(!a.accepts(OCI_INDEX));
-        assert_eq!(a.upstream_header(), format!("{DOCKER_MANIFEST}, {OCI_MANIFEST}"));
+    }
+
+    #[test]
+    fn should_pick_linux_amd64_else_the_first_entry() {
+        let d = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let entry = |c: char, os: &str, arch: &str| {
+            format!(r#"{{"digest":"{}","platform":{{"os":"{os}","architecture":"{arch}"}}}}"#, d(c))
+        };
+        let index = |entries: &[String]| format!(r#"{{"manifests":[{}]}}"#, entries.join(","));
+        let cases = [
+            (index(&[entry('1', "linux", "arm64"), entry('2', "linux", "amd64")]), Some(d('2'))),
+            (index(&[entry('1', "linux", "arm64"), entry('2', "windows", "amd64")]), Some(d('1'))),
+            (index(&[]), None),
+            ("{\"manifests\":[{\"digest\":\"md5:x\"}]}".to_string(), None),
+            ("not json".to_string(), None),
+        ];
+        for (body, want) in cases {
+            assert_eq!(default_platform(body.as_bytes()).map(|d| d.to_string()), want, "{body}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tender_fetch::flight::{Claim, Expect};
-use tender_fetch::mirror::{CacheResult, ObjectKind};
+use tender_fetch::mirror::{CacheResult, Listing, ListingKind, ObjectKind};
 use tender_fetch::Upstream;
 use tender_oci::media::AcceptList;
 use tender_oci::{Digest, ErrorCode, Reference, RepoName, Route, RouteError, RouteKind};
@@ -20,23 +20,25 @@ use crate::AppState;
 
 const API_VERSION: &str = "registry/2.0";
 
-/// The `ns` query parameter (percent-decoded), and the rest of the query.
+/// The `ns` query parameter (percent-decoded), and the rest of the query (passed to the
+/// upstream with listings: `n`, `last`, `artifactType`, the opaque ones of an upstream's `Link`).
 struct Query {
     ns: Option<String>,
     n: Option<String>,
-    last: Option<String>,
-    artifact_type: Option<String>,
+    rest: Vec<(String, String)>,
 }
 
 fn parse_query(q: Option<&str>) -> Query {
-    let mut out = Query { ns: None, n: None, last: None, artifact_type: None };
+    let mut out = Query { ns: None, n: None, rest: Vec::new() };
     for (k, v) in url::form_urlencoded::parse(q.unwrap_or("").as_bytes()) {
         match k.as_ref() {
             "ns" => out.ns = Some(v.into_owned()),
-            "n" => out.n = Some(v.into_owned()),
-            "last" => out.last = Some(v.into_owned()),
-            "artifactType" => out.artifact_type = Some(v.into_owned()),
-            _ => {}
+            _ => {
+                if k == "n" {
+                    out.n = Some(v.to_string());
+                }
+                out.rest.push((k.into_owned(), v.into_owned()));
+            }
         }
     }
     out
@@ -55,6 +57,11 @@ pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response 
     let mut info = AccessInfo { route: "other", ..AccessInfo::default() };
     let authenticated = req.extensions().get::<Identity>().is_some_and(Identity::is_authenticated);
     let result = dispatch(&app, &method, uri.path(), uri.query(), &headers, authenticated, &mut info).await;
+    // The spec's SHOULD for `?ns=` requests: name the namespace that answered.
+    let namespace = match (&info.upstream, parse_query(uri.query()).ns) {
+        (Some(up), Some(_)) => HeaderValue::from_str(up).ok(),
+        _ => None,
+    };
     if let (true, Ok(_), Some(d)) = (info.pin, &result, info.digest.as_deref().and_then(|d| d.parse::<Digest>().ok())) {
         if let Err(e) = app.mirror().flights().store().pin(&d, "prefetch") {
             tracing::warn!(digest = %d, error = %e, "could not pin");
@@ -65,6 +72,9 @@ pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response 
         Err(e) => e.into_response(),
     };
     resp.headers_mut().insert("docker-distribution-api-version", HeaderValue::from_static(API_VERSION));
+    if let Some(ns) = namespace {
+        resp.headers_mut().insert("oci-namespace", ns);
+    }
     with_info(resp, info)
 }
 
@@ -123,60 +133,40 @@ async fn dispatch(
                     return Err(ApiError::new(ErrorCode::PaginationNumberInvalid, format!("n={n:?} is not a number")));
                 }
             }
-            let qs = {
-                let mut pairs = url::form_urlencoded::Serializer::new(String::new());
-                if let Some(n) = &q.n {
-                    pairs.append_pair("n", n);
-                }
-                if let Some(l) = &q.last {
-                    pairs.append_pair("last", l);
-                }
-                pairs.finish()
-            };
             let listing = mirror
-                .listing(&up, &repo, "tags/list", Some(&qs), &name)
+                .listing(&up, &repo, &ListingKind::Tags, &q.rest, &name, q.ns.as_deref())
                 .await
                 .map_err(|e| ApiError::from_fetch(&e, Subject::Repository))?;
-            info.cache = Some(CacheResult::Pass.as_str());
-            Ok(listing_response(listing.content_type, listing.link, listing.body, head))
+            info.cache = Some(listing.cache.as_str());
+            Ok(listing_response(listing, head))
         }
         RouteKind::Referrers(digest) => {
             info.route = "referrers";
-            let qs = {
-                let mut pairs = url::form_urlencoded::Serializer::new(String::new());
-                if let Some(a) = &q.artifact_type {
-                    pairs.append_pair("artifactType", a);
-                }
-                pairs.finish()
-            };
-            info.cache = Some(CacheResult::Pass.as_str());
-            match mirror.listing(&up, &repo, &format!("referrers/{digest}"), Some(&qs), &name).await {
-                Ok(l) => Ok(listing_response(l.content_type, l.link, l.body, head)),
-                // An upstream without the referrers API: an empty index, never a 404.
-                Err(e) if e.kind == tender_fetch::FetchErrorKind::NotFound => Ok(listing_response(
-                    tender_oci::media::OCI_INDEX.to_string(),
-                    None,
-                    bytes::Bytes::from_static(
-                        br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#,
-                    ),
-                    head,
-                )),
-                Err(e) => Err(ApiError::from_fetch(&e, Subject::Repository)),
-            }
+            // An upstream without the referrers API answers 404, and so does tender: that 404 is
+            // what makes clients use the tag-schema fallback (`sha256-<hex>` tags).
+            let listing = mirror
+                .listing(&up, &repo, &ListingKind::Referrers(digest), &q.rest, &name, q.ns.as_deref())
+                .await
+                .map_err(|e| ApiError::from_fetch(&e, Subject::Manifest))?;
+            info.cache = Some(listing.cache.as_str());
+            Ok(listing_response(listing, head))
         }
     }
 }
 
-fn listing_response(content_type: String, link: Option<String>, body: bytes::Bytes, head: bool) -> Response {
+fn listing_response(listing: Listing, head: bool) -> Response {
     let mut builder = Response::builder()
         .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, content_type)
-        .header(header::CONTENT_LENGTH, body.len());
-    if let Some(l) = link {
+        .header(header::CONTENT_TYPE, listing.content_type)
+        .header(header::CONTENT_LENGTH, listing.body.len());
+    if let Some(l) = listing.link {
         builder = builder.header(header::LINK, l);
     }
+    if let Some(f) = listing.filters_applied {
+        builder = builder.header("oci-filters-applied", f);
+    }
     builder
-        .body(if head { Body::empty() } else { Body::from(body) })
+        .body(if head { Body::empty() } else { Body::from(listing.body) })
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 

@@ -12,6 +12,32 @@ use support::*;
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+const ALL_MANIFESTS: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, \
+     application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docker.distribution.manifest.v2+json";
+
+/// A multi-arch tag `v1` in `a/multi`: a Docker manifest list naming arm64 first, then amd64.
+/// Returns (list, amd64, arm64) digests.
+fn add_multi_arch(fake: &FakeUpstream) -> (String, String, String) {
+    let child = |arch: &str| {
+        format!(r#"{{"schemaVersion":2,"mediaType":"{DOCKER_MANIFEST}","config":{{"digest":"{arch}"}},"layers":[]}}"#)
+    };
+    let (amd, arm) = (child("amd64"), child("arm64"));
+    let amd_d = fake.add_manifest("a/multi", "amd64-only", DOCKER_MANIFEST, amd.as_bytes());
+    let arm_d = fake.add_manifest("a/multi", "arm64-only", DOCKER_MANIFEST, arm.as_bytes());
+    let entry = |d: &str, len: usize, arch: &str| {
+        format!(
+            r#"{{"mediaType":"{DOCKER_MANIFEST}","digest":"{d}","size":{len},"platform":{{"os":"linux","architecture":"{arch}"}}}}"#
+        )
+    };
+    let list = format!(
+        r#"{{"schemaVersion":2,"mediaType":"{DOCKER_LIST}","manifests":[{},{}]}}"#,
+        entry(&arm_d, arm.len(), "arm64"),
+        entry(&amd_d, amd.len(), "amd64")
+    );
+    let list_d = fake.add_manifest("a/multi", "v1", DOCKER_LIST, list.as_bytes());
+    (list_d, amd_d, arm_d)
+}
 
 async fn error_code(resp: reqwest::Response) -> (u16, String) {
     let status = resp.status().as_u16();
@@ -44,7 +70,8 @@ async fn should_negotiate_manifest_media_types_with_accept() {
     assert_eq!(resp.headers()["etag"], format!("\"{digest}\"").as_str());
     assert_eq!(resp.headers()["content-length"], index.len().to_string().as_str());
     assert_eq!(resp.bytes().await.unwrap().as_ref(), index);
-    assert_eq!(fake.state.accepts.lock().unwrap().last().unwrap(), &format!("{OCI_INDEX}, {OCI_MANIFEST}"));
+    // the tag is resolved with every manifest type, whatever the client named
+    assert_eq!(fake.state.accepts.lock().unwrap().last().unwrap(), ALL_MANIFESTS);
 
     // a cached tag whose type the client accepts is served without asking upstream
     let gets = fake.state.manifest_gets.load(Ordering::SeqCst);
@@ -52,10 +79,12 @@ async fn should_negotiate_manifest_media_types_with_accept() {
     assert_eq!(resp.status(), 200);
     assert_eq!(fake.state.manifest_gets.load(Ordering::SeqCst), gets);
 
-    // a client that does not accept the cached type is sent upstream with its own Accept
+    // a client that does not accept the index gets its platform manifest from the stored
+    // index; this one has none: 404 MANIFEST_UNKNOWN, as distribution answers, and no question
+    // upstream with the client's narrowed Accept
     let resp = client().get(&url).header("Accept", DOCKER_MANIFEST).send().await.unwrap();
-    assert_eq!(resp.status(), 200);
-    assert_eq!(fake.state.accepts.lock().unwrap().last().unwrap(), DOCKER_MANIFEST);
+    assert_eq!(error_code(resp).await, (404, "MANIFEST_UNKNOWN".into()));
+    assert!(fake.state.accepts.lock().unwrap().iter().all(|a| a != DOCKER_MANIFEST));
 
     // by digest: served from the store
     let gets = fake.state.manifest_gets.load(Ordering::SeqCst);
@@ -63,6 +92,42 @@ async fn should_negotiate_manifest_media_types_with_accept() {
         client().get(tender.url(&format!("/v2/ghcr.io/siderolabs/kubelet/manifests/{digest}"))).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(fake.state.manifest_gets.load(Ordering::SeqCst), gets);
+}
+
+/// Issue 17 item 1: a client that accepts only Docker v2s2 never changes what a tag means for
+/// the others, and gets the linux/amd64 manifest chosen from the stored list — also with the
+/// upstream down.
+#[tokio::test]
+async fn should_never_let_a_narrow_accept_change_the_tag_record() {
+    let fake = FakeUpstream::start().await;
+    let (list, amd, arm) = add_multi_arch(&fake);
+    // every request revalidates the tag, so the upstream's answer is what counts each time
+    let settings = tender_fetch::FetchSettings { tag_ttl: std::time::Duration::ZERO, ..fast_settings() };
+    let tender = Tender::start(vec![upstream_settings("ghcr.io", &fake.url())], settings).await;
+    let url = tender.url("/v2/ghcr.io/a/multi/manifests/v1");
+    let digest_of = |resp: &reqwest::Response| resp.headers()["docker-content-digest"].to_str().unwrap().to_string();
+    for down in [false, true] {
+        *fake.state.down.lock().unwrap() = down;
+        let narrow = client().get(&url).header("Accept", DOCKER_MANIFEST).send().await.unwrap();
+        assert_eq!(narrow.status(), 200, "down={down}");
+        assert_eq!(narrow.headers()["content-type"], DOCKER_MANIFEST, "down={down}");
+        assert_eq!(digest_of(&narrow), amd, "down={down}: linux/amd64 from the list");
+        let record = tender.store.tag_get("ghcr.io", "a/multi", "v1").unwrap().expect("a tag record");
+        assert_eq!(record.digest.to_string(), list, "down={down}: the record names the list");
+        assert_eq!(record.media_type, DOCKER_LIST);
+        let full = client().get(&url).header("Accept", ALL_MANIFESTS).send().await.unwrap();
+        assert_eq!(full.status(), 200, "down={down}");
+        assert_eq!(digest_of(&full), list, "down={down}");
+        assert_eq!(full.headers()["content-type"], DOCKER_LIST);
+        if !down {
+            // the arm64 client then follows the list by digest
+            let resp = client().get(tender.url(&format!("/v2/ghcr.io/a/multi/manifests/{arm}"))).send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+        }
+    }
+    // tags were always resolved upstream with the complete Accept set
+    let accepts = fake.state.accepts.lock().unwrap().clone();
+    assert!(accepts.iter().all(|a| a.contains(DOCKER_LIST) && a.contains(OCI_INDEX)), "{accepts:?}");
 }
 
 #[tokio::test]
@@ -291,19 +356,191 @@ async fn should_refuse_a_manifest_whose_digest_does_not_match() {
 }
 
 #[tokio::test]
-async fn should_pass_tags_and_referrers_through() {
+async fn should_pass_tags_through_with_the_name_the_client_asked_for() {
     let fake = FakeUpstream::start().await;
     let tender = Tender::in_front_of(&fake).await;
     let resp = client().get(tender.url("/v2/ghcr.io/a/b/tags/list?n=10&last=a")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     let v: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(v["tags"], serde_json::json!(["a", "b"]));
+    assert_eq!(v["name"], "ghcr.io/a/b", "the name the client asked for, not the upstream's a/b");
     assert!(fake.state.paths.lock().unwrap().iter().any(|p| p == "/v2/a/b/tags/list?n=10&last=a"));
-    // an upstream without the referrers API: an empty index, not a 404
+    let resp = client().get(tender.url("/v2/a/b/tags/list?ns=ghcr.io")).send().await.unwrap();
+    assert_eq!(resp.headers()["oci-namespace"], "ghcr.io");
+    let v: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(v["name"], "a/b");
+}
+
+/// Follow `Link` from `path` through tender like a client; every page's tags, in order.
+async fn follow_pages(tender: &Tender, path: &str, ns: Option<&str>) -> Vec<String> {
+    let (mut out, mut next, mut pages) = (Vec::new(), Some(path.to_string()), 0);
+    while let Some(p) = next.take() {
+        pages += 1;
+        assert!(pages < 50, "pagination does not end: {out:?}");
+        let resp = client().get(tender.url(&p)).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{p}");
+        if let Some(l) = resp.headers().get("link") {
+            let l = l.to_str().unwrap();
+            let target = l.strip_prefix('<').and_then(|l| l.split_once('>')).map(|(t, _)| t.to_string()).unwrap();
+            assert!(target.starts_with("/v2/"), "Link is tender's own relative path: {l}");
+            assert!(l.ends_with(r#"; rel="next""#), "{l}");
+            if let Some(ns) = ns {
+                assert!(target.contains(&format!("ns={ns}")), "Link keeps ns: {l}");
+            }
+            next = Some(target);
+        }
+        let v: serde_json::Value = resp.json().await.unwrap();
+        let list = v.get("tags").or(v.get("manifests")).and_then(|t| t.as_array()).cloned().unwrap_or_default();
+        out.extend(list.iter().map(|t| t.as_str().map(str::to_string).unwrap_or_else(|| t["digest"].to_string())));
+    }
+    out
+}
+
+/// Issue 17 item 3: `n`, `last` and the upstream's opaque `Link` parameters go upstream; `Link`
+/// comes back as tender's own relative path (with `ns` when the client used it); no page is
+/// fetched twice.
+#[tokio::test]
+async fn should_paginate_tag_lists_like_quay_and_like_distribution_without_repeating_a_page() {
+    let tags: Vec<String> = (0..7).map(|i| format!("v{i}")).collect();
+    for paging in [Paging::Distribution(3), Paging::Quay(3)] {
+        for (path, ns) in [("/v2/ghcr.io/a/b/tags/list", None), ("/v2/a/b/tags/list?ns=ghcr.io", Some("ghcr.io"))] {
+            let fake = FakeUpstream::start().await;
+            *fake.state.tags.lock().unwrap() = tags.clone();
+            *fake.state.paging.lock().unwrap() = paging;
+            let tender = Tender::in_front_of(&fake).await;
+            assert_eq!(follow_pages(&tender, path, ns).await, tags, "{paging:?} {path}");
+            let asked: Vec<String> = fake.state.paths.lock().unwrap().clone();
+            let mut distinct = asked.clone();
+            distinct.dedup();
+            assert_eq!(asked.len(), 3, "{paging:?} {path}: three pages, each once: {asked:?}");
+            assert_eq!(distinct, asked, "{paging:?} {path}: no page fetched twice");
+        }
+    }
+}
+
+/// Issue 17 item 2: an upstream without the referrers API answers 404 and so does tender (the
+/// client then falls back to `sha256-<hex>` tags); a filter the upstream applied is reported in
+/// `OCI-Filters-Applied`; referrers pagination is forwarded.
+#[tokio::test]
+async fn should_pass_the_referrers_404_through_and_report_filters_and_pages() {
+    let fake = FakeUpstream::start().await;
+    let tender = Tender::in_front_of(&fake).await;
     let zero = format!("sha256:{}", "0".repeat(64));
-    let resp = client().get(tender.url(&format!("/v2/ghcr.io/a/b/referrers/{zero}"))).send().await.unwrap();
+    let url = tender.url(&format!("/v2/ghcr.io/a/b/referrers/{zero}"));
+    let resp = client().get(&url).send().await.unwrap();
+    assert_eq!(resp.status(), 404, "the upstream's 404, so clients use the tag-schema fallback");
+    // and the same 404 while the upstream is down (issue 17 item 6: signature checks offline)
+    *fake.state.down.lock().unwrap() = true;
+    let resp = client().get(&url).send().await.unwrap();
+    assert_eq!(resp.status(), 404, "the last answer, 404, while the upstream is down");
+    *fake.state.down.lock().unwrap() = false;
+
+    let referrer = |i: usize, t: &str| serde_json::json!({"mediaType": OCI_MANIFEST, "digest": format!("sha256:{}", i.to_string().repeat(64)), "size": 1, "artifactType": t});
+    *fake.state.referrers.lock().unwrap() = Some(vec![
+        referrer(1, "application/vnd.dev.sigstore.bundle+json"),
+        referrer(2, "application/spdx+json"),
+        referrer(3, "application/vnd.dev.sigstore.bundle+json"),
+    ]);
+    let resp = client().get(&url).send().await.unwrap();
     assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("oci-filters-applied").is_none());
+    assert_eq!(resp.json::<serde_json::Value>().await.unwrap()["manifests"].as_array().unwrap().len(), 3);
+    let resp = client().get(format!("{url}?artifactType=application/spdx%2Bjson")).send().await.unwrap();
+    assert_eq!(resp.headers()["oci-filters-applied"], "artifactType");
     assert_eq!(resp.headers()["content-type"], OCI_INDEX);
+    assert_eq!(resp.json::<serde_json::Value>().await.unwrap()["manifests"].as_array().unwrap().len(), 1);
+
+    *fake.state.paging.lock().unwrap() = Paging::Distribution(1);
+    fake.state.paths.lock().unwrap().clear();
+    let got = follow_pages(&tender, &format!("/v2/ghcr.io/a/b/referrers/{zero}"), None).await;
+    assert_eq!(got.len(), 3, "every referrer, over three pages: {got:?}");
+    let asked = fake.state.paths.lock().unwrap().clone();
+    assert_eq!(asked.len(), 3, "each page once: {asked:?}");
+}
+
+/// Issue 17 item 6: tag lists and referrers while the upstream is down come from the last good
+/// copy (stale), and only through the upstream that gave it.
+#[tokio::test]
+async fn should_serve_tag_lists_and_referrers_stale_while_the_upstream_is_down() {
+    let fake = FakeUpstream::start().await;
+    let other = FakeUpstream::start().await;
+    *other.state.down.lock().unwrap() = true;
+    *fake.state.referrers.lock().unwrap() = Some(vec![serde_json::json!({"mediaType": OCI_MANIFEST,
+        "digest": format!("sha256:{}", "1".repeat(64)), "size": 1, "artifactType": "application/spdx+json"})]);
+    let tender = Tender::start(
+        vec![upstream_settings("ghcr.io", &fake.url()), upstream_settings("quay.io", &other.url())],
+        fast_settings(),
+    )
+    .await;
+    let zero = format!("sha256:{}", "0".repeat(64));
+    let paths = ["/v2/ghcr.io/a/b/tags/list".to_string(), format!("/v2/ghcr.io/a/b/referrers/{zero}")];
+    let mut up = Vec::new();
+    for p in &paths {
+        let resp = client().get(tender.url(p)).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{p}");
+        up.push(resp.bytes().await.unwrap());
+    }
+    *fake.state.down.lock().unwrap() = true;
+    for (p, body) in paths.iter().zip(&up) {
+        let resp = client().get(tender.url(p)).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{p} with the upstream down");
+        assert_eq!(&resp.bytes().await.unwrap(), body, "{p}: the last good copy");
+    }
+    // never through another upstream
+    for p in ["/v2/quay.io/a/b/tags/list".to_string(), format!("/v2/quay.io/a/b/referrers/{zero}")] {
+        let resp = client().get(tender.url(&p)).send().await.unwrap();
+        assert_eq!(resp.status(), 503, "{p}");
+    }
+}
+
+/// Issue 17 item 5: with docker.io as the default upstream, a first component that is a host
+/// name (a `.` or `localhost`) and not a configured upstream is NAME_UNKNOWN without asking
+/// anyone; `?ns=` answers carry `OCI-Namespace`.
+#[tokio::test]
+async fn should_refuse_unconfigured_hostnames_when_the_default_is_docker_io() {
+    let hub = FakeUpstream::start().await;
+    let ghcr = FakeUpstream::start().await;
+    hub.add_manifest("library/alpine", "3", OCI_MANIFEST, b"{}");
+    ghcr.add_manifest("a/b", "v1", OCI_MANIFEST, b"{}");
+    let tender = Tender::start(
+        vec![upstream_settings("docker.io", &hub.url()), upstream_settings("ghcr.io", &ghcr.url())],
+        fast_settings(),
+    )
+    .await;
+    for path in [
+        "/v2/quay.io/a/b/manifests/v1",
+        "/v2/localhost/a/manifests/v1",
+        "/v2/registry.k8s.io/pause/tags/list",
+        "/v2/example.com/x/referrers/sha256:0000000000000000000000000000000000000000000000000000000000000000",
+    ] {
+        let resp = client().get(tender.url(path)).send().await.unwrap();
+        assert_eq!(error_code(resp).await, (404, "NAME_UNKNOWN".into()), "{path}");
+    }
+    assert_eq!(hub.requests() + ghcr.requests(), 0, "no outbound request");
+    let resp = client().get(tender.url("/v2/a/b/manifests/v1?ns=ghcr.io")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["oci-namespace"], "ghcr.io");
+    let resp = client().get(tender.url("/v2/a/b/manifests/nope?ns=ghcr.io")).send().await.unwrap();
+    assert_eq!(resp.headers()["oci-namespace"], "ghcr.io", "errors too");
+    let resp = client().get(tender.url("/v2/alpine/manifests/3")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("oci-namespace").is_none());
+
+    let hub_before = hub.requests();
+    // containerd with a path-routed mirror (`override_path`) sends both a prefix and `ns`:
+    // the prefix, written by the operator, wins; `ns` is what containerd adds for the registry
+    let resp = client().get(tender.url("/v2/ghcr.io/a/b/manifests/v1?ns=ghcr.io")).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "prefix and ns agree");
+    let resp = client().get(tender.url("/v2/ghcr.io/a/b/manifests/v1?ns=docker.io")).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "a _default hosts.toml pointing at /v2/ghcr.io");
+    assert_eq!(resp.headers()["oci-namespace"], "ghcr.io", "the namespace that answered");
+    assert_eq!(hub.requests(), hub_before);
+
+    // another default: a dotted first component goes to it as a repository name
+    let tender = Tender::in_front_of(&ghcr).await;
+    ghcr.add_manifest("quay.io/a/b", "v1", OCI_MANIFEST, b"{}");
+    let resp = client().get(tender.url("/v2/quay.io/a/b/manifests/v1")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
 }
 
 /// Redirects are followed (the upstream lives on loopback, so loopback targets are allowed)

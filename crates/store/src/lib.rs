@@ -28,5 +28,5 @@ mod spool;
 pub use fsutil::write_atomic;
 pub use layout::{OpenMode, Store, StoreError, FORMAT_VERSION};
 pub use maintenance::{FsckReport, GcPlan, GcReport};
-pub use records::{now_secs, KnownRecord, ManifestMeta, TagRecord, TrustRecord};
+pub use records::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord};
 pub use spool::{Sealed, SpoolWriter};

@@ -46,6 +46,34 @@ pub struct TrustRecord {
     pub first_seen: u64,
 }
 
+/// An upstream's last good answer to a listing request (a tag list or referrers page), served
+/// while the upstream is down. Keyed by upstream and request: never served through another.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListingRecord {
+    pub upstream: String,
+    /// The upstream-side path and query, e.g. `/v2/library/alpine/tags/list?n=100`.
+    pub request: String,
+    pub content_type: String,
+    /// The upstream's own `Link` and `OCI-Filters-Applied` headers, as it sent them.
+    pub link: Option<String>,
+    pub filters_applied: Option<String>,
+    pub body: String,
+    /// The upstream answered 404 (no referrers API: clients fall back to tags); kept so that
+    /// the same 404, not an error, is the answer while it is down.
+    #[serde(default)]
+    pub not_found: bool,
+    /// Seconds since the Unix epoch when the upstream gave this answer.
+    pub fetched_at: u64,
+}
+
+impl ListingRecord {
+    /// Age of the record in seconds (0 if the clock went backwards).
+    pub fn age_secs(&self) -> u64 {
+        now_secs().saturating_sub(self.fetched_at)
+    }
+}
+
 /// Media type and size of a stored manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -80,6 +108,28 @@ impl Store {
 
     pub fn tag_put(&self, record: &TagRecord) -> Result<(), StoreError> {
         let path = self.tag_path(&record.upstream, &record.repository, &record.tag);
+        let bytes = serde_json::to_vec(record).map_err(|e| self.err(io::Error::other(e)))?;
+        write_atomic(&path, &bytes).map_err(|e| self.err(e))
+    }
+
+    fn listing_path(&self, upstream: &str, request: &str) -> PathBuf {
+        let mut h = Sha256::new();
+        for part in [upstream, request] {
+            h.update(part.as_bytes());
+            h.update([0u8]);
+        }
+        let key = hex::encode(h.finalize());
+        self.root().join("listings").join(&key[..2]).join(format!("{key}.json"))
+    }
+
+    pub fn listing_get(&self, upstream: &str, request: &str) -> Result<Option<ListingRecord>, StoreError> {
+        let r: Option<ListingRecord> = read_json(&self.listing_path(upstream, request)).map_err(|e| self.err(e))?;
+        // A hash collision or a hand-edited file never answers for another request.
+        Ok(r.filter(|r| r.upstream == upstream && r.request == request))
+    }
+
+    pub fn listing_put(&self, record: &ListingRecord) -> Result<(), StoreError> {
+        let path = self.listing_path(&record.upstream, &record.request);
         let bytes = serde_json::to_vec(record).map_err(|e| self.err(io::Error::other(e)))?;
         write_atomic(&path, &bytes).map_err(|e| self.err(e))
     }

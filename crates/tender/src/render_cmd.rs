@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use tender_render::catalog::parse_config;
-use tender_render::containerd::{hosts_files, OutputFile};
+use tender_render::containerd::{config_dropin, hosts_files, ContainerdVersion, OutputFile};
 use tender_render::golden::render_catalog;
 use tender_render::k8s::{render_pool, PoolFormat};
 use tender_render::registries::RegistriesRequest;
@@ -162,6 +162,10 @@ struct RegistriesArgs {
     /// Output directory for --format containerd (containerd's config_path, e.g. /etc/containerd/certs.d)
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// --format containerd: the containerd release on the nodes (e.g. 1.7, 2.1); also writes
+    /// DIR/tender-containerd.toml, the config.toml drop-in that release needs
+    #[arg(long, value_name = "VERSION")]
+    containerd_version: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -278,6 +282,11 @@ fn registries(a: RegistriesArgs) -> anyhow::Result<ExitCode> {
             if a.out.is_some() {
                 return Err(Failure::usage("--out is for --format containerd; Talos documents go to standard output"));
             }
+            if a.containerd_version.is_some() {
+                return Err(Failure::usage(
+                    "--containerd-version is for --format containerd; Talos runs its own containerd",
+                ));
+            }
             let version =
                 TalosVersion::parse("--talos-version", &a.talos_version).map_err(|r| Failure::usage(r.to_string()))?;
             print(&render_registries(&plan, version).map_err(classify)?)
@@ -288,7 +297,24 @@ fn registries(a: RegistriesArgs) -> anyhow::Result<ExitCode> {
                     "--format containerd writes <DIR>/<host>/hosts.toml: pass --out DIR (containerd's config_path, e.g. /etc/containerd/certs.d)",
                 ));
             };
-            let files = hosts_files(&plan).map_err(classify)?;
+            let mut files = hosts_files(&plan).map_err(classify)?;
+            if let Some(v) = &a.containerd_version {
+                let version =
+                    ContainerdVersion::parse("--containerd-version", v).map_err(|r| Failure::usage(r.to_string()))?;
+                let config_path =
+                    std::path::absolute(&dir).with_context(|| format!("making {} an absolute path", dir.display()))?;
+                let config_path = config_path.to_str().ok_or_else(|| {
+                    Failure::usage(format!(
+                        "--out {} is not UTF-8: containerd's config_path cannot name it",
+                        dir.display()
+                    ))
+                })?;
+                files.push(OutputFile {
+                    path: "tender-containerd.toml".to_string(),
+                    contents: config_dropin(version, config_path).into_bytes(),
+                    secret: false,
+                });
+            }
             for f in &files {
                 write_file(&dir, f)?;
                 println!("{}", dir.join(&f.path).display());

@@ -175,11 +175,76 @@ fn should_route_everything_to_the_mirror_alone_with_skip_fallback() {
         toml::from_str(&std::fs::read_to_string(dir.path().join("ghcr.io/hosts.toml")).unwrap()).unwrap();
     assert_eq!(parsed["server"].as_str(), Some("http://tender:5000/v2/ghcr"));
     assert_eq!(parsed["override_path"].as_bool(), Some(true));
-    // the mirror is also its only [host] (containerd 1.6 needs a host tree); no upstream anywhere
+    // an empty [host] table (containerd 1.6 needs a host tree): the mirror is listed once
     let hosts = parsed["host"].as_table().unwrap();
-    assert_eq!(hosts.keys().collect::<Vec<_>>(), vec!["http://tender:5000/v2/ghcr"]);
-    assert_eq!(hosts["http://tender:5000/v2/ghcr"]["override_path"].as_bool(), Some(true));
+    assert!(hosts.is_empty(), "{hosts:?}");
     assert!(!std::fs::read_to_string(dir.path().join("ghcr.io/hosts.toml")).unwrap().contains("https://ghcr.io"));
+}
+
+/// Issue 17 item 8: the config.toml drop-in each containerd release needs, next to the hosts
+/// files, naming them by absolute path.
+#[test]
+fn should_write_the_containerd_drop_in_for_the_release_asked() {
+    for (version, local_pull) in [("1.7", false), ("2.0.5", false), ("2.1", true), ("v2.2.0", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().to_str().unwrap();
+        let o = tender(
+            &[
+                "render",
+                "registries",
+                "--format",
+                "containerd",
+                "--out",
+                out,
+                "--mirror",
+                "http://tender:5000",
+                "--registry",
+                "ghcr.io",
+                "--containerd-version",
+                version,
+            ],
+            None,
+        );
+        assert_eq!(code(&o), 0, "{version}: {}", stderr(&o));
+        assert!(stdout(&o).contains("tender-containerd.toml"), "{version}: {}", stdout(&o));
+        let text = std::fs::read_to_string(dir.path().join("tender-containerd.toml")).unwrap();
+        let parsed: toml::Table = toml::from_str(&text).unwrap();
+        let plugins = parsed["plugins"].as_table().unwrap();
+        let (name, plugin) = plugins.iter().next().unwrap();
+        assert_eq!(plugin["registry"]["config_path"].as_str(), Some(out), "{version}: {text}");
+        assert_eq!(
+            plugin.get("use_local_image_pull").and_then(|v| v.as_bool()).unwrap_or(false),
+            local_pull,
+            "{version}"
+        );
+        let want = if version.trim_start_matches('v').starts_with('1') {
+            "io.containerd.grpc.v1.cri"
+        } else {
+            "io.containerd.cri.v1.images"
+        };
+        assert_eq!(name, want, "{version}");
+    }
+    // without --format containerd, or a release it does not know: usage errors
+    for args in [
+        vec!["--mirror", "http://m:5000", "--registry", "ghcr.io", "--containerd-version", "2.1"],
+        vec![
+            "--mirror",
+            "http://m:5000",
+            "--registry",
+            "ghcr.io",
+            "--format",
+            "containerd",
+            "--out",
+            "/nonexistent-x",
+            "--containerd-version",
+            "1.4",
+        ],
+    ] {
+        let mut full = vec!["render", "registries"];
+        full.extend(args.iter().copied());
+        let o = tender(&full, None);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+    }
 }
 
 #[test]

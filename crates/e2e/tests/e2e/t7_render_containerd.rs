@@ -34,6 +34,26 @@ fn should_pull_through_tender_with_the_rendered_containerd_hosts_toml() {
     assert!(rendered.contains(&t.hostport()), "{rendered}");
     assert!(!rendered.contains("https://ghcr.io"), "no fallback to the real registry: {rendered}");
 
+    // A miss containerd cannot resolve: asked of tender once, not once per listed host.
+    let missing = ctrd.ctr(&[
+        "-n",
+        "e2e",
+        "images",
+        "pull",
+        "--hosts-dir",
+        certs.to_str().unwrap(),
+        "--snapshotter",
+        "native",
+        "ghcr.io/siderolabs/kubelet:no-such-tag",
+    ]);
+    assert!(!missing.status.success(), "a tag the upstream lacks does not pull");
+    let asked = t.access().iter().filter(|a| a.path.contains("/manifests/no-such-tag")).count();
+    assert_eq!(asked, 1, "containerd asked tender once for the missing tag");
+    // issue 17 item 7: tender is listed once (as `server`), with the empty `[host]` table that
+    // containerd 1.6 needs, exactly as docs/render.md shows it
+    let mirror = format!("http://{}", t.hostport());
+    assert_eq!(rendered, format!("server = \"{mirror}\"\ncapabilities = [\"pull\", \"resolve\"]\n\n[host]\n"));
+
     let image = "ghcr.io/siderolabs/kubelet:v1.33.1";
     let pull = ctrd.ctr(&[
         "-n",
@@ -60,8 +80,61 @@ fn should_pull_through_tender_with_the_rendered_containerd_hosts_toml() {
     assert!(ls.lines().any(|l| l.starts_with(image) && l.contains(index)), "{image} at {index} in:\n{ls}");
     // containerd sent ns=ghcr.io to the mirror, and every request reached the ghcr.io upstream
     let access = t.access();
-    let registry: Vec<_> = access.iter().filter(|a| a.path.starts_with("/v2/") && a.path != "/v2/").collect();
+    let registry: Vec<_> = access
+        .iter()
+        .filter(|a| a.path.starts_with("/v2/") && a.path != "/v2/" && !a.path.contains("no-such-tag"))
+        .collect();
     assert!(!registry.is_empty());
+    for a in &registry {
+        assert_eq!((a.ns.as_str(), a.upstream.as_str(), a.status), ("ghcr.io", "ghcr.io", 200), "{a:?}");
+    }
+}
+
+/// Issue 17 item 5: a path-routed mirror (`override_path`) makes containerd send both a path
+/// prefix and `ns`; the prefix names the upstream and the pull works.
+#[test]
+fn should_pull_through_a_path_routed_mirror_with_override_path() {
+    let bed = Bed::new("render-override-path", Sizes::SMALL);
+    let t = bed.start_tender("tender.log");
+    let ctrd = Containerd::start(&bed.path("containerd"));
+    let certs = bed.path("certs.d");
+    proc::run(Command::new(tender_bin()).args([
+        "render",
+        "registries",
+        "--format",
+        "containerd",
+        "--mirror",
+        &format!("http://{}/v2/ghcr.io", t.hostport()),
+        "--registry",
+        "ghcr.io",
+        "--skip-fallback",
+        "--out",
+        certs.to_str().unwrap(),
+    ]));
+    let rendered = std::fs::read_to_string(certs.join("ghcr.io/hosts.toml")).unwrap();
+    assert!(rendered.contains("override_path = true"), "{rendered}");
+    let pull = ctrd.ctr(&[
+        "-n",
+        "e2e",
+        "images",
+        "pull",
+        "--hosts-dir",
+        certs.to_str().unwrap(),
+        "--platform",
+        "linux/amd64",
+        "--snapshotter",
+        "native",
+        "ghcr.io/siderolabs/kubelet:v1.33.1",
+    ]);
+    assert!(
+        pull.status.success(),
+        "ctr images pull through a path-routed mirror failed:\n{}{}",
+        String::from_utf8_lossy(&pull.stdout),
+        String::from_utf8_lossy(&pull.stderr)
+    );
+    let access = t.access();
+    let registry: Vec<_> = access.iter().filter(|a| a.path.starts_with("/v2/ghcr.io/")).collect();
+    assert!(!registry.is_empty(), "containerd used the path prefix: {access:#?}");
     for a in &registry {
         assert_eq!((a.ns.as_str(), a.upstream.as_str(), a.status), ("ghcr.io", "ghcr.io", 200), "{a:?}");
     }

@@ -70,6 +70,23 @@ pub struct FakeState {
     pub redirect_blobs_to: Mutex<Option<String>>,
     /// Answer every blob HEAD 200 with this `Docker-Content-Digest`, held or not (a liar).
     pub head_claims: Mutex<Option<String>>,
+    /// Tags of every repository (default `a`, `b`), and how their list is paginated.
+    pub tags: Mutex<Vec<String>>,
+    pub paging: Mutex<Paging>,
+    /// Referrers of every subject; `None`: no referrers API (404).
+    pub referrers: Mutex<Option<Vec<serde_json::Value>>>,
+}
+
+/// How the fake upstream paginates tag lists and referrers.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub enum Paging {
+    /// Everything in one page.
+    #[default]
+    None,
+    /// Like distribution: `n` per page, a relative `Link` with `n` and `last`.
+    Distribution(usize),
+    /// Like Quay: `n` per page, an absolute `Link` with an opaque `next_page` token; `last` ignored.
+    Quay(usize),
 }
 
 pub struct FakeUpstream {
@@ -190,7 +207,23 @@ async fn fake_handler(State(s): State<Arc<FakeState>>, req: Request) -> Response
         if let Some(a) = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
             s.accepts.lock().unwrap().push(a.to_string());
         }
-        let m = s.manifests.lock().unwrap().get(&(repo.to_string(), reference.to_string())).cloned();
+        let mut m = s.manifests.lock().unwrap().get(&(repo.to_string(), reference.to_string())).cloned();
+        // Like a real registry: a tag naming an index, asked for by a client whose Accept
+        // excludes the index's type, answers with the linux/amd64 (else the first) entry.
+        let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        if let Some((mt, body)) = m.clone() {
+            let list = mt.contains("index") || mt.contains("manifest.list");
+            if list && !reference.contains(':') && !accept.is_empty() && !accept.contains(&mt) {
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let entries = v["manifests"].as_array().cloned().unwrap_or_default();
+                let pick = entries
+                    .iter()
+                    .find(|e| e["platform"]["os"] == "linux" && e["platform"]["architecture"] == "amd64")
+                    .or(entries.first())
+                    .and_then(|e| e["digest"].as_str().map(str::to_string));
+                m = pick.and_then(|d| s.manifests.lock().unwrap().get(&(repo.to_string(), d)).cloned());
+            }
+        }
         return match m {
             Some((mt, body)) => Response::builder()
                 .header(header::CONTENT_TYPE, mt)
@@ -227,8 +260,74 @@ async fn fake_handler(State(s): State<Arc<FakeState>>, req: Request) -> Response
         }
         return serve_blob(&s, req.headers(), body).await;
     }
-    if path.ends_with("/tags/list") {
-        return axum::Json(serde_json::json!({"name": "x", "tags": ["a", "b"]})).into_response();
+    let query: HashMap<String, String> =
+        url::form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes()).into_owned().collect();
+    if let Some(repo) = path.strip_prefix("/v2/").and_then(|p| p.strip_suffix("/tags/list")) {
+        let mut tags = s.tags.lock().unwrap().clone();
+        if tags.is_empty() {
+            tags = vec!["a".into(), "b".into()];
+        }
+        tags.sort();
+        let base = s.base_url.lock().unwrap().clone();
+        let paging = *s.paging.lock().unwrap();
+        let (page, link) = match paging {
+            Paging::None => (tags, None),
+            Paging::Distribution(per) => {
+                let n = query.get("n").and_then(|n| n.parse().ok()).unwrap_or(per);
+                let after: Vec<String> = tags.into_iter().filter(|t| query.get("last").is_none_or(|l| t > l)).collect();
+                let page: Vec<String> = after.iter().take(n).cloned().collect();
+                let link = (after.len() > n)
+                    .then(|| format!("</v2/{repo}/tags/list?n={n}&last={}>; rel=\"next\"", page.last().unwrap()));
+                (page, link)
+            }
+            Paging::Quay(per) => {
+                let n = query.get("n").and_then(|n| n.parse().ok()).unwrap_or(per);
+                let from: usize = query
+                    .get("next_page")
+                    .map(|t| t.strip_prefix("opaque~").and_then(|o| o.parse().ok()).expect("a token we issued"))
+                    .unwrap_or(0);
+                let page: Vec<String> = tags.iter().skip(from).take(n).cloned().collect();
+                let link = (tags.len() > from + n)
+                    .then(|| format!("<{base}/v2/{repo}/tags/list?n={n}&next_page=opaque~{}>; rel=\"next\"", from + n));
+                (page, link)
+            }
+        };
+        let mut resp = axum::Json(serde_json::json!({"name": repo, "tags": page})).into_response();
+        if let Some(l) = link {
+            resp.headers_mut().insert(header::LINK, l.parse().unwrap());
+        }
+        return resp;
+    }
+    if path.strip_prefix("/v2/").is_some_and(|p| p.contains("/referrers/")) {
+        let Some(all) = s.referrers.lock().unwrap().clone() else {
+            return (StatusCode::NOT_FOUND, "404 page not found").into_response();
+        };
+        let filter = query.get("artifactType");
+        let all: Vec<_> =
+            all.into_iter().filter(|m| filter.is_none_or(|f| m["artifactType"].as_str() == Some(f))).collect();
+        let from: usize = query.get("page").and_then(|p| p.parse().ok()).unwrap_or(0);
+        let per = match *s.paging.lock().unwrap() {
+            Paging::None => all.len().max(1),
+            Paging::Distribution(n) | Paging::Quay(n) => n,
+        };
+        let page: Vec<_> = all.iter().skip(from).take(per).cloned().collect();
+        let body = serde_json::json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": page});
+        let mut b = Response::builder().header(header::CONTENT_TYPE, "application/vnd.oci.image.index.v1+json");
+        if filter.is_some() {
+            b = b.header("oci-filters-applied", "artifactType");
+        }
+        if all.len() > from + per {
+            let mut q = url::form_urlencoded::Serializer::new(String::new());
+            if let Some(f) = filter {
+                q.append_pair("artifactType", f);
+            }
+            q.append_pair("page", &(from + per).to_string());
+            b = b.header(
+                header::LINK,
+                format!("</v2/{path_rest}?{}>; rel=\"next\"", q.finish(), path_rest = &path[4..]),
+            );
+        }
+        return b.body(Body::from(body.to_string())).unwrap();
     }
     StatusCode::NOT_FOUND.into_response()
 }
