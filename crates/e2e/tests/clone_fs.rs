@@ -10,19 +10,17 @@ use catalog_support::*;
 
 const MIB: u64 = 1 << 20;
 
-/// The images and the mounts, or None when this machine cannot run the test (said on stderr).
-fn setup(test: &str, fss: &[Fs]) -> Option<(&'static Images, Vec<Mount>)> {
+/// The images and the mounts; a machine without root or the tools fails the test, naming them.
+fn setup(test: &str, fss: &[Fs]) -> (&'static Images, Vec<Mount>) {
     require(test, mount_unavailable());
     let images = images();
     let mounts = fss.iter().map(|fs| Mount::new(*fs).unwrap_or_else(|e| panic!("{test}: {e}"))).collect();
-    Some((images, mounts))
+    (images, mounts)
 }
 
 #[test]
 fn should_reflink_a_raw_clone_on_the_goldens_filesystem() {
-    let Some((images, m)) = setup("should_reflink_a_raw_clone_on_the_goldens_filesystem", &[Fs::XfsReflink]) else {
-        return;
-    };
+    let (images, m) = setup("should_reflink_a_raw_clone_on_the_goldens_filesystem", &[Fs::XfsReflink]);
     let xfs = &m[0];
     let (_f, bed) = synced_bed(images, Some(xfs.path()));
     let golden = bed.golden("v1.13.6");
@@ -56,11 +54,8 @@ fn should_reflink_a_raw_clone_on_the_goldens_filesystem() {
 
 #[test]
 fn should_make_a_qcow2_overlay_backed_by_the_golden_on_any_filesystem() {
-    let Some((images, m)) =
-        setup("should_make_a_qcow2_overlay_backed_by_the_golden_on_any_filesystem", &[Fs::XfsReflink, Fs::Ext4])
-    else {
-        return;
-    };
+    let (images, m) =
+        setup("should_make_a_qcow2_overlay_backed_by_the_golden_on_any_filesystem", &[Fs::XfsReflink, Fs::Ext4]);
     let (xfs, ext4) = (&m[0], &m[1]);
     let (_f, bed) = synced_bed(images, Some(xfs.path()));
     let golden = bed.golden("v1.13.6");
@@ -82,9 +77,7 @@ fn should_make_a_qcow2_overlay_backed_by_the_golden_on_any_filesystem() {
 
 #[test]
 fn should_refuse_raw_clone_across_filesystems() {
-    let Some((images, m)) = setup("should_refuse_raw_clone_across_filesystems", &[Fs::XfsReflink, Fs::Ext4]) else {
-        return;
-    };
+    let (images, m) = setup("should_refuse_raw_clone_across_filesystems", &[Fs::XfsReflink, Fs::Ext4]);
     let (xfs, ext4) = (&m[0], &m[1]);
     let (_f, bed) = synced_bed(images, Some(xfs.path()));
     let before = listing(ext4.path());
@@ -100,9 +93,7 @@ fn should_refuse_raw_clone_across_filesystems() {
 
 #[test]
 fn should_refuse_raw_clone_without_reflink_support() {
-    let Some((images, m)) = setup("should_refuse_raw_clone_without_reflink_support", &[Fs::Ext4]) else {
-        return;
-    };
+    let (images, m) = setup("should_refuse_raw_clone_without_reflink_support", &[Fs::Ext4]);
     let ext4 = &m[0];
     let (_f, bed) = synced_bed(images, Some(ext4.path()));
     let dir = bed.data.join("goldens");
@@ -118,9 +109,7 @@ fn should_refuse_raw_clone_without_reflink_support() {
 
 #[test]
 fn should_copy_a_raw_disk_only_with_allow_copy() {
-    let Some((images, m)) = setup("should_copy_a_raw_disk_only_with_allow_copy", &[Fs::XfsReflink, Fs::Ext4]) else {
-        return;
-    };
+    let (images, m) = setup("should_copy_a_raw_disk_only_with_allow_copy", &[Fs::XfsReflink, Fs::Ext4]);
     let (xfs, ext4) = (&m[0], &m[1]);
     let (_f, bed) = synced_bed(images, Some(xfs.path()));
     let disk = ext4.path().join("w0.raw");
@@ -135,10 +124,7 @@ fn should_copy_a_raw_disk_only_with_allow_copy() {
 
 #[test]
 fn should_print_the_plan_on_dry_run_and_create_nothing() {
-    let Some((images, m)) = setup("should_print_the_plan_on_dry_run_and_create_nothing", &[Fs::XfsReflink, Fs::Ext4])
-    else {
-        return;
-    };
+    let (images, m) = setup("should_print_the_plan_on_dry_run_and_create_nothing", &[Fs::XfsReflink, Fs::Ext4]);
     let (xfs, ext4) = (&m[0], &m[1]);
     let (_f, bed) = synced_bed(images, Some(xfs.path()));
     let (xb, eb) = (listing(xfs.path()), listing(ext4.path()));

@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use catalog_support::*;
 
-fn setup(test: &str) -> Option<&'static Images> {
+fn setup(test: &str) -> &'static Images {
     require(test, missing_tools(&["qemu-img"]));
-    Some(images())
+    images()
 }
 
 #[test]
 fn should_refuse_a_missing_golden() {
-    let Some(images) = setup("should_refuse_a_missing_golden") else { return };
+    let images = setup("should_refuse_a_missing_golden");
     let (_f, bed) = synced_bed(images, None);
     let o = bed.run(&[
         "clone",
@@ -43,7 +43,7 @@ fn should_refuse_a_missing_golden() {
 
 #[test]
 fn should_refuse_a_failed_golden() {
-    let Some(images) = setup("should_refuse_a_failed_golden") else { return };
+    let images = setup("should_refuse_a_failed_golden");
     let f = FakeFactory::start();
     f.put("v1.13.6", "openstack-amd64.raw.xz", images.xz.clone());
     f.set_down(true);
@@ -60,7 +60,7 @@ fn should_refuse_a_failed_golden() {
 
 #[test]
 fn should_refuse_a_size_smaller_than_the_golden_and_accept_an_equal_one() {
-    let Some(images) = setup("should_refuse_a_size_smaller_than_the_golden_and_accept_an_equal_one") else { return };
+    let images = setup("should_refuse_a_size_smaller_than_the_golden_and_accept_an_equal_one");
     let (_f, bed) = synced_bed(images, None);
     let disk = bed.tmp.path().join("w0.qcow2");
     let o = bed.clone_disk("md0", "w0", "16Mi", &disk, &["--format", "qcow2"]);
@@ -76,7 +76,7 @@ fn should_refuse_a_size_smaller_than_the_golden_and_accept_an_equal_one() {
 
 #[test]
 fn should_wait_for_a_golden_still_importing() {
-    let Some(images) = setup("should_wait_for_a_golden_still_importing") else { return };
+    let images = setup("should_wait_for_a_golden_still_importing");
     let f = FakeFactory::start();
     f.put("v1.13.6", "openstack-amd64.raw.xz", images.xz.clone());
     f.set_drip(Some((32 << 10, Duration::from_millis(20))));
@@ -123,9 +123,7 @@ fn should_wait_for_a_golden_still_importing() {
 
 #[test]
 fn should_leave_an_existing_raw_disk_untouched_even_after_the_golden_is_gone() {
-    let Some(images) = setup("should_leave_an_existing_raw_disk_untouched_even_after_the_golden_is_gone") else {
-        return;
-    };
+    let images = setup("should_leave_an_existing_raw_disk_untouched_even_after_the_golden_is_gone");
     let (_f, bed) = synced_bed(images, None);
     let disk = bed.tmp.path().join("md0-w0.raw");
     expect_code(&bed.clone_disk("md0", "w0", "64Mi", &disk, &["--allow-copy"]), 0);
@@ -156,7 +154,7 @@ fn should_leave_an_existing_raw_disk_untouched_even_after_the_golden_is_gone() {
 
 #[test]
 fn should_fail_a_qcow2_overlay_whose_golden_is_gone() {
-    let Some(images) = setup("should_fail_a_qcow2_overlay_whose_golden_is_gone") else { return };
+    let images = setup("should_fail_a_qcow2_overlay_whose_golden_is_gone");
     let (_f, bed) = synced_bed(images, None);
     let disk = bed.tmp.path().join("md0-w0.qcow2");
     expect_code(&bed.clone_disk("md0", "w0", "1Gi", &disk, &["--format", "qcow2"]), 0);
@@ -172,7 +170,7 @@ fn should_fail_a_qcow2_overlay_whose_golden_is_gone() {
 
 #[test]
 fn should_refuse_rm_while_clones_depend_on_the_golden() {
-    let Some(images) = setup("should_refuse_rm_while_clones_depend_on_the_golden") else { return };
+    let images = setup("should_refuse_rm_while_clones_depend_on_the_golden");
     let (_f, bed) = synced_bed(images, None);
     let overlay = bed.tmp.path().join("md0-w0.qcow2");
     let raw = bed.tmp.path().join("md1-w0.raw");
