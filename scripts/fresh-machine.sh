@@ -44,7 +44,7 @@ if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
 fi
 [ ! -f /etc/pip.conf ] || cp /etc/pip.conf "$root/etc/pip.conf"
 bind /proc "$root/proc"; bind /sys "$root/sys"; bind /dev "$root/dev"; bind /dev/pts "$root/dev/pts"
-mkdir -p "$root/tmp" && mount -t tmpfs -o size=40g tmpfs "$root/tmp" && mounted+=("$root/tmp")
+# /tmp stays the root's own directory on disk, as on a Debian 12 install
 bind "$rustup_home" "$root/root/.rustup" ro
 # cargo's home: the binaries read-only, the registry cache writable inside the root
 mkdir -p "$root/root/.cargo/registry"

@@ -976,14 +976,26 @@ struct ReadSource {
 }
 
 /// Whether the page cache holds the first and the last byte of `offset..offset + len`
-/// (`RWF_NOWAIT` never waits for the disk): a span to send without blocking on a read.
+/// (`RWF_NOWAIT` never waits for the disk): a span to send without blocking on a read. tmpfs
+/// and ramfs have no `RWF_NOWAIT` (EOPNOTSUPP), but their pages are memory: always a span.
 fn cached(file: &File, offset: u64, len: usize) -> bool {
     let mut probe = [0u8; 1];
     let last = offset.saturating_add(len as u64).saturating_sub(1);
     [offset, last].into_iter().all(|at| {
         let mut iov = [io::IoSliceMut::new(&mut probe)];
-        matches!(rustix::io::preadv2(file, &mut iov, at, rustix::io::ReadWriteFlags::NOWAIT), Ok(1))
+        match rustix::io::preadv2(file, &mut iov, at, rustix::io::ReadWriteFlags::NOWAIT) {
+            Ok(n) => n == 1,
+            Err(rustix::io::Errno::OPNOTSUPP) => in_memory_fs(file),
+            Err(_) => false,
+        }
     })
+}
+
+/// Whether `file` lives on tmpfs or ramfs, where a read never waits for a disk.
+fn in_memory_fs(file: &File) -> bool {
+    const TMPFS_MAGIC: i128 = 0x0102_1994;
+    const RAMFS_MAGIC: i128 = 0x8584_58f6;
+    rustix::fs::fstatfs(file).is_ok_and(|s| matches!(i128::from(s.f_type), TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
 struct ReadState {
@@ -1271,6 +1283,24 @@ mod tests {
         drop(tx);
         assert_eq!(s.next().await.unwrap().unwrap().len(), 20);
         assert!(s.next().await.is_none());
+    }
+
+    #[test]
+    fn should_count_a_tmpfs_file_as_cached() {
+        // tmpfs answers RWF_NOWAIT with EOPNOTSUPP; its pages are memory all the same (with /tmp
+        // on tmpfs nothing went out with sendfile and the span tests failed before)
+        let shm = std::path::Path::new("/dev/shm");
+        assert!(shm.is_dir(), "Linux mounts a tmpfs on /dev/shm");
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let path = dir.path().join("object");
+        std::fs::write(&path, vec![7u8; 8192]).unwrap();
+        let file = File::open(&path).unwrap();
+        assert!(in_memory_fs(&file));
+        assert!(cached(&file, 0, 8192), "a tmpfs file is a span to send");
+        let disk = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let path = disk.path().join("object");
+        std::fs::write(&path, vec![7u8; 8192]).unwrap();
+        assert!(!in_memory_fs(&File::open(&path).unwrap()), "the source tree is not on tmpfs");
     }
 
     #[tokio::test]
