@@ -43,6 +43,9 @@ if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
   chroot "$root" update-ca-certificates >/dev/null
 fi
 [ ! -f /etc/pip.conf ] || cp /etc/pip.conf "$root/etc/pip.conf"
+# the root is a mount point of its own, as a machine's / is (test-image.sh's unshare
+# --propagation private needs one)
+bind "$root" "$root"
 bind /proc "$root/proc"; bind /sys "$root/sys"; bind /dev "$root/dev"; bind /dev/pts "$root/dev/pts"
 # /tmp stays the root's own directory on disk, as on a Debian 12 install
 bind "$rustup_home" "$root/root/.rustup" ro
