@@ -11,26 +11,32 @@ use tender_e2e::registry::Sizes;
 
 use crate::Bed;
 
-#[test]
-fn should_pull_through_tender_with_the_rendered_containerd_hosts_toml() {
-    let bed = Bed::new("render-containerd", Sizes::SMALL);
-    let t = bed.start_tender("tender.log");
-    let ctrd = Containerd::start(&bed.path("containerd"));
-    let certs = bed.path("certs.d");
+/// `tender render registries --format containerd --skip-fallback` for ghcr.io through
+/// `mirror`, into `certs`; the hosts.toml it wrote.
+fn render_hosts_toml(mirror: &str, certs: &std::path::Path) -> String {
     proc::run(Command::new(tender_bin()).args([
         "render",
         "registries",
         "--format",
         "containerd",
         "--mirror",
-        &format!("http://{}", t.hostport()),
+        mirror,
         "--registry",
         "ghcr.io",
         "--skip-fallback",
         "--out",
         certs.to_str().unwrap(),
     ]));
-    let rendered = std::fs::read_to_string(certs.join("ghcr.io/hosts.toml")).unwrap();
+    std::fs::read_to_string(certs.join("ghcr.io/hosts.toml")).unwrap()
+}
+
+#[test]
+fn should_pull_through_tender_with_the_rendered_containerd_hosts_toml() {
+    let bed = Bed::new("render-containerd", Sizes::SMALL);
+    let t = bed.start_tender("tender.log");
+    let ctrd = Containerd::start(&bed.path("containerd"));
+    let certs = bed.path("certs.d");
+    let rendered = render_hosts_toml(&format!("http://{}", t.hostport()), &certs);
     assert!(rendered.contains(&t.hostport()), "{rendered}");
     assert!(!rendered.contains("https://ghcr.io"), "no fallback to the real registry: {rendered}");
 
@@ -98,20 +104,7 @@ fn should_pull_through_a_path_routed_mirror_with_override_path() {
     let t = bed.start_tender("tender.log");
     let ctrd = Containerd::start(&bed.path("containerd"));
     let certs = bed.path("certs.d");
-    proc::run(Command::new(tender_bin()).args([
-        "render",
-        "registries",
-        "--format",
-        "containerd",
-        "--mirror",
-        &format!("http://{}/v2/ghcr.io", t.hostport()),
-        "--registry",
-        "ghcr.io",
-        "--skip-fallback",
-        "--out",
-        certs.to_str().unwrap(),
-    ]));
-    let rendered = std::fs::read_to_string(certs.join("ghcr.io/hosts.toml")).unwrap();
+    let rendered = render_hosts_toml(&format!("http://{}/v2/ghcr.io", t.hostport()), &certs);
     assert!(rendered.contains("override_path = true"), "{rendered}");
     let pull = ctrd.ctr(&[
         "-n",
