@@ -437,7 +437,7 @@ pub fn read_input(text: &str, name: Option<&str>, namespace: Option<&str>) -> Re
         Some(other) => {
             return Err(usage(
                 "-f",
-                format!("is a {other}: give a Kubernetes or KubernetesNodes resource, or its values"),
+                format!("is a {other:?}: give a Kubernetes or KubernetesNodes resource, or its values"),
             ))
         }
         None => {

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use tender_render::catalog::parse_config;
-use tender_render::cozystack::{check_keys, key_list, render, Chart, OsImage, RenderRequest, KEYS};
+use tender_render::cozystack::{check_keys, key_list, read_input, render, Chart, OsImage, RenderRequest, KEYS};
 
 const MIRROR: &str = "http://tender.cozy-tender.svc:5000";
 
@@ -188,6 +188,15 @@ fn should_refuse_a_key_not_on_the_list_naming_it() {
 #[test]
 fn should_escape_a_hostile_unlisted_key() {
     let err = check_keys(Chart::Nodes, &json!({"talos\u{1b}[2J\n": 1}), "spec.").unwrap_err().to_string();
+    assert!(!err.chars().any(char::is_control), "{err:?}");
+}
+
+/// Found by the `render_cozystack` fuzz target in CI: an unknown `kind` was printed raw.
+#[test]
+fn should_escape_a_hostile_kind() {
+    let input = "apiVersion: apps.cozystack.io/v1alpha1\nkind: \"KubernetesNodes\\t\\e[2J\"\n";
+    let err = read_input(input, Some("test-md1"), Some("tenant-test")).unwrap_err().to_string();
+    assert!(err.contains("KubernetesNodes"), "{err:?}");
     assert!(!err.chars().any(char::is_control), "{err:?}");
 }
 
