@@ -183,8 +183,12 @@ impl Rendered {
     }
 }
 
+/// A refusal of the input. Its text may quote the input (a YAML reader's message does), so
+/// control characters in it are escaped: a hostile file cannot drive the operator's terminal.
 fn usage(what: &str, message: impl Into<String>) -> Error {
-    Error::Malformed { what: what.into(), message: message.into() }
+    let message: String = message.into();
+    let message = if message.chars().any(char::is_control) { message.escape_debug().to_string() } else { message };
+    Error::Malformed { what: what.escape_debug().to_string(), message }
 }
 
 /// The catalog's default-flavor entries (the only ones Cozystack's catalog imports:

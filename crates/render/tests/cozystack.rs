@@ -200,6 +200,15 @@ fn should_escape_a_hostile_kind() {
     assert!(!err.chars().any(char::is_control), "{err:?}");
 }
 
+/// Found by the same fuzz target: a YAML reader's message quotes the input, tabs and all.
+#[test]
+fn should_escape_the_input_a_yaml_error_quotes() {
+    let input = "uqstuoidc.user\t\t\t:::::\t!iiii0\nupstreams:\n";
+    let err = read_input(input, Some("test-md1"), Some("tenant-test")).unwrap_err().to_string();
+    assert!(err.contains("is not YAML"), "{err:?}");
+    assert!(!err.chars().any(char::is_control), "{err:?}");
+}
+
 #[test]
 fn should_refuse_hostile_names_and_mirrors_in_render_cozystack() {
     let config = parse_config(&config()).unwrap();
