@@ -868,6 +868,21 @@ impl Fill {
         }
     }
 
+    /// Wait until every byte is in and the content verified (or the object is committed), or
+    /// the fill failed.
+    pub async fn settled(&self) -> FillState {
+        let mut rx = self.state.subscribe();
+        loop {
+            let s = rx.borrow_and_update().clone();
+            if !matches!(s.phase, Phase::Connecting | Phase::Streaming) {
+                return s;
+            }
+            if rx.changed().await.is_err() {
+                return s;
+            }
+        }
+    }
+
     /// Wait until the upstream answered (size known, or streaming without one), the object
     /// is committed, or the fill failed.
     pub async fn started(&self) -> FillState {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method};
+use axum::http::{HeaderMap, Method, Version};
 use axum::response::{IntoResponse, Response};
 use tender_catalog::asset::{safe_filename, AssetPath, Compression};
 use tender_fetch::flight::{Claim, Expect};
@@ -30,7 +30,7 @@ fn container(c: Compression) -> Container {
 
 pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
     let mut info = AccessInfo { route: "image", upstream: Some("image-factory".into()), ..AccessInfo::default() };
-    let result = serve(&app, req.method(), req.uri(), req.headers(), &mut info).await;
+    let result = serve(&app, req.method(), req.uri(), req.headers(), req.version(), &mut info).await;
     let mut resp = result.unwrap_or_else(IntoResponse::into_response);
     resp.extensions_mut().insert(info);
     resp
@@ -41,6 +41,7 @@ async fn serve(
     method: &Method,
     uri: &axum::http::Uri,
     headers: &HeaderMap,
+    version: Version,
     info: &mut AccessInfo,
 ) -> Result<Response, ApiError> {
     if method != Method::GET && method != Method::HEAD {
@@ -128,7 +129,7 @@ async fn serve(
             // A fill whose content already verified (its commit is under way) holds every byte:
             // for this request it is as good as stored.
             info.cache = Some(if fill.is_verified() { CacheResult::Hit } else { CacheResult::Miss }.as_str());
-            object::filling(fill, &describe, headers, Subject::Blob).await
+            object::filling(fill, &describe, headers, version, Subject::Blob).await
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode, Version};
 use axum::response::Response;
 use futures::StreamExt;
 use tender_bucket::Bucket;
@@ -170,8 +170,23 @@ fn fill_body(fill: &Arc<Fill>, start: u64, end: Option<u64>, withhold: bool) -> 
 
 /// Serve an object that is being filled: headers as soon as the upstream answered, bytes as
 /// they arrive, the final byte of a full body only after verification.
-pub async fn filling(fill: Arc<Fill>, d: &Describe, req: &HeaderMap, subject: Subject) -> Result<Response, ApiError> {
-    let state = fill.started().await;
+pub async fn filling(
+    fill: Arc<Fill>,
+    d: &Describe,
+    req: &HeaderMap,
+    version: Version,
+    subject: Subject,
+) -> Result<Response, ApiError> {
+    let mut state = fill.started().await;
+    if state.total.is_none() && version < Version::HTTP_11 {
+        // No size from the upstream, and a client without chunked encoding: its body would end
+        // where the connection closes, and a cut would read as the end. It gets the object
+        // once it verified, with its length.
+        state = fill.settled().await;
+        if !matches!(state.phase, Phase::Failed(_)) {
+            state.total = Some(state.written);
+        }
+    }
     if let Phase::Failed(e) = &state.phase {
         return Err(ApiError::from_fetch(e, subject));
     }

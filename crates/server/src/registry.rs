@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tender_fetch::flight::{Claim, Expect};
@@ -51,12 +52,10 @@ fn with_info(mut resp: Response, info: AccessInfo) -> Response {
 
 /// Entry point for everything under `/v2`.
 pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
-    let method = req.method().clone();
-    let uri = req.uri().clone();
-    let headers = req.headers().clone();
+    let (parts, _body) = req.into_parts();
     let mut info = AccessInfo { route: "other", ..AccessInfo::default() };
-    let authenticated = req.extensions().get::<Identity>().is_some_and(Identity::is_authenticated);
-    let result = dispatch(&app, &method, uri.path(), uri.query(), &headers, authenticated, &mut info).await;
+    let result = dispatch(&app, &parts, &mut info).await;
+    let uri = &parts.uri;
     // The spec's SHOULD for `?ns=` requests: name the namespace that answered.
     let namespace = match (&info.upstream, parse_query(uri.query()).ns) {
         (Some(up), Some(_)) => HeaderValue::from_str(up).ok(),
@@ -78,15 +77,9 @@ pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response 
     with_info(resp, info)
 }
 
-async fn dispatch(
-    app: &Arc<AppState>,
-    method: &Method,
-    path: &str,
-    query: Option<&str>,
-    headers: &HeaderMap,
-    authenticated: bool,
-    info: &mut AccessInfo,
-) -> Result<Response, ApiError> {
+async fn dispatch(app: &Arc<AppState>, req: &Parts, info: &mut AccessInfo) -> Result<Response, ApiError> {
+    let (method, path, query, headers) = (&req.method, req.uri.path(), req.uri.query(), &req.headers);
+    let authenticated = req.extensions.get::<Identity>().is_some_and(Identity::is_authenticated);
     let route = Route::parse(path).map_err(|e| match e {
         RouteError::Unsupported => ApiError::new(ErrorCode::Unsupported, e.to_string()),
         RouteError::NotFound(_) => ApiError::new(ErrorCode::NameUnknown, e.to_string()),
@@ -124,7 +117,7 @@ async fn dispatch(
         RouteKind::Blob(digest) => {
             info.route = "blob";
             info.digest = Some(digest.to_string());
-            blob(app, &up, &repo, &digest, headers, head, info).await
+            blob(app, &up, &repo, &digest, req, info).await
         }
         RouteKind::TagsList => {
             info.route = "tags";
@@ -236,10 +229,10 @@ async fn blob(
     up: &Arc<Upstream>,
     repo: &RepoName,
     digest: &Digest,
-    headers: &HeaderMap,
-    head: bool,
+    req: &Parts,
     info: &mut AccessInfo,
 ) -> Result<Response, ApiError> {
+    let (headers, head) = (&req.headers, req.method == Method::HEAD);
     let mirror = app.mirror();
     let store = mirror.flights().store().clone();
     let local = |e: tender_store::StoreError| ApiError::new(ErrorCode::Unknown, e.to_string());
@@ -301,7 +294,7 @@ async fn blob(
             // A fill whose content already verified (its commit is under way) holds every byte:
             // for this request it is as good as stored.
             info.cache = Some(if fill.is_verified() { CacheResult::Hit } else { CacheResult::Miss }.as_str());
-            object::filling(fill, &describe, headers, Subject::Blob).await
+            object::filling(fill, &describe, headers, req.version, Subject::Blob).await
         }
     }
 }

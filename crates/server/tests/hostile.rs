@@ -315,6 +315,8 @@ mod liar {
         pub endless_token: std::sync::atomic::AtomicBool,
         /// The Content-Type manifests are sent with (default: the OCI manifest type).
         pub manifest_content_type: Mutex<Option<String>>,
+        /// Blobs go out as a stream without a Content-Length (the end is the end of the body).
+        pub unsized_blobs: std::sync::atomic::AtomicBool,
         pub requests: AtomicU64,
     }
 
@@ -423,6 +425,11 @@ mod liar {
             }
             let found = s.blobs.lock().unwrap().iter().find(|(d, _)| d == digest).map(|(_, b)| b.clone());
             return match found {
+                Some(b) if s.unsized_blobs.load(Ordering::SeqCst) => {
+                    let pieces: Vec<_> =
+                        b.chunks(4096).map(|c| Ok::<_, std::io::Error>(bytes::Bytes::copy_from_slice(c))).collect();
+                    Body::from_stream(futures::stream::iter(pieces)).into_response()
+                }
                 Some(b) => b.into_response(),
                 None => StatusCode::NOT_FOUND.into_response(),
             };
@@ -838,4 +845,41 @@ async fn should_serve_manifests_with_their_verified_media_type_only() {
     assert_eq!(r.headers().get("x-content-type-options").map(|v| v.to_str().unwrap()), Some("nosniff"));
     let r = client().get(tender.url("/v2/liar.example/a/b/manifests/html")).send().await.unwrap();
     assert!(r.status().is_server_error(), "a text/html manifest was served: {}", r.status());
+}
+
+/// Low item: a body whose upstream sent no length is never delivered complete before it
+/// verified. An HTTP/1.1 client gets it chunked, and the closing chunk only after the
+/// verdict; an HTTP/1.0 client, whose body ends where the connection closes (a cut reads as
+/// the end), gets the object only once it verified, with its length.
+#[tokio::test]
+async fn should_never_end_an_unsized_body_before_it_verified() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (addr, liar) = liar::start().await;
+    liar.unsized_blobs.store(true, Ordering::SeqCst);
+    let honest = random_bytes(300_000, 81);
+    let hd = sha(&honest);
+    let lie = random_bytes(300_000, 82);
+    let claimed = sha(&random_bytes(300_000, 83));
+    liar.blobs.lock().unwrap().extend([(hd.clone(), honest.clone()), (claimed.clone(), lie.clone())]);
+    let tender = in_front_of_liar(addr).await;
+    let taddr = tender.addr;
+    let ask = |digest: &str, version: &str| {
+        format!("GET /v2/liar.example/a/b/blobs/{digest} {version}\r\nHost: tender\r\nConnection: close\r\n\r\n")
+    };
+
+    let out = raw(taddr, ask(&claimed, "HTTP/1.0").as_bytes()).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(!text.starts_with("HTTP/1.0 200") && !text.starts_with("HTTP/1.1 200"), "{}", &text[..text.len().min(300)]);
+    assert!(!out.windows(4096).any(|w| lie.windows(4096).next() == Some(w)), "a byte of the lie went out");
+
+    let out = raw(taddr, ask(&claimed, "HTTP/1.1").as_bytes()).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(!text.starts_with("HTTP/1.1 200") || !out.ends_with(b"\r\n0\r\n\r\n"), "a chunked lie ended cleanly");
+
+    let out = raw(taddr, ask(&hd, "HTTP/1.0").as_bytes()).await;
+    let split = out.windows(4).position(|w| w == b"\r\n\r\n").expect("a head") + 4;
+    let head = String::from_utf8_lossy(&out[..split]).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.0 200") || head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains(&format!("content-length: {}", honest.len())), "{head}");
+    assert_eq!(sha(&out[split..]), hd);
 }
