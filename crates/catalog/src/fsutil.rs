@@ -12,6 +12,29 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Create `dir` and its missing parents as 0755 whatever the process umask: a golden directory
+/// is read by qemu under its own user, and tender's umask keeps everything else private.
+pub fn create_shared_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at {
+        if d.as_os_str().is_empty() || d.exists() {
+            break;
+        }
+        missing.push(d);
+        at = d.parent();
+    }
+    for d in missing.into_iter().rev() {
+        match fs::create_dir(d) {
+            Ok(()) => fs::set_permissions(d, fs::Permissions::from_mode(0o755))?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// A temp path beside `path`: `.<name>.tmp-<pid>-<seq>` (hidden, never a golden's name).
 pub fn temp_beside(path: &Path) -> io::Result<PathBuf> {
     let dir = path.parent().ok_or_else(|| io::Error::other(format!("{} has no parent directory", path.display())))?;

@@ -28,6 +28,7 @@ pub mod sparse;
 pub use api::{CatalogApi, CatalogView, GoldenView, SyncAccepted};
 pub use asset::{AssetError, AssetKind, AssetPath, Compression};
 pub use config::{CatalogSettings, ConfigProblem, Entry, Source};
+pub use fsutil::create_shared_dir;
 pub use metrics::CatalogMetrics;
 pub use record::{GoldenRecord, Phase, Progress, Records, Stage};
 pub use service::{Catalog, CatalogError, ImportSettings, Observer, Outcome, Quiet, SyncReport};

@@ -25,7 +25,7 @@ use tender_oci::Digest;
 use crate::api::{build_view, CatalogApi, CatalogView, SyncAccepted};
 use crate::asset::Compression;
 use crate::config::{CatalogSettings, Entry};
-use crate::fsutil::{remove_stale_temps, sync_dir, temp_beside, TempGuard};
+use crate::fsutil::{create_shared_dir, remove_stale_temps, sync_dir, temp_beside, TempGuard};
 use crate::metrics::CatalogMetrics;
 use crate::record::{now_secs, GoldenRecord, Phase, Progress, Records, Stage};
 use crate::size::human;
@@ -547,7 +547,7 @@ fn decompress(
 ) -> Result<Written, AttemptError> {
     let local = |what: &str, e: io::Error| AttemptError::local(format!("{what}: {e}"));
     let dir = dest.parent().ok_or_else(|| AttemptError::fatal(format!("{} has no directory", dest.display())))?;
-    fs::create_dir_all(dir).map_err(|e| local(&format!("creating {}", dir.display()), e))?;
+    create_shared_dir(dir).map_err(|e| local(&format!("creating {}", dir.display()), e))?;
     remove_stale_temps(dest).map_err(|e| local("removing an interrupted decompression", e))?;
     let tmp = TempGuard::new(temp_beside(dest).map_err(|e| local("temp file", e))?);
     let out = OpenOptions::new()

@@ -73,6 +73,23 @@ fn should_make_a_qcow2_overlay_backed_by_the_golden_on_any_filesystem() {
         assert_eq!(info["backing-filename"], golden.to_str().unwrap(), "{info}");
         assert_eq!(info["backing-filename-format"], "raw");
     }
+    // qemu opens the golden under its own user (issue 16): the way to it is open, nothing
+    // else in the data directory is.
+    std::fs::set_permissions(bed.tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    let as_nobody = |args: &[&str]| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = as_nobody(&["qemu-img", "info", "--output=json", golden.to_str().unwrap()]);
+    assert!(o.status.success(), "another user cannot open the golden: {}", String::from_utf8_lossy(&o.stderr));
+    for (what, args) in [("list", "ls"), ("read", "cat")] {
+        let target = if args == "ls" { bed.data.clone() } else { bed.data.join("tender-data.json") };
+        let o = as_nobody(&[args, target.to_str().unwrap()]);
+        assert!(!o.status.success(), "another user could {what} {}", target.display());
+    }
 }
 
 #[test]

@@ -161,6 +161,8 @@ pub fn start(settings: &Settings, mirror: Arc<Mirror>, metrics: CatalogMetrics) 
 pub fn reload(catalog: &Catalog, settings: &Settings, mirror: Arc<Mirror>) {
     match catalog.reconfigure(settings.catalog.clone(), mirror, ImportSettings::from_fetch(&settings.fetch)) {
         Ok(()) => {
+            // A new golden directory inside the data directory needs its way opened.
+            crate::datadir::close_logged(&settings.data, &settings.catalog);
             catalog.spawn_sync(false);
         }
         Err(e) => tracing::error!(error = %e, "catalog: reload refused; keeping the running catalog configuration"),
@@ -170,12 +172,17 @@ pub fn reload(catalog: &Catalog, settings: &Settings, mirror: Arc<Mirror>) {
 // ---- helpers ----
 
 fn open_exclusive(settings: &Settings, what: &str) -> anyhow::Result<Store> {
-    Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| match e {
+    crate::datadir::own_files();
+    let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| match e {
         StoreError::Locked { dir, holder } => {
             Failure::problem(format!("data directory {} is held by a running tender{holder}; {what}", dir.display()))
         }
         other => Failure::problem(other.to_string()),
-    })
+    })?;
+    crate::datadir::close(&settings.data, &crate::datadir::golden_dirs(&settings.catalog))
+        .iter()
+        .for_each(|p| eprintln!("tender: warning: {p}"));
+    Ok(store)
 }
 
 fn require_data_dir(settings: &Settings) -> anyhow::Result<()> {

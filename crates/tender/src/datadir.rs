@@ -47,6 +47,93 @@ pub fn check(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Everything tender creates from now on is its own: files 0600, directories 0700 (umask 077).
+/// Called before a command opens the data directory; what must be shared (goldens, their
+/// directories) gets its mode explicitly.
+pub fn own_files() {
+    rustix::process::umask(rustix::fs::Mode::from_bits_truncate(0o077));
+}
+
+/// The directories goldens live in: `catalog.dir` (by default `<data>/goldens`) and each
+/// entry's own `dir`.
+pub fn golden_dirs(catalog: &tender_catalog::CatalogSettings) -> Vec<std::path::PathBuf> {
+    let mut dirs = vec![catalog.dir.clone()];
+    for e in &catalog.entries {
+        if !dirs.contains(&e.dir) {
+            dirs.push(e.dir.clone());
+        }
+    }
+    dirs
+}
+
+/// [`close`], with what it could not do logged as warnings.
+pub fn close_logged(data: &Path, catalog: &tender_catalog::CatalogSettings) {
+    for problem in close(data, &golden_dirs(catalog)) {
+        tracing::warn!(%problem, "data directory: a mode tender could not set");
+    }
+}
+
+/// Close the data directory to other users, as far as tender owns it: its entries become
+/// owner-only (the files and directories an older tender made under a 022 umask included: a
+/// closed directory closes what is below it). The exception is the way to each golden directory
+/// `goldens` names inside it: qemu, under its own user, opens goldens as backing files, so each
+/// directory on that way keeps (or gets) traverse permission, never listing. Golden directories
+/// that do not exist yet are created 0755. A mode tender cannot change (not the owner) is
+/// reported, not fatal: the check above already refused a directory others can write.
+pub fn close(data: &Path, goldens: &[std::path::PathBuf]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for g in goldens {
+        if let Err(e) = tender_catalog::create_shared_dir(g) {
+            problems.push(format!("golden directory {}: {e}", g.display()));
+        }
+    }
+    let Ok(real) = std::fs::canonicalize(data) else {
+        return problems;
+    };
+    // Directories on the way from the data directory to a golden directory inside it.
+    let mut ways: Vec<std::path::PathBuf> = Vec::new();
+    for g in goldens.iter().filter_map(|g| std::fs::canonicalize(g).ok()) {
+        if let Ok(rest) = g.strip_prefix(&real) {
+            let mut at = real.clone();
+            ways.push(at.clone());
+            for part in rest.components() {
+                at.push(part);
+                ways.push(at.clone());
+            }
+        }
+    }
+    let mut set = |path: &Path, want: u32| {
+        let Ok(meta) = std::fs::symlink_metadata(path) else { return };
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode != want {
+            if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(want)) {
+                problems.push(format!("{}: could not set mode {want:o} (is {mode:o}): {e}", path.display()));
+            }
+        }
+    };
+    let mode_of = |p: &Path| std::fs::symlink_metadata(p).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0o700);
+    let traverse = |p: &Path| (mode_of(p) & 0o700) | 0o011;
+    set(&real, if ways.contains(&real) { traverse(&real) } else { mode_of(&real) & 0o700 });
+    if let Ok(entries) = std::fs::read_dir(&real) {
+        for entry in entries.flatten() {
+            let p = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() && ways.contains(&p) => {}
+                Ok(t) if t.is_dir() => set(&p, mode_of(&p) & 0o700),
+                Ok(t) if t.is_file() => set(&p, mode_of(&p) & 0o600),
+                _ => {}
+            }
+        }
+    }
+    let golden: Vec<_> = goldens.iter().filter_map(|g| std::fs::canonicalize(g).ok()).collect();
+    for w in ways.iter().filter(|w| **w != real) {
+        // A golden directory keeps what it has (0755 when tender made it); one only on the way
+        // is traversed, never listed.
+        set(w, if golden.contains(w) { mode_of(w) | 0o011 } else { traverse(w) });
+    }
+    problems
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
@@ -70,5 +157,44 @@ mod tests {
         std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
         std::os::unix::fs::symlink("/etc", data.join("objects/ab/out")).unwrap();
         assert!(check(&data).unwrap_err().contains("leading out"));
+    }
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// What an older tender left under a 022 umask is closed; the way to each golden directory
+    /// inside the data directory stays traversable (not listable); goldens outside are created.
+    #[test]
+    fn should_close_the_data_directory_but_the_way_to_its_goldens() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        for d in ["objects/ab", "records", "pools/a/goldens"] {
+            std::fs::create_dir_all(data.join(d)).unwrap();
+        }
+        for f in ["objects/ab/old", "tender-data.json"] {
+            std::fs::write(data.join(f), b"x").unwrap();
+            std::fs::set_permissions(data.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        for d in ["", "objects", "objects/ab", "records", "pools", "pools/a", "pools/a/goldens"] {
+            std::fs::set_permissions(data.join(d), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let elsewhere = dir.path().join("shared/goldens");
+        let goldens = [data.join("goldens"), data.join("pools/a/goldens"), elsewhere.clone()];
+        assert!(close(&data, &goldens).is_empty());
+        assert_eq!(mode(&data), 0o711, "traversable for the goldens inside, not listable");
+        assert_eq!(mode(&data.join("objects")), 0o700);
+        assert_eq!(mode(&data.join("records")), 0o700);
+        assert_eq!(mode(&data.join("tender-data.json")), 0o600);
+        assert_eq!(mode(&data.join("objects/ab")), 0o755, "closed by its parent; left as it was");
+        assert_eq!(mode(&data.join("goldens")), 0o755, "created for qemu");
+        assert_eq!(mode(&data.join("pools")), 0o755 & 0o700 | 0o011);
+        assert_eq!(mode(&data.join("pools/a/goldens")), 0o755);
+        assert_eq!(mode(&elsewhere), 0o755);
+        assert_eq!(mode(elsewhere.parent().unwrap()), 0o755);
+        // Without goldens inside, the data directory is the owner's alone.
+        assert!(close(&data, &[elsewhere]).is_empty());
+        assert_eq!(mode(&data), 0o700);
+        assert_eq!(mode(&data.join("goldens")), 0o700);
     }
 }

@@ -869,7 +869,12 @@ fn local_backend(args: &PrefetchArgs) -> anyhow::Result<Backend> {
     let (name, raw) = config::read(args.config.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
     let overrides = config::Overrides { data: args.data.clone(), ..config::Overrides::default() };
     let settings = config::resolve(&name, raw, &overrides).map_err(|e| Failure::usage(e.to_string()))?;
+    crate::datadir::check(&settings.data).map_err(Failure::problem)?;
+    crate::datadir::own_files();
     let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
+    for p in crate::datadir::close(&settings.data, &crate::datadir::golden_dirs(&settings.catalog)) {
+        eprintln!("tender: warning: {p}");
+    }
     let store = Arc::new(store);
     let metrics = FetchMetrics::default();
     let flights = Flights::new(store.clone(), settings.fetch.clone(), metrics.clone());

@@ -6,10 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -19,7 +19,7 @@ const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f27983329792
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
 mod probe_support;
-use probe_support::{respond, Fake, Reply, Req};
+use probe_support::{respond, Fake, Reply, Req, Tender};
 
 /// A well-behaved registry: `/v2/`, one manifest, one OS image (honouring Range when asked to).
 fn registry(ranges: bool) -> impl Fn(&Req) -> Reply + Send + Sync + 'static {
@@ -103,69 +103,6 @@ fn closed_port() -> String {
     let addr = l.local_addr().unwrap();
     drop(l);
     format!("http://{addr}")
-}
-
-/// The real `tender serve` in front of a fake upstream (registry and Image Factory).
-struct Tender {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Tender {
-    fn start(upstream: &str) -> Tender {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("tender.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "listen: 127.0.0.1:0\ndata: {}\ndefaultUpstream: ghcr.io\nimageFactory: {upstream}\n\
-                 upstreams:\n  - name: ghcr.io\n    url: {upstream}\n",
-                dir.path().join("data").display()
-            ),
-        )
-        .unwrap();
-        let log = dir.path().join("tender.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_tender"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut t = Tender { child, url: String::new(), _dir: dir };
-        t.url = wait_for_listen(&log, &mut t.child);
-        t
-    }
-}
-
-impl Drop for Tender {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(self._dir.path().join("tender.log")).unwrap_or_default();
-            eprintln!("--- tender log ---\n{log}");
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_for_listen(log: &Path, child: &mut Child) -> String {
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut text = String::new();
-        if let Ok(mut f) = std::fs::File::open(log) {
-            let _ = f.read_to_string(&mut text);
-        }
-        if let Some(rest) = text.split("tender serving on ").nth(1) {
-            return rest.split_whitespace().next().unwrap().trim_end_matches('"').to_string();
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("tender serve exited with {status}:\n{text}");
-        }
-        assert!(Instant::now() < until, "tender serve did not start:\n{text}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn os_image() -> String {

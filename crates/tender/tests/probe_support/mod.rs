@@ -4,11 +4,13 @@
 #![allow(dead_code, reason = "each test binary uses a part")]
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
 pub struct Req {
@@ -139,5 +141,68 @@ fn serve_conn(conn: TcpStream, handler: &Handler, hits: &AtomicUsize, seen: &Mut
             std::thread::sleep(Duration::from_secs(60));
         }
         Reply::Close => {}
+    }
+}
+
+/// The real `tender serve` in front of a fake upstream (registry and Image Factory).
+pub struct Tender {
+    pub child: Child,
+    pub url: String,
+    pub dir: tempfile::TempDir,
+}
+
+impl Tender {
+    pub fn start(upstream: &str) -> Tender {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("tender.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "listen: 127.0.0.1:0\ndata: {}\ndefaultUpstream: ghcr.io\nimageFactory: {upstream}\n\
+                 upstreams:\n  - name: ghcr.io\n    url: {upstream}\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let log = dir.path().join("tender.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_tender"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut t = Tender { child, url: String::new(), dir };
+        t.url = wait_for_listen(&log, &mut t.child);
+        t
+    }
+}
+
+impl Drop for Tender {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.dir.path().join("tender.log")).unwrap_or_default();
+            eprintln!("--- tender log ---\n{log}");
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn wait_for_listen(log: &Path, child: &mut Child) -> String {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(log) {
+            let _ = f.read_to_string(&mut text);
+        }
+        if let Some(rest) = text.split("tender serving on ").nth(1) {
+            return rest.split_whitespace().next().unwrap().trim_end_matches('"').to_string();
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("tender serve exited with {status}:\n{text}");
+        }
+        assert!(Instant::now() < until, "tender serve did not start:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
