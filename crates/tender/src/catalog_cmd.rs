@@ -6,14 +6,13 @@
 //! server could not be reached).
 
 use std::collections::HashMap;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand, ValueEnum};
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use tender_catalog::api::build_view;
 use tender_catalog::clone::{refs, remove_golden, RmRefusal};
 use tender_catalog::clones::Registry;
@@ -27,6 +26,7 @@ use tender_store::{OpenMode, Store, StoreError};
 
 use crate::config::{self, Settings};
 use crate::exit::Failure;
+use crate::progress::{Show, Totals};
 
 #[derive(Debug, Args)]
 pub struct CatalogArgs {
@@ -78,6 +78,12 @@ struct SyncArgs {
     /// Try goldens whose import failed again
     #[arg(long)]
     retry_failed: bool,
+    /// No progress on stderr (bars or lines); the outcome still goes to stdout
+    #[arg(long, short)]
+    quiet: bool,
+    /// When stderr is not a terminal: how often a progress line for the whole sync is printed
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    progress_interval: Duration,
     /// With --server: TLS trust and the admin token (--token-file)
     #[command(flatten)]
     client: crate::client::ClientArgs,
@@ -221,21 +227,49 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .map_err(|e| Failure::problem(format!("starting the async runtime: {e}")))
 }
 
-/// Progress on stderr: bars (bytes, rate, ETA) on a terminal, plain lines otherwise.
+/// Progress on stderr: bars (bytes, rate, ETA) and a total bar on a terminal, plain lines
+/// otherwise, nothing with `--quiet`.
 struct Ui {
+    show: Show,
     multi: Option<MultiProgress>,
     bars: Mutex<HashMap<String, (ProgressBar, Stage)>>,
     lines: Mutex<HashMap<String, (Instant, Stage)>>,
+    totals: Arc<Totals>,
+    /// Each golden's current stage: (bytes done, bytes to do), summed into the totals.
+    work: Mutex<HashMap<String, (u64, u64)>>,
 }
 
 impl Ui {
-    fn new() -> Ui {
-        let multi =
-            std::io::stderr().is_terminal().then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
-        Ui { multi, bars: Mutex::new(HashMap::new()), lines: Mutex::new(HashMap::new()) }
+    fn new(quiet: bool, interval: Duration) -> Ui {
+        let show = Show::choose(quiet);
+        let multi = show.multi();
+        let totals = Totals::new("catalog sync", multi.as_ref());
+        if show == Show::Lines {
+            totals.spawn_ticker(interval);
+        }
+        Ui {
+            show,
+            multi,
+            bars: Mutex::new(HashMap::new()),
+            lines: Mutex::new(HashMap::new()),
+            totals,
+            work: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `n` goldens this sync looks at.
+    fn expect(&self, n: usize) {
+        self.totals.add_objects(n as u64);
+    }
+
+    fn finish(&self) {
+        self.totals.finish(self.show);
     }
 
     fn say(&self, line: &str) {
+        if self.show == Show::Quiet {
+            return;
+        }
         match &self.multi {
             Some(m) => {
                 let _ = m.println(line);
@@ -249,6 +283,16 @@ impl Ui {
             Stage::Download => "download",
             Stage::Decompress => "decompress",
         };
+        {
+            let mut work = self.work.lock().unwrap_or_else(|e| e.into_inner());
+            work.insert(golden.to_string(), (p.done, p.total.unwrap_or(p.done)));
+            let (done, known) =
+                work.values().fold((0u64, 0u64), |a, w| (a.0.saturating_add(w.0), a.1.saturating_add(w.1)));
+            self.totals.set_bytes(done, known);
+        }
+        if self.show == Show::Quiet {
+            return;
+        }
         if let Some(multi) = &self.multi {
             let mut bars = self.bars.lock().unwrap_or_else(|e| e.into_inner());
             let entry = bars.entry(golden.to_string()).or_insert_with(|| {
@@ -283,6 +327,7 @@ impl Ui {
     }
 
     fn done(&self, golden: &str, phase: Phase, detail: &str) {
+        self.totals.object_done();
         let bar = self.bars.lock().unwrap_or_else(|e| e.into_inner()).remove(golden);
         if let Some((bar, _)) = bar {
             bar.finish_and_clear();
@@ -340,7 +385,10 @@ fn sync(a: SyncArgs) -> anyhow::Result<ExitCode> {
             connect_timeout: Duration::from_secs(10),
             read_timeout: Some(Duration::from_secs(30)),
         })?;
-        return runtime()?.block_on(sync_remote(url.trim_end_matches('/').to_string(), client, a.retry_failed));
+        let ui = Ui::new(a.quiet, a.progress_interval);
+        let r = runtime()?.block_on(sync_remote(url.trim_end_matches('/').to_string(), client, a.retry_failed, &ui));
+        ui.finish();
+        return r;
     }
     let settings = a.at.settings()?;
     if settings.catalog.entries.is_empty() {
@@ -364,8 +412,10 @@ fn sync(a: SyncArgs) -> anyhow::Result<ExitCode> {
             CatalogMetrics::default(),
         )
         .map_err(|e| Failure::usage(e.to_string()))?;
-        let ui = Ui::new();
+        let ui = Ui::new(a.quiet, a.progress_interval);
+        ui.expect(settings.catalog.entries.len());
         let report = catalog.sync(a.retry_failed, &ui).await;
+        ui.finish();
         let mut failed = Vec::new();
         for o in &report.outcomes {
             match o.phase {
@@ -384,7 +434,12 @@ fn sync(a: SyncArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-async fn sync_remote(url: String, client: crate::client::TenderClient, retry_failed: bool) -> anyhow::Result<ExitCode> {
+async fn sync_remote(
+    url: String,
+    client: crate::client::TenderClient,
+    retry_failed: bool,
+    ui: &Ui,
+) -> anyhow::Result<ExitCode> {
     let post = format!("{url}/api/v1/admin/catalog/sync?retryFailed={retry_failed}");
     let post_url = url::Url::parse(&post).map_err(|e| Failure::usage(format!("--server {url}: {e}")))?;
     let resp = client
@@ -410,8 +465,8 @@ async fn sync_remote(url: String, client: crate::client::TenderClient, retry_fai
         let body = resp.text().await.unwrap_or_default();
         return Err(Failure::problem(format!("{post}: {status}: {}", body.trim())));
     }
-    let ui = Ui::new();
     let get = format!("{url}/api/v1/catalog");
+    let mut counted = false;
     loop {
         let get_url = url::Url::parse(&get).map_err(|e| Failure::usage(format!("--server {url}: {e}")))?;
         let view: CatalogView = client
@@ -424,6 +479,10 @@ async fn sync_remote(url: String, client: crate::client::TenderClient, retry_fai
             .json()
             .await
             .map_err(|e| Failure::problem(format!("{get}: not a catalog view: {e}")))?;
+        if !counted {
+            ui.expect(view.goldens.iter().filter(|g| g.entry.is_some()).count());
+            counted = true;
+        }
         for g in view.goldens.iter().filter(|g| g.entry.is_some()) {
             if g.phase == Phase::ImportInProgress {
                 if let Some(p) = &g.progress {

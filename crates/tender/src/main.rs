@@ -14,6 +14,7 @@ mod exit;
 mod maint;
 mod prefetch;
 mod probe;
+mod progress;
 mod render_cmd;
 mod serve;
 mod stats;

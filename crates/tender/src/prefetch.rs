@@ -16,7 +16,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::str::FromStr;
@@ -26,7 +25,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use bytes::Bytes;
 use futures::stream::{self, StreamExt as _};
-use indicatif::{HumanBytes, MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{HumanBytes, MultiProgress, ProgressBar, ProgressStyle};
+
+use crate::progress::{Show, Totals};
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
@@ -111,6 +112,12 @@ pub struct PrefetchArgs {
     /// Longest silence from the server, waiting for an answer or between body bytes (with --server)
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// No progress on stderr (bars or lines); the summary still goes to stdout
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// When stderr is not a terminal: how often a progress line is printed
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub progress_interval: Duration,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -339,15 +346,20 @@ struct Done {
 // ---------------------------------------------------------------------------------------------
 // Progress
 
-/// One progress bar per item on a terminal; plain lines otherwise.
+/// One progress bar per item on a terminal; plain lines otherwise; nothing with `--quiet`. Every
+/// item also counts into the run's [`Totals`].
 #[derive(Clone)]
 struct Progress {
     bar: Option<ProgressBar>,
     label: String,
+    show: Show,
+    totals: Arc<Totals>,
+    /// The bytes this item announced to the totals so far.
+    known: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Progress {
-    fn new(multi: Option<&MultiProgress>, label: String) -> Progress {
+    fn new(multi: Option<&MultiProgress>, label: String, show: Show, totals: Arc<Totals>) -> Progress {
         let bar = multi.map(|m| {
             let style =
                 ProgressStyle::with_template("{msg:50!} {bar:30} {bytes:>10}/{total_bytes:<10} {bytes_per_sec}")
@@ -356,27 +368,39 @@ impl Progress {
             b.set_message(label.clone());
             b
         });
-        Progress { bar, label }
+        Progress { bar, label, show, totals, known: Arc::default() }
     }
 
     fn start(&self, total: u64, detail: &str) {
-        match &self.bar {
-            Some(b) => b.set_length(total),
-            None => eprintln!("prefetch: {} {detail}", self.label),
+        self.set_length(total);
+        if self.bar.is_none() && self.show == Show::Lines {
+            eprintln!("prefetch: {} {detail}", self.label);
         }
     }
 
-    /// The size, once known (bars only).
+    /// The size, once known.
     fn set_length(&self, total: u64) {
         if let Some(b) = &self.bar {
             b.set_length(total);
         }
+        let before = self.known.swap(total, std::sync::atomic::Ordering::Relaxed);
+        self.totals.add_bytes_known(total.saturating_sub(before));
     }
 
     fn inc(&self, n: u64) {
         if let Some(b) = &self.bar {
             b.inc(n);
         }
+        self.totals.add_bytes_done(n);
+    }
+
+    /// `n` more objects this item will fetch (manifests, blobs, the OS image).
+    fn objects(&self, n: usize) {
+        self.totals.add_objects(n as u64);
+    }
+
+    fn object_done(&self) {
+        self.totals.object_done();
     }
 
     fn finish(&self, line: &str) {
@@ -387,7 +411,8 @@ impl Progress {
                 }
                 b.abandon_with_message(format!("{} {line}", self.label));
             }
-            None => eprintln!("prefetch: {} {line}", self.label),
+            None if self.show == Show::Lines => eprintln!("prefetch: {} {line}", self.label),
+            None => {}
         }
     }
 }
@@ -787,14 +812,19 @@ async fn warm_image(
     jobs: &Semaphore,
     progress: &Progress,
 ) -> Result<Done, Failed> {
+    progress.objects(1);
     let top = backend.manifest(img, &img.reference).await?;
+    progress.object_done();
     let mut done = Done { objects: 1, already: usize::from(top.already), ..Done::default() };
     let mut manifests = Vec::new();
     if is_index(&top.media_type) {
         let index: IndexDoc = serde_json::from_slice(&top.bytes)
             .map_err(|e| Failed::definite(format!("{img}: the index is not valid JSON: {e}")))?;
-        for d in select_platforms(img, &index, platforms)? {
+        let chosen = select_platforms(img, &index, platforms)?;
+        progress.objects(chosen.len());
+        for d in chosen {
             let m = backend.manifest(img, &Reference::Digest(d)).await?;
+            progress.object_done();
             done.objects += 1;
             done.already += usize::from(m.already);
             manifests.push(m);
@@ -814,10 +844,15 @@ async fn warm_image(
     }
     let total: u64 = blobs.iter().map(|b| b.size).sum();
     progress.start(total, &format!("{} blobs, {}", blobs.len(), HumanBytes(total)));
+    progress.objects(blobs.len());
     let results: Vec<Result<Got, Failed>> = stream::iter(blobs.iter())
         .map(|b| async move {
             let _permit = jobs.acquire().await.map_err(|_| Failed::definite("the job limiter closed"))?;
-            backend.blob(img, b, progress).await
+            let got = backend.blob(img, b, progress).await;
+            if got.is_ok() {
+                progress.object_done();
+            }
+            got
         })
         .buffer_unordered(blobs.len().max(1))
         .collect()
@@ -853,7 +888,9 @@ async fn warm(
         Item::Image(img) => warm_image(backend, img, platforms, jobs, progress).await,
         Item::OsImage(asset) => {
             let _permit = jobs.acquire().await.map_err(|_| Failed::definite("the job limiter closed"))?;
+            progress.objects(1);
             let g = backend.os_image(asset, progress).await?;
+            progress.object_done();
             Ok(Done { objects: 1, bytes: g.bytes, already: usize::from(g.already), platforms: vec![] })
         }
     }
@@ -927,12 +964,17 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<ExitCode> {
             local_backend(&args)?
         }
     };
-    let multi = std::io::stderr().is_terminal().then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
+    let show = Show::choose(args.quiet);
+    let multi = show.multi();
+    let totals = Totals::new("prefetch", multi.as_ref());
+    if show == Show::Lines {
+        totals.spawn_ticker(args.progress_interval);
+    }
     let jobs = Semaphore::new(args.jobs);
     let started = Instant::now();
     let outcomes: Vec<(Item, Result<Done, Failed>)> = runtime.block_on(async {
         let work = items.iter().map(|item| {
-            let progress = Progress::new(multi.as_ref(), item.to_string());
+            let progress = Progress::new(multi.as_ref(), item.to_string(), show, totals.clone());
             let (backend, platforms, jobs) = (&backend, &platforms, &jobs);
             async move {
                 let r = warm(backend, item, platforms, jobs, &progress).await;
@@ -945,6 +987,7 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<ExitCode> {
         });
         futures::future::join_all(work).await
     });
+    totals.finish(show);
     print_summary(&outcomes, started.elapsed(), matches!(backend.mode, Mode::Local(_)));
     let failed: Vec<&Failed> = outcomes.iter().filter_map(|(_, r)| r.as_ref().err()).collect();
     if failed.is_empty() {

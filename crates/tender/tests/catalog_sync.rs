@@ -40,6 +40,8 @@ fn should_import_every_entry_once_into_a_sparse_raw_golden() {
     expect_code(&o, 0);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("decompress"), "plain progress lines off a terminal: {}", text(&o));
+    let total = err.lines().rfind(|l| l.starts_with("catalog sync: ")).unwrap_or_default();
+    assert!(total.starts_with("catalog sync: 3/3 objects, "), "a last line for the whole sync: {err}");
     for v in ["v1.13.6", "v1.13.5"] {
         let g = bed.golden(v);
         assert_eq!(sha256_file(&g), images.sha256, "{v}: the golden is the original disk image byte for byte");
@@ -74,8 +76,9 @@ fn should_import_every_entry_once_into_a_sparse_raw_golden() {
 
     // Idempotent: a second sync fetches nothing and changes nothing.
     let before = std::fs::metadata(bed.golden("v1.13.6")).unwrap().modified().unwrap();
-    let o = bed.run(&["catalog", "sync"]);
+    let o = bed.run(&["catalog", "sync", "--quiet"]);
     expect_code(&o, 0);
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "", "--quiet");
     assert_eq!(stdout(&o).matches("already imported").count(), 3, "{}", text(&o));
     assert_eq!(f.total_gets(), 3);
     assert_eq!(std::fs::metadata(bed.golden("v1.13.6")).unwrap().modified().unwrap(), before);

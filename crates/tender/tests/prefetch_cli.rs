@@ -241,3 +241,76 @@ fn should_refuse_bad_arguments_with_exit_2() {
     }
     assert!(!dir.path().join("data").exists(), "a usage error touches no data directory");
 }
+
+/// A registry whose blobs each take `delay` to answer (a slow upstream).
+fn slow_registry(delay: std::time::Duration) -> (Arc<Content>, Fake) {
+    let c = content();
+    let reg = Fake::start({
+        let c = c.clone();
+        move |r| {
+            if r.path.contains("/blobs/") {
+                std::thread::sleep(delay);
+            }
+            serve(&c, r)
+        }
+    });
+    (c, reg)
+}
+
+/// Issue 20, item 2: output that is not a terminal gets a line for the whole run every
+/// `--progress-interval` and one at the end; `--quiet` prints no progress at all.
+#[test]
+fn should_print_plain_progress_lines_to_a_pipe_and_none_when_quiet() {
+    let (_c, reg) = slow_registry(std::time::Duration::from_millis(700));
+    let out = Command::new(env!("CARGO_BIN_EXE_tender"))
+        .args([
+            "prefetch",
+            "--server",
+            &reg.url(),
+            "--progress-interval",
+            "100ms",
+            "--jobs",
+            "1",
+            "ghcr.io/a/single:v1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains(" objects, ")).collect();
+    assert!(lines.len() >= 3, "periodic lines and the last one: {err}");
+    let last = lines.last().unwrap();
+    assert!(last.starts_with("prefetch: 3/3 objects, "), "{err}");
+    assert!(last.contains("/s"), "{last}");
+    assert!(lines[0].starts_with("prefetch: ") && lines[0].contains(" of "), "{err}");
+    assert!(!err.contains('\u{1b}'), "no terminal codes into a pipe: {err:?}");
+
+    let (_c, reg) = slow_registry(std::time::Duration::ZERO);
+    let out = Command::new(env!("CARGO_BIN_EXE_tender"))
+        .args(["prefetch", "--server", &reg.url(), "--quiet", "ghcr.io/a/single:v1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "", "--quiet");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 of 1 item(s) in the cache"), "the summary stays");
+}
+
+/// Issue 20, item 2: on a terminal (a pty from `script`, util-linux) the run gets a total bar
+/// with objects, bytes, rate and ETA above the per-item bars.
+#[test]
+fn should_draw_a_total_bar_on_a_terminal() {
+    let (_c, reg) = slow_registry(std::time::Duration::from_millis(300));
+    let cmd = format!("{} prefetch --server {} --jobs 1 ghcr.io/a/single:v1", env!("CARGO_BIN_EXE_tender"), reg.url());
+    let out = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("TERM", "xterm")
+        .env("COLUMNS", "160")
+        .output()
+        .expect("script (util-linux) runs the command on a pty");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("total"), "{text}");
+    assert!(text.contains("/3 objects"), "{text}");
+    assert!(text.contains("ETA"), "{text}");
+    assert!(text.contains("1 of 1 item(s) in the cache"), "{text}");
+}
