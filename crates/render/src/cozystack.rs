@@ -183,12 +183,23 @@ impl Rendered {
     }
 }
 
+/// `line` with its control characters escaped (`\t`, `\u{1b}`): names and values from the
+/// input or the cluster state go to the operator's terminal.
+fn printable(line: &str) -> std::borrow::Cow<'_, str> {
+    if line.chars().any(char::is_control) {
+        std::borrow::Cow::Owned(
+            line.chars().map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() }).collect(),
+        )
+    } else {
+        std::borrow::Cow::Borrowed(line)
+    }
+}
+
 /// A refusal of the input. Its text may quote the input (a YAML reader's message does), so
 /// control characters in it are escaped: a hostile file cannot drive the operator's terminal.
 fn usage(what: &str, message: impl Into<String>) -> Error {
     let message: String = message.into();
-    let message = if message.chars().any(char::is_control) { message.escape_debug().to_string() } else { message };
-    Error::Malformed { what: what.escape_debug().to_string(), message }
+    Error::Malformed { what: printable(what).into_owned(), message: printable(&message).into_owned() }
 }
 
 /// The catalog's default-flavor entries (the only ones Cozystack's catalog imports:
@@ -592,7 +603,9 @@ impl Report {
         for f in &self.findings {
             let rules = if f.rules.is_empty() { String::new() } else { format!("{}: ", f.rules.join(", ")) };
             let shown: String = f.value.chars().take(120).collect();
-            out.push_str(&format!("{}: {rules}{} {shown:?} {}; fix: {}\n", f.pool, f.field, f.problem, f.fix));
+            let line = format!("{}: {rules}{} {shown:?} {}; fix: {}", f.pool, f.field, f.problem, f.fix);
+            out.push_str(&printable(&line));
+            out.push('\n');
         }
         for p in &self.pools {
             let class = if p.storage_class.is_empty() {
@@ -601,10 +614,12 @@ impl Report {
                 p.storage_class.clone()
             };
             let golden = p.golden.as_ref().map(|g| format!(" cloning {g}")).unwrap_or_default();
-            out.push_str(&format!("ok: {}: {}{golden}, storageClass {class}\n", p.pool, p.source));
+            out.push_str(&printable(&format!("ok: {}: {}{golden}, storageClass {class}", p.pool, p.source)));
+            out.push('\n');
         }
         if let Some(c) = &self.catalog {
-            out.push_str(&format!("ok: {c}\n"));
+            out.push_str(&printable(&format!("ok: {c}")));
+            out.push('\n');
         }
         out
     }

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use tender_render::catalog::parse_config;
-use tender_render::cozystack::{check_keys, key_list, read_input, render, Chart, OsImage, RenderRequest, KEYS};
+use tender_render::cozystack::{check, check_keys, key_list, read_input, render, Chart, OsImage, RenderRequest, KEYS};
 
 const MIRROR: &str = "http://tender.cozy-tender.svc:5000";
 
@@ -198,6 +198,17 @@ fn should_escape_a_hostile_kind() {
     let err = read_input(input, Some("test-md1"), Some("tenant-test")).unwrap_err().to_string();
     assert!(err.contains("KubernetesNodes"), "{err:?}");
     assert!(!err.chars().any(char::is_control), "{err:?}");
+}
+
+/// Found by the same fuzz target: a namespace with tabs reached the report's text raw.
+#[test]
+fn should_escape_names_in_the_report() {
+    let input = "kind: KubernetesNodes\nmetadata:\n  name: test-md1\n  namespace: \"t-\\t\\e[2J tenant\"\nspec:\n  cluster: test\n";
+    let pools = read_input(input, None, None).unwrap();
+    let report = check(&pools, None, &tender_render::state::ClusterState::default()).unwrap();
+    let text = report.text();
+    assert!(text.contains("tenant"), "{text}");
+    assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
 }
 
 /// Found by the same fuzz target: a YAML reader's message quotes the input, tabs and all.
