@@ -27,6 +27,7 @@ use tokio::sync::watch;
 pub use crate::container::Container;
 use crate::container::StreamCheck;
 use crate::error::{FetchError, FetchErrorKind};
+use crate::fills::{epoch, rate_and_eta, EndedFill, FillInfo, FillView, FillsView, Recent};
 use crate::metrics::{upstream_label, FetchMetrics};
 use crate::settings::FetchSettings;
 use crate::shared::{self, BucketSource, Plan};
@@ -63,6 +64,10 @@ pub trait Source: Send + Sync + 'static {
     /// Largest object this source may deliver (the upstream's `maxObjectSize`).
     fn max_size(&self) -> Option<u64> {
         None
+    }
+    /// The upstream path fetched, for operators (`/v2/<repo>/blobs/<digest>`, `/image/…`).
+    fn path(&self) -> &str {
+        ""
     }
 }
 
@@ -134,6 +139,7 @@ pub struct Fill {
     /// into the store cannot race with a reader opening it.
     file: Arc<File>,
     state: watch::Sender<FillState>,
+    info: FillInfo,
 }
 
 /// A body to stream to a client, with the object's size when known.
@@ -163,6 +169,8 @@ pub struct Flights {
     upstream_slots: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
     /// The bucket shared with other replicas (`storage.s3`), if any.
     shared: Option<Arc<Bucket>>,
+    /// Fills that ended in the last hour.
+    recent: Recent,
 }
 
 impl Flights {
@@ -186,6 +194,7 @@ impl Flights {
             slots,
             upstream_slots: Mutex::new(HashMap::new()),
             shared,
+            recent: Recent::default(),
         })
     }
 
@@ -221,6 +230,47 @@ impl Flights {
         v
     }
 
+    /// Every fill in progress and those that ended in the last hour (`GET /api/v1/fills`).
+    pub fn fills(&self) -> FillsView {
+        let mut active: Vec<FillView> =
+            self.active.lock().map(|m| m.values().map(|f| f.view()).collect()).unwrap_or_default();
+        active.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.id.cmp(&b.id)));
+        FillsView { active, ended: self.recent.list() }
+    }
+
+    /// Cancel the fill with this id (`DELETE /api/v1/admin/fills/<id>`): its clients get an
+    /// error, its spool stays for a later resume. False when no fill has the id.
+    pub fn cancel(&self, id: &str) -> bool {
+        let Some(fill) = self.active.lock().ok().and_then(|m| m.values().find(|f| f.info.id == id).cloned()) else {
+            return false;
+        };
+        fill.info.cancelled.store(true, std::sync::atomic::Ordering::Relaxed);
+        fill.info.cancel.notify_waiters();
+        fill.info.cancel.notify_one();
+        true
+    }
+
+    /// Note a fill's end for [`Flights::fills`].
+    fn ended(&self, fill: &Fill, outcome: &'static str, error: Option<String>) {
+        let f = fill.view();
+        let now = std::time::SystemTime::now();
+        self.recent.push(EndedFill {
+            id: f.id,
+            upstream: f.upstream,
+            object: f.object,
+            path: f.path,
+            outcome,
+            error,
+            bytes: f.bytes,
+            retries: f.retries,
+            served: f.served,
+            started_at: f.started_at,
+            ended_at: epoch(now),
+            seconds: fill.info.began.elapsed().as_secs_f64(),
+            ended: Some(Instant::now()),
+        });
+    }
+
     /// The fill key of a registry object: per upstream, so a client of one upstream never joins
     /// (nor waits for, nor fails with) another upstream's transfer of the same digest.
     pub fn blob_key(upstream: &str, digest: &Digest) -> String {
@@ -249,7 +299,8 @@ impl Flights {
             None => self.store.create_spool(key).map_err(local)?,
         };
         let gated = self.gated(&expect, false);
-        let fill = Arc::new(Fill::new(key, &expect.object(), &writer, gated).map_err(|e| {
+        let info = FillInfo::new(key, source.upstream(), source.path());
+        let fill = Arc::new(Fill::new(key, &expect.object(), &writer, gated, info).map_err(|e| {
             FetchError::new(FetchErrorKind::Local, source.upstream(), format!("opening the spool: {e}"))
         })?);
         active.insert(key.to_string(), fill.clone());
@@ -383,6 +434,7 @@ impl Flights {
         }
         let mut upstream = source.upstream().to_string();
         self.metrics.fills_started.get_or_create(&upstream_label(&upstream)).inc();
+        tracing::info!(%upstream, key = %fill.key, id = %fill.info.id, path = %fill.info.path, "fill started");
         let mut restarted = false;
         let mut bucket_copy_bad = false;
         let outcome = loop {
@@ -442,7 +494,13 @@ impl Flights {
                         Ok(w) => w,
                         Err(se) => break Err(FetchError::new(FetchErrorKind::Local, &upstream, se.to_string())),
                     };
-                    let next = match Fill::new(&fill.key, &fill.object, &fresh, fill.state.borrow().gated) {
+                    let next = match Fill::new(
+                        &fill.key,
+                        &fill.object,
+                        &fresh,
+                        fill.state.borrow().gated,
+                        fill.info.again(),
+                    ) {
                         Ok(f) => Arc::new(f),
                         Err(e) => {
                             fresh.discard();
@@ -498,6 +556,11 @@ impl Flights {
                 }
                 fill.state.send_modify(|s| s.phase = Phase::Committed(digest));
                 self.finish(&fill);
+                let v = fill.view();
+                let secs = fill.info.began.elapsed().as_secs_f64();
+                tracing::info!(%upstream, key = %fill.key, id = %v.id, bytes = v.bytes, seconds = secs,
+                    rate = v.rate, retries = v.retries, clients = v.served, "fill finished");
+                self.ended(&fill, "committed", None);
                 if let (Some(bucket), None) = (&self.shared, &from_bucket) {
                     let trust = match &expect {
                         Expect::Tofu { key, .. } => self.store.trust_get(key).ok().flatten(),
@@ -514,8 +577,11 @@ impl Flights {
                 if e.is_upstream_down() {
                     self.metrics.upstream_up.get_or_create(&label).set(0);
                 }
-                tracing::warn!(%upstream, key = %fill.key, error = %e, "fill failed");
+                let v = fill.view();
+                tracing::warn!(%upstream, key = %fill.key, id = %v.id, bytes = v.bytes, retries = v.retries,
+                    clients = v.served, error = %e, "fill failed");
                 self.finish(&fill);
+                self.ended(&fill, result, Some(e.to_string()));
                 fill.fail(e);
                 if let Some(l) = lease.take() {
                     l.release().await;
@@ -543,6 +609,7 @@ impl Flights {
                         return Err(e);
                     }
                     self.metrics.fill_retries.get_or_create(&upstream_label(source.upstream())).inc();
+                    fill.info.retries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::info!(upstream = %source.upstream(), key = %fill.key, attempt, have = writer.len(),
                         wait_ms = wait.as_millis() as u64, error = %e, "fill retrying");
                     tokio::time::sleep(wait).await;
@@ -672,16 +739,33 @@ impl Flights {
     /// and free its slots.
     fn abandon(&self, fill: &Arc<Fill>, upstream: &str, when: &str) {
         let grace = self.settings.abandoned_fill_grace;
-        tracing::info!(%upstream, key = %fill.key, when, grace_ms = grace.as_millis() as u64,
-            "fill cancelled: no client has waited for it for the grace period");
+        let (outcome, error) = if fill.info.is_cancelled() {
+            tracing::warn!(%upstream, key = %fill.key, id = %fill.info.id, when, "fill cancelled by an operator");
+            (
+                "cancelled",
+                FetchError::new(
+                    FetchErrorKind::Refused,
+                    upstream,
+                    format!("fill cancelled by an operator (DELETE /api/v1/admin/fills/{})", fill.info.id),
+                ),
+            )
+        } else {
+            tracing::info!(%upstream, key = %fill.key, when, grace_ms = grace.as_millis() as u64,
+                "fill cancelled: no client has waited for it for the grace period");
+            (
+                "abandoned",
+                FetchError::new(
+                    FetchErrorKind::Timeout,
+                    upstream,
+                    format!("fill cancelled after {grace:?} without a client (limits.abandonedFillGrace)"),
+                ),
+            )
+        };
         self.metrics.fills_active.dec();
-        self.metrics.fills_finished.get_or_create(&result_label(upstream, "abandoned")).inc();
+        self.metrics.fills_finished.get_or_create(&result_label(upstream, outcome)).inc();
         self.finish(fill);
-        fill.fail(FetchError::new(
-            FetchErrorKind::Timeout,
-            upstream,
-            format!("fill cancelled after {grace:?} without a client (limits.abandonedFillGrace)"),
-        ));
+        self.ended(fill, outcome, Some(error.to_string()));
+        fill.fail(error);
     }
 
     #[allow(clippy::too_many_arguments, reason = "one call site, each argument distinct")]
@@ -812,17 +896,23 @@ async fn abandoned(fill: &Fill, grace: std::time::Duration) {
         .clamp(std::time::Duration::from_millis(10), std::time::Duration::from_secs(1));
     let mut idle_since: Option<Instant> = None;
     loop {
+        if fill.info.is_cancelled() {
+            return;
+        }
         if fill.keep.load(std::sync::atomic::Ordering::Relaxed) || fill.state.receiver_count() > 0 {
             idle_since = None;
         } else if idle_since.get_or_insert_with(Instant::now).elapsed() >= grace {
             return;
         }
-        tokio::time::sleep(tick).await;
+        tokio::select! {
+            () = tokio::time::sleep(tick) => {}
+            () = fill.info.cancel.notified() => {}
+        }
     }
 }
 
 impl Fill {
-    fn new(key: &str, object: &str, writer: &SpoolWriter, gated: bool) -> io::Result<Fill> {
+    fn new(key: &str, object: &str, writer: &SpoolWriter, gated: bool, info: FillInfo) -> io::Result<Fill> {
         let (state, _) =
             watch::channel(FillState { written: writer.len(), total: None, phase: Phase::Connecting, gated });
         Ok(Fill {
@@ -831,7 +921,35 @@ impl Fill {
             keep: std::sync::atomic::AtomicBool::new(false),
             file: Arc::new(writer.read_handle()?),
             state,
+            info,
         })
+    }
+
+    /// What operators see of this fill now.
+    pub fn view(&self) -> FillView {
+        let s = self.state.borrow().clone();
+        let (rate, eta) = rate_and_eta(s.written, s.total, self.info.began.elapsed());
+        FillView {
+            id: self.info.id.clone(),
+            upstream: self.info.upstream.clone(),
+            object: self.object.clone(),
+            path: self.info.path.clone(),
+            phase: match s.phase {
+                Phase::Connecting => "connecting",
+                Phase::Streaming => "streaming",
+                Phase::Verified(_) => "verified",
+                Phase::Committed(_) => "committed",
+                Phase::Failed(_) => "failed",
+            },
+            bytes: s.written,
+            total: s.total,
+            rate,
+            eta_seconds: eta,
+            retries: self.info.retries.load(std::sync::atomic::Ordering::Relaxed),
+            clients: self.state.receiver_count(),
+            served: self.info.served.load(std::sync::atomic::Ordering::Relaxed),
+            started_at: epoch(self.info.started),
+        }
     }
 
     /// Never cancel this fill for want of readers (a prefetch or an import waits for it by
@@ -921,6 +1039,7 @@ impl Fill {
     }
 
     fn read(&self, start: u64, end: Option<u64>, withhold: bool, spans: bool) -> BoxStream<'static, io::Result<Piece>> {
+        self.info.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let source = ReadSource { file: self.file.clone(), spans };
         read_stream(source, self.state.subscribe(), start, end, withhold)
     }
@@ -1323,7 +1442,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), tender_store::OpenMode::Exclusive).unwrap();
         let mut writer = store.create_spool("k").unwrap();
-        let fill = Arc::new(Fill::new("k", "k", &writer, false).unwrap());
+        let fill = Arc::new(Fill::new("k", "k", &writer, false, FillInfo::new("k", "u", "")).unwrap());
         let content: Vec<u8> = (0..MAX_PIECE + 100).map(|i| (i % 251) as u8).collect();
         writer.append(&content).unwrap();
         fill.state.send_modify(|s| {
@@ -1359,7 +1478,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), tender_store::OpenMode::Exclusive).unwrap();
         let writer = store.create_spool("k").unwrap();
-        let fill = Arc::new(Fill::new("k", "k", &writer, false).unwrap());
+        let fill = Arc::new(Fill::new("k", "k", &writer, false, FillInfo::new("k", "u", "")).unwrap());
         fill.state.send_modify(|s| s.phase = Phase::Streaming);
         assert_eq!(fill.committed().await, None, "a fill still streaming is not waited for");
         let d = Digest::of(b"x");
@@ -1396,7 +1515,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), tender_store::OpenMode::Exclusive).unwrap();
         let mut writer = store.create_spool("k").unwrap();
-        let fill = Arc::new(Fill::new("k", "k", &writer, false).unwrap());
+        let fill = Arc::new(Fill::new("k", "k", &writer, false, FillInfo::new("k", "u", "")).unwrap());
         let total = 2 * SPAN_BATCH;
         let mut append = |n: u64| {
             writer.append(&vec![7u8; n as usize]).unwrap();

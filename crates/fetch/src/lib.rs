@@ -16,6 +16,7 @@
 pub mod client;
 pub mod container;
 pub mod error;
+pub mod fills;
 pub mod flight;
 pub mod metrics;
 pub mod mirror;

@@ -773,6 +773,10 @@ impl Source for PathSource {
         self.upstream.settings().max_object_size
     }
 
+    fn path(&self) -> &str {
+        &self.path
+    }
+
     fn open(&self, offset: u64) -> BoxFuture<'static, Result<Opened, FetchError>> {
         let (up, path, scope) = (self.upstream.clone(), self.path.clone(), self.scope.clone());
         async move {

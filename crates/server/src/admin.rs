@@ -24,6 +24,23 @@ fn error(status: StatusCode, message: String) -> Response {
     (status, Json(serde_json::json!({ "error": message }))).into_response()
 }
 
+/// `DELETE /api/v1/admin/fills/<id>`: cancel a fill (`GET /api/v1/fills` lists the ids). Its
+/// clients get a clean 503; its spool stays, so a later request resumes it.
+pub async fn cancel_fill(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    if let Some(refused) = require_admin(&app, &headers) {
+        return refused;
+    }
+    if app.mirror().flights().cancel(&id) {
+        (StatusCode::ACCEPTED, Json(serde_json::json!({ "cancelled": id }))).into_response()
+    } else {
+        error(StatusCode::NOT_FOUND, format!("no fill in progress has the id {id:?}"))
+    }
+}
+
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CatalogSyncQuery {

@@ -207,12 +207,14 @@ pub fn router_for(app: Arc<AppState>, surface: Surface) -> Router {
             .route("/metrics", get(metrics_handler))
             .route("/api/v1/catalog", get(catalog_view))
             .route("/", get(status::page))
-            .route("/api/v1/served", get(served_handler));
+            .route("/api/v1/served", get(served_handler))
+            .route("/api/v1/fills", get(fills_handler));
         if app.security.admin.is_some() {
             r = r
                 .route("/api/v1/admin/catalog/sync", axum::routing::post(admin::catalog_sync))
                 .route("/api/v1/admin/gc", axum::routing::post(admin::gc))
-                .route("/api/v1/admin/fsck", axum::routing::post(admin::fsck));
+                .route("/api/v1/admin/fsck", axum::routing::post(admin::fsck))
+                .route("/api/v1/admin/fills/{id}", axum::routing::delete(admin::cancel_fill));
         }
     }
     let mut r = r.fallback(not_found);
@@ -235,6 +237,23 @@ async fn upstreams_handler(State(app): State<Arc<AppState>>) -> axum::response::
         "imageFactory": mirror.image_factory().is_some(),
     }))
     .into_response()
+}
+
+/// `GET /api/v1/fills`: every fill in progress (bytes, total, rate, ETA, retries, clients) and
+/// those that ended in the last hour with their outcome. An anonymous viewer sees only the
+/// upstreams it may pull from.
+async fn fills_handler(
+    State(app): State<Arc<AppState>>,
+    identity: Option<axum::Extension<auth::Identity>>,
+) -> axum::response::Response {
+    let viewer = Viewer::of(&app, identity.as_deref());
+    let mirror = app.mirror();
+    let mut view = mirror.flights().fills();
+    // Image Factory assets are public: anyone may pull them.
+    let sees = |up: &str| viewer.sees_upstream(&mirror, up) || mirror.image_factory().is_some_and(|f| f.name() == up);
+    view.active.retain(|f| sees(&f.upstream));
+    view.ended.retain(|f| sees(&f.upstream));
+    axum::Json(view).into_response()
 }
 
 #[derive(serde::Deserialize)]
