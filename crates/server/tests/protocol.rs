@@ -479,6 +479,35 @@ async fn should_confirm_a_stored_sha512_blob_with_an_upstream_that_names_it_by_s
     assert_eq!((fake.state.blob_heads.load(Ordering::SeqCst), fake.blob_gets()), (1, 0));
 }
 
+/// A tag whose upstream names its manifest by sha512 is verified with sha512 and recorded (and
+/// served) under that digest; a body that does not match the announced sha512 is refused.
+#[tokio::test]
+async fn should_verify_a_tag_announced_by_sha512_with_sha512() {
+    let fake = FakeUpstream::start().await;
+    *fake.state.announce_sha512.lock().unwrap() = true;
+    let body = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","layers":[]}"#;
+    fake.add_manifest("a/b", "v1", OCI_MANIFEST, body);
+    let tender = Tender::in_front_of(&fake).await;
+    let url = tender.url("/v2/ghcr.io/a/b/manifests/v1");
+    for _ in 0..2 {
+        let resp = client().get(&url).header("Accept", OCI_MANIFEST).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["docker-content-digest"], sha512(body).as_str());
+        assert_eq!(resp.bytes().await.unwrap().as_ref(), body);
+    }
+    assert_eq!(fake.state.manifest_gets.load(Ordering::SeqCst), 1, "the second GET is a hit");
+    assert_eq!(std::fs::read(object_file(&tender, &sha512(body))).unwrap(), body);
+    let record = tender.store.tag_get("ghcr.io", "a/b", "v1").unwrap().unwrap();
+    assert_eq!(record.digest.to_string(), sha512(body));
+
+    // The upstream announces a sha512 its body does not have.
+    fake.add_manifest("a/c", "v1", OCI_MANIFEST, body);
+    *fake.state.announce.lock().unwrap() = Some(sha512(b"other bytes"));
+    let resp = client().get(tender.url("/v2/ghcr.io/a/c/manifests/v1")).send().await.unwrap();
+    assert_eq!(resp.status(), 502);
+    assert!(tender.store.tag_get("ghcr.io", "a/c", "v1").unwrap().is_none(), "no tag record");
+}
+
 #[tokio::test]
 async fn should_pass_tags_through_with_the_name_the_client_asked_for() {
     let fake = FakeUpstream::start().await;

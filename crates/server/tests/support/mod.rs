@@ -73,6 +73,11 @@ pub struct FakeState {
     /// Tags of every repository (default `a`, `b`), and how their list is paginated.
     pub tags: Mutex<Vec<String>>,
     pub paging: Mutex<Paging>,
+    /// Name manifests by their sha512 in `Docker-Content-Digest` (an upstream whose canonical
+    /// algorithm is sha512), instead of their sha256.
+    pub announce_sha512: Mutex<bool>,
+    /// Announce this `Docker-Content-Digest` for every manifest, whatever its bytes (a liar).
+    pub announce: Mutex<Option<String>>,
     /// Referrers of every subject; `None`: no referrers API (404).
     pub referrers: Mutex<Option<Vec<serde_json::Value>>>,
 }
@@ -247,7 +252,14 @@ async fn fake_handler(State(s): State<Arc<FakeState>>, req: Request) -> Response
         return match m {
             Some((mt, body)) => Response::builder()
                 .header(header::CONTENT_TYPE, mt)
-                .header("docker-content-digest", sha(&body))
+                .header(
+                    "docker-content-digest",
+                    match (s.announce.lock().unwrap().clone(), *s.announce_sha512.lock().unwrap()) {
+                        (Some(d), _) => d,
+                        (None, true) => sha512(&body),
+                        (None, false) => sha(&body),
+                    },
+                )
                 .header(header::CONTENT_LENGTH, body.len())
                 .body(if head { Body::empty() } else { Body::from(body) })
                 .unwrap(),
