@@ -1,7 +1,8 @@
 //! Repository names, tags, digests and references (`crates/oci`).
 //!
 //! Properties: whatever parses prints back to exactly the input (one spelling per value); a
-//! digest is `sha256:` and 64 lowercase hex digits, and its hex round-trips; a name's components
+//! digest is `sha256:` and 64 or `sha512:` and 128 lowercase hex digits, and its hex and bytes
+//! round-trip with its algorithm; a name's components
 //! are never empty, `.`, `..` or percent-encoded, and stay inside `[a-z0-9._-]`; a tag stays
 //! inside its grammar; derived names (`library/` prefix, first component stripped) still parse.
 #![no_main]
@@ -13,12 +14,15 @@ use tender_oci::{Digest, Reference, RepoName, Tag};
 fn check_digest(s: &str) {
     let Ok(d) = s.parse::<Digest>() else { return };
     assert_eq!(d.to_string(), s, "a digest prints as it was written");
-    let hex = s.strip_prefix("sha256:").expect("sha256: prefix");
-    assert_eq!(hex.len(), 64);
+    let (alg, hex) = s.split_once(':').expect("an algorithm prefix");
+    let algorithm = d.algorithm();
+    assert_eq!(alg, algorithm.name());
+    assert_eq!(hex.len(), algorithm.hex_len());
+    assert!(matches!((alg, hex.len()), ("sha256", 64) | ("sha512", 128)), "{s:?}");
     assert!(hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{s:?}: lowercase hex only");
     assert_eq!(d.hex(), hex);
-    assert_eq!(Digest::from_hex(&d.hex()), Ok(d));
-    assert_eq!(Digest::from_bytes(*d.as_bytes()), d);
+    assert_eq!(Digest::from_hex(algorithm, &d.hex()), Ok(d));
+    assert_eq!(Digest::from_bytes(algorithm, d.as_bytes()), Some(d));
     let json = serde_json::to_string(&d).expect("serialise");
     assert_eq!(serde_json::from_str::<Digest>(&json).expect("deserialise"), d);
 }

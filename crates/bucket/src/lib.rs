@@ -1,22 +1,23 @@
 //! Shared storage in an S3-compatible bucket, in front of which each replica's data directory
 //! is a spool and read cache.
 //!
-//! Layout under the configured prefix (bucket format 2, see [`BUCKET_FORMAT`]):
+//! Layout under the configured prefix (bucket format 2, see [`BUCKET_FORMAT`]); `<alg>` is the
+//! digest's algorithm, `sha256` or `sha512`:
 //! ```text
 //! tender-bucket.json            the bucket format; a replica refuses a newer one
-//! objects/sha256/<hex>          committed content (uploaded whole or in parts of chunkSize)
-//! index/sha256/<hex>.json       size, chunk size and the sha256 of every chunk; written last,
-//!                               after the content was re-hashed and uploaded: an object
-//!                               without its index does not exist for readers
-//! known/sha256/<hex>/<sha256(upstream)>.json
+//! objects/<alg>/<hex>           committed content (uploaded whole or in parts of chunkSize)
+//! index/<alg>/<hex>.json        size, chunk size and the sha256 of every chunk; written last,
+//!                               after the content was re-hashed (with <alg>) and uploaded: an
+//!                               object without its index does not exist for readers
+//! known/<alg>/<hex>/<sha256(upstream)>.json
 //!                               the object is known to exist in that upstream (create-only;
 //!                               an object without one is known in no upstream)
 //! trust/<sha256(key)>.json      first verified digest of an Image Factory asset
 //! leases/<sha256(key)>.json     the replica fetching `key` from upstream now (conditional create)
-//! quarantine/sha256/<hex>       content `tender fsck --repair` found corrupt (moved, never deleted)
+//! quarantine/<alg>/<hex>        content `tender fsck --repair` found corrupt (moved, never deleted)
 //! ```
-//! Every content path names its digest algorithm, so `objects/sha512/`, `index/sha512/` and
-//! `known/sha512/` fit beside without a new format.
+//! The `sha512/` trees sit beside the `sha256/` ones in the same format: a format-2 bucket
+//! written before tender knew sha512 is read as is.
 //! Every read, whole or ranged, fetches whole chunks and checks each against the index before
 //! a byte of it is handed on.
 
@@ -155,15 +156,15 @@ impl Bucket {
     }
 
     fn object_path(&self, d: &Digest) -> ObjectPath {
-        self.path(&format!("objects/sha256/{}", d.hex()))
+        self.path(&format!("objects/{}/{}", d.algorithm(), d.hex()))
     }
 
     fn index_path(&self, d: &Digest) -> ObjectPath {
-        self.path(&format!("index/sha256/{}.json", d.hex()))
+        self.path(&format!("index/{}/{}.json", d.algorithm(), d.hex()))
     }
 
     fn known_path(&self, d: &Digest, upstream: &str) -> ObjectPath {
-        self.path(&format!("known/sha256/{}/{}.json", d.hex(), key_hash(&upstream.to_ascii_lowercase())))
+        self.path(&format!("known/{}/{}/{}.json", d.algorithm(), d.hex(), key_hash(&upstream.to_ascii_lowercase())))
     }
 
     /// Whether a replica recorded that `d` exists in `upstream`.
@@ -361,7 +362,7 @@ impl Bucket {
         let file = tokio::fs::File::open(local).await.map_err(local_err)?;
         let size = file.metadata().await.map_err(local_err)?.len();
         let mut file = tokio::io::BufReader::with_capacity(1 << 20, file);
-        let mut whole = Sha256::new();
+        let mut whole = d.algorithm().hasher();
         let mut chunks = Vec::new();
         let mut upload = if size > chunk {
             Some(self.store.put_multipart(&p).await.map_err(|e| self.store_err("upload", &p, e))?)
@@ -396,7 +397,7 @@ impl Bucket {
                 return Err(self.abort(upload, "upload", &p, e).await);
             }
         }
-        let got = Digest::from_bytes(whole.finalize().into());
+        let got = whole.finalize();
         if got != *d {
             self.metrics.corrupt.inc();
             let e = BucketError::Corrupt {
@@ -522,8 +523,9 @@ impl Bucket {
         while let Some(c) = s.next().await {
             out.extend_from_slice(&c?);
         }
-        if Digest::of(&out) != *d {
-            return Err(self.corrupt(&self.object_path(d), format!("content is {}, not {d}", Digest::of(&out))));
+        let got = d.algorithm().digest(&out);
+        if got != *d {
+            return Err(self.corrupt(&self.object_path(d), format!("content is {got}, not {d}")));
         }
         Ok(Some((Bytes::from(out), index)))
     }

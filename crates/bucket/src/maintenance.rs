@@ -2,8 +2,7 @@
 
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
-use tender_oci::Digest;
+use tender_oci::{Algorithm, Digest};
 
 use crate::{Bucket, BucketError};
 
@@ -22,7 +21,8 @@ pub struct BucketFsckReport {
     pub bytes_checked: u64,
     /// Objects whose content does not match their index or their digest.
     pub corrupt: Vec<BucketProblem>,
-    /// Content without an index: an upload that never finished (invisible to readers).
+    /// Content without an index, by digest (`sha256:<hex>`): an upload that never finished
+    /// (invisible to readers).
     pub unindexed: Vec<String>,
     /// Corrupt objects moved to `quarantine/` (with `--repair`).
     pub quarantined: u64,
@@ -52,7 +52,7 @@ impl Bucket {
             Err(e) if e.is_corrupt() => return Ok(Some(e.to_string())),
             Err(e) => return Err(e),
         };
-        let mut whole = Sha256::new();
+        let mut whole = d.algorithm().hasher();
         for i in 0..index.chunks.len() {
             match self.chunk(d, &index, i).await {
                 Ok(bytes) => whole.update(&bytes),
@@ -63,7 +63,7 @@ impl Bucket {
                 Err(e) => return Err(e),
             }
         }
-        let got = Digest::from_bytes(whole.finalize().into());
+        let got = whole.finalize();
         if got != *d {
             self.metrics.corrupt.inc();
             return Ok(Some(format!("chunks match the index but the content is {got}; the index was rewritten")));
@@ -75,35 +75,40 @@ impl Bucket {
     /// `quarantine/` (index first, so no replica serves them meanwhile).
     pub async fn fsck(&self, repair: bool) -> Result<BucketFsckReport, BucketError> {
         let mut report = BucketFsckReport { bucket: self.settings.bucket.clone(), ..BucketFsckReport::default() };
-        let indexed = self.list_names("index/sha256", ".json").await?;
-        let content = self.list_names("objects/sha256", "").await?;
-        for hex in &indexed {
-            let Ok(d) = Digest::from_hex(hex) else {
-                report
-                    .corrupt
-                    .push(BucketProblem { digest: hex.clone(), problem: "index name is not a sha256".into() });
-                continue;
-            };
-            report.objects_checked += 1;
-            if let Some(problem) = self.check_object(&d).await? {
-                tracing::error!(bucket = %self.settings.bucket, digest = %d, %problem, "bucket object fails verification");
-                if repair {
-                    self.quarantine(&d).await?;
-                    report.quarantined += 1;
+        for algorithm in Algorithm::ALL {
+            let indexed = self.list_names(&format!("index/{algorithm}"), ".json").await?;
+            let content = self.list_names(&format!("objects/{algorithm}"), "").await?;
+            for hex in &indexed {
+                let Ok(d) = Digest::from_hex(algorithm, hex) else {
+                    report.corrupt.push(BucketProblem {
+                        digest: format!("{algorithm}:{hex}"),
+                        problem: format!("index name is not a {algorithm} digest"),
+                    });
+                    continue;
+                };
+                report.objects_checked += 1;
+                if let Some(problem) = self.check_object(&d).await? {
+                    tracing::error!(bucket = %self.settings.bucket, digest = %d, %problem, "bucket object fails verification");
+                    if repair {
+                        self.quarantine(&d).await?;
+                        report.quarantined += 1;
+                    }
+                    report.corrupt.push(BucketProblem { digest: d.to_string(), problem });
+                } else if let Some(i) = self.index(&d).await? {
+                    report.bytes_checked += i.size;
                 }
-                report.corrupt.push(BucketProblem { digest: d.to_string(), problem });
-            } else if let Some(i) = self.index(&d).await? {
-                report.bytes_checked += i.size;
             }
+            let indexed: std::collections::HashSet<&String> = indexed.iter().collect();
+            report
+                .unindexed
+                .extend(content.iter().filter(|c| !indexed.contains(c)).map(|c| format!("{algorithm}:{c}")));
         }
-        let indexed: std::collections::HashSet<&String> = indexed.iter().collect();
-        report.unindexed = content.into_iter().filter(|c| !indexed.contains(c)).collect();
         Ok(report)
     }
 
     async fn quarantine(&self, d: &Digest) -> Result<(), BucketError> {
         let (index, content) = (self.index_path(d), self.object_path(d));
-        let aside = self.path(&format!("quarantine/sha256/{}", d.hex()));
+        let aside = self.path(&format!("quarantine/{}/{}", d.algorithm(), d.hex()));
         self.store.delete(&index).await.map_err(|e| self.store_err("delete", &index, e))?;
         self.forget(d);
         match self.store.copy(&content, &aside).await {

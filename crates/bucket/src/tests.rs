@@ -123,7 +123,74 @@ async fn should_find_a_rewritten_index_and_unfinished_uploads() {
         .unwrap();
     let r = fresh.fsck(false).await.unwrap();
     assert!(r.corrupt[0].problem.contains("index was rewritten"), "{r:?}");
-    assert_eq!(r.unindexed, vec!["ab".repeat(32)]);
+    assert_eq!(r.unindexed, vec![format!("sha256:{}", "ab".repeat(32))]);
+}
+
+async fn uploaded_sha512(b: &Bucket, bytes: &[u8]) -> Digest {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("obj");
+    std::fs::write(&f, bytes).unwrap();
+    let d = tender_oci::Algorithm::Sha512.digest(bytes);
+    b.upload_typed(&d, &f, Some("application/vnd.oci.image.manifest.v1+json")).await.unwrap();
+    d
+}
+
+/// sha512 objects live in the `sha512/` trees, verified with sha512 on upload, on a whole read
+/// and by fsck, which finds and quarantines a corrupt one like a sha256 one.
+#[tokio::test]
+async fn should_round_trip_and_check_sha512_objects() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let bytes = content(3 * 1024 + 5);
+    let d = uploaded_sha512(&b, &bytes).await;
+    let plain = uploaded(&b, &bytes).await;
+    assert_ne!(d, plain);
+    for p in [format!("fleet/objects/sha512/{}", d.hex()), format!("fleet/index/sha512/{}.json", d.hex())] {
+        assert!(mem.head(&ObjectPath::from(p.clone())).await.is_ok(), "{p}");
+    }
+    let other = bucket_on(&mem, "b");
+    assert_eq!(read_all(&other, d, 0, bytes.len() as u64).await.unwrap(), bytes);
+    let (small, index) = other.read_small(&d, 1 << 20).await.unwrap().unwrap();
+    assert_eq!(
+        (small.as_ref(), index.media_type.as_deref()),
+        (&bytes[..], Some("application/vnd.oci.image.manifest.v1+json"))
+    );
+    other.put_known(&d, "ghcr.io").await.unwrap();
+    assert!(bucket_on(&mem, "c").is_known(&d, "GHCR.io").await.unwrap());
+    assert!(!bucket_on(&mem, "c").is_known(&plain, "ghcr.io").await.unwrap(), "known per digest, not per content");
+    // The local copy must hash to the sha512 it is uploaded as.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("obj");
+    std::fs::write(&f, b"other").unwrap();
+    let e = b.upload(&tender_oci::Algorithm::Sha512.digest(b"claimed"), &f).await.expect_err("hash differs");
+    assert!(e.is_corrupt(), "{e}");
+
+    // Content and index replaced consistently: only the whole sha512 shows it.
+    let forged: Vec<u8> = bytes.iter().map(|x| x.wrapping_add(1)).collect();
+    let chunks = forged.chunks(1024).map(|c| hex::encode(Sha256::digest(c))).collect();
+    let index = ChunkIndex::new(forged.len() as u64, 1024, chunks, "x");
+    mem.put(&ObjectPath::from(format!("fleet/objects/sha512/{}", d.hex())), PutPayload::from(forged)).await.unwrap();
+    mem.put(
+        &ObjectPath::from(format!("fleet/index/sha512/{}.json", d.hex())),
+        PutPayload::from(serde_json::to_vec(&index).unwrap()),
+    )
+    .await
+    .unwrap();
+    mem.put(&ObjectPath::from(format!("fleet/objects/sha512/{}", "cd".repeat(64))), PutPayload::from_static(b"x"))
+        .await
+        .unwrap();
+    let fresh = bucket_on(&mem, "d");
+    assert!(fresh.read_small(&d, 1 << 20).await.unwrap_err().is_corrupt());
+    let r = fresh.fsck(false).await.unwrap();
+    assert_eq!(r.objects_checked, 2);
+    assert_eq!(r.corrupt.len(), 1, "{r:?}");
+    assert_eq!(r.corrupt[0].digest, d.to_string());
+    assert!(r.corrupt[0].problem.contains("index was rewritten"), "{r:?}");
+    assert_eq!(r.unindexed, vec![format!("sha512:{}", "cd".repeat(64))]);
+    assert_eq!(fresh.fsck(true).await.unwrap().quarantined, 1);
+    assert!(mem.head(&ObjectPath::from(format!("fleet/quarantine/sha512/{}", d.hex()))).await.is_ok());
+    assert!(fresh.index(&d).await.unwrap().is_none());
+    assert_eq!(read_all(&fresh, plain, 0, bytes.len() as u64).await.unwrap(), bytes, "the sha256 copy is untouched");
 }
 
 #[tokio::test]

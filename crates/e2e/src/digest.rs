@@ -1,4 +1,4 @@
-//! sha256 helpers and the verification of pulled images: every blob hashes to its name and
+//! sha256 and sha512 helpers and the verification of pulled images: every blob hashes to its name and
 //! every descriptor reachable from the top manifest is present with its declared size.
 
 use std::collections::BTreeSet;
@@ -7,11 +7,16 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use sha2::{Digest as _, Sha256};
+use sha2::{Digest as _, Sha256, Sha512};
 
 /// `sha256:<hex>` of some bytes.
 pub fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// `sha512:<hex>` of some bytes.
+pub fn sha512(bytes: &[u8]) -> String {
+    format!("sha512:{}", hex::encode(Sha512::digest(bytes)))
 }
 
 /// `sha256:<hex>` of a file's content.

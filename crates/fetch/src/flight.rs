@@ -20,7 +20,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::{BoxStream, StreamExt};
-use tender_oci::Digest;
+use tender_oci::{Algorithm, Digest};
 use tender_store::{SpoolWriter, Store};
 use tokio::sync::watch;
 
@@ -74,7 +74,7 @@ pub trait Source: Send + Sync + 'static {
 /// How a fill knows its bytes are right.
 #[derive(Debug, Clone)]
 pub enum Expect {
-    /// A content-addressed object: its sha256 must match.
+    /// A content-addressed object: its digest (sha256 or sha512, the one asked for) must match.
     Digest(Digest),
     /// An asset with no published checksum (Image Factory): complete by its announced
     /// length or its container's own check, then its sha256 is trusted on first use; a later
@@ -88,6 +88,14 @@ impl Expect {
         match self {
             Expect::Digest(d) => d.to_string(),
             Expect::Tofu { key, .. } => key.clone(),
+        }
+    }
+
+    /// The algorithm the fill hashes with: the digest's own, sha256 for a trusted asset.
+    pub fn algorithm(&self) -> Algorithm {
+        match self {
+            Expect::Digest(d) => d.algorithm(),
+            Expect::Tofu { .. } => Algorithm::Sha256,
         }
     }
 
@@ -291,12 +299,12 @@ impl Flights {
         if let Some(digest) = expect.stored(&self.store) {
             return Ok(Claim::Stored(digest));
         }
-        let writer = match self.store.resume_spool(key).map_err(local)? {
+        let writer = match self.store.resume_spool(key, expect.algorithm()).map_err(local)? {
             Some(w) => {
                 tracing::info!(key, bytes = w.len(), "resuming a leftover spool file");
                 w
             }
-            None => self.store.create_spool(key).map_err(local)?,
+            None => self.store.create_spool(key, expect.algorithm()).map_err(local)?,
         };
         let gated = self.gated(&expect, false);
         let info = FillInfo::new(key, source.upstream(), source.path());
@@ -490,7 +498,7 @@ impl Flights {
                         w.discard();
                     }
                     fill.fail(e.clone());
-                    let fresh = match self.store.create_spool(&fill.key) {
+                    let fresh = match self.store.create_spool(&fill.key, expect.algorithm()) {
                         Ok(w) => w,
                         Err(se) => break Err(FetchError::new(FetchErrorKind::Local, &upstream, se.to_string())),
                     };
@@ -1441,7 +1449,7 @@ mod tests {
     async fn should_hand_out_cached_bytes_as_file_spans_and_withhold_the_last_until_verified() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), tender_store::OpenMode::Exclusive).unwrap();
-        let mut writer = store.create_spool("k").unwrap();
+        let mut writer = store.create_spool("k", Algorithm::Sha256).unwrap();
         let fill = Arc::new(Fill::new("k", "k", &writer, false, FillInfo::new("k", "u", "")).unwrap());
         let content: Vec<u8> = (0..MAX_PIECE + 100).map(|i| (i % 251) as u8).collect();
         writer.append(&content).unwrap();
@@ -1477,7 +1485,7 @@ mod tests {
     async fn should_wait_for_the_commit_only_once_the_content_verified() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), tender_store::OpenMode::Exclusive).unwrap();
-        let writer = store.create_spool("k").unwrap();
+        let writer = store.create_spool("k", Algorithm::Sha256).unwrap();
         let fill = Arc::new(Fill::new("k", "k", &writer, false, FillInfo::new("k", "u", "")).unwrap());
         fill.state.send_modify(|s| s.phase = Phase::Streaming);
         assert_eq!(fill.committed().await, None, "a fill still streaming is not waited for");
@@ -1514,7 +1522,7 @@ mod tests {
     async fn should_release_spans_to_a_caught_up_reader_in_batches_or_after_the_batch_wait() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), tender_store::OpenMode::Exclusive).unwrap();
-        let mut writer = store.create_spool("k").unwrap();
+        let mut writer = store.create_spool("k", Algorithm::Sha256).unwrap();
         let fill = Arc::new(Fill::new("k", "k", &writer, false, FillInfo::new("k", "u", "")).unwrap());
         let total = 2 * SPAN_BATCH;
         let mut append = |n: u64| {

@@ -11,7 +11,7 @@ use futures::stream::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, LINK, RANGE};
 use reqwest::Method;
 use tender_oci::media::{self, AcceptList};
-use tender_oci::{Digest, Reference, RepoName};
+use tender_oci::{Algorithm, Digest, Reference, RepoName};
 use tender_store::{ListingRecord, ManifestMeta, TagRecord};
 
 use crate::client::Upstream;
@@ -340,9 +340,11 @@ impl Mirror {
             Err(e) => return Err(e),
         };
         // Absent on some CDN-redirected blob HEADs (Docker Hub); when present it must name the
-        // digest asked for.
+        // digest asked for. A digest of another algorithm says nothing either way (docker-registry
+        // names an object asked for by sha512 with its sha256).
         if let Some(v) = resp.headers().get("docker-content-digest") {
-            if v.to_str().ok().and_then(|v| v.parse::<Digest>().ok()) != Some(*digest) {
+            let named = v.to_str().ok().and_then(|v| v.parse::<Digest>().ok());
+            if named.is_none_or(|n| n.algorithm() == digest.algorithm() && n != *digest) {
                 let e = FetchError::new(
                     FetchErrorKind::Corrupt,
                     up.name(),
@@ -491,11 +493,14 @@ impl Mirror {
             Ok(b) => b,
             Err(e) => return self.stale_or(e, record.as_ref()),
         };
-        let digest = Digest::of(&body);
+        // By digest, the digest asked for is the one verified (whatever the upstream announces:
+        // docker-registry names a manifest asked for by sha512 with its sha256). By tag, the
+        // upstream's announced digest, in its algorithm; sha256 when it announces none.
         let expected = match reference {
             Reference::Digest(d) => Some(*d),
             Reference::Tag(_) => announced,
         };
+        let digest = expected.map_or(Algorithm::Sha256, |d| d.algorithm()).digest(&body);
         if let Some(want) = expected {
             if want != digest {
                 let e = FetchError::new(

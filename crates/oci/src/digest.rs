@@ -1,51 +1,132 @@
-//! `sha256:<64 lowercase hex>` digests, the only algorithm tender stores.
+//! Content digests: `sha256:<64 lowercase hex>` and `sha512:<128 lowercase hex>`, the two
+//! algorithms OCI registries use and tender verifies. Any other algorithm is refused.
 
 use std::fmt;
 use std::str::FromStr;
 
-use sha2::{Digest as _, Sha256};
+use sha2::{Digest as _, Sha256, Sha512};
 
-/// A validated sha256 content digest.
+/// A digest algorithm tender verifies and stores (each in its own tree, named by [`Algorithm::name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Algorithm {
+    Sha256,
+    Sha512,
+}
+
+impl Algorithm {
+    /// Every algorithm, in the order stores are walked.
+    pub const ALL: [Algorithm; 2] = [Algorithm::Sha256, Algorithm::Sha512];
+
+    /// The name in a digest string and in store paths (`sha256`, `sha512`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Sha256 => "sha256",
+            Algorithm::Sha512 => "sha512",
+        }
+    }
+
+    /// Length of a digest in bytes.
+    pub fn byte_len(self) -> usize {
+        match self {
+            Algorithm::Sha256 => 32,
+            Algorithm::Sha512 => 64,
+        }
+    }
+
+    /// Length of a digest in hex characters.
+    pub fn hex_len(self) -> usize {
+        self.byte_len() * 2
+    }
+
+    /// An incremental hasher of this algorithm.
+    pub fn hasher(self) -> Hasher {
+        Hasher::new(self)
+    }
+
+    /// The digest of `bytes` with this algorithm.
+    pub fn digest(self, bytes: &[u8]) -> Digest {
+        let mut h = self.hasher();
+        h.update(bytes);
+        h.finalize()
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = DigestError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| DigestError::UnsupportedAlgorithm(s.to_string()))
+    }
+}
+
+/// A validated content digest. The bytes past the algorithm's length are always zero, so the
+/// derived comparisons are those of (algorithm, digest).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Digest([u8; 32]);
+pub struct Digest {
+    algorithm: Algorithm,
+    bytes: [u8; 64],
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DigestError {
-    #[error("digest {0:?} has no algorithm prefix (expected sha256:<64 hex>)")]
+    #[error("digest {0:?} has no algorithm prefix (expected sha256:<64 hex> or sha512:<128 hex>)")]
     NoAlgorithm(String),
-    #[error("digest algorithm {0:?} is not supported (tender stores sha256 only)")]
+    #[error("digest algorithm {0:?} is not supported (tender verifies sha256 and sha512)")]
     UnsupportedAlgorithm(String),
-    #[error("digest {0:?} is not 64 lowercase hex characters after sha256:")]
-    BadHex(String),
+    #[error("digest {hex:?} is not {} lowercase hex characters after {algorithm}:", algorithm.hex_len())]
+    BadHex { algorithm: Algorithm, hex: String },
 }
 
 impl Digest {
-    /// The digest of `bytes`.
+    /// The sha256 of `bytes` (the algorithm of tags, trust records and anything tender names).
     pub fn of(bytes: &[u8]) -> Digest {
-        Digest(Sha256::digest(bytes).into())
+        Algorithm::Sha256.digest(bytes)
     }
 
-    pub fn from_bytes(bytes: [u8; 32]) -> Digest {
-        Digest(bytes)
-    }
-
-    pub fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
-    }
-
-    /// The 64 hex characters without the algorithm.
-    pub fn hex(&self) -> String {
-        hex::encode(self.0)
-    }
-
-    /// Parse 64 lowercase hex characters (no algorithm prefix).
-    pub fn from_hex(hex_str: &str) -> Result<Digest, DigestError> {
-        if hex_str.len() != 64 || !hex_str.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-            return Err(DigestError::BadHex(hex_str.to_string()));
+    /// A digest from its raw bytes; `None` unless there are exactly as many as `algorithm` makes.
+    pub fn from_bytes(algorithm: Algorithm, raw: &[u8]) -> Option<Digest> {
+        if raw.len() != algorithm.byte_len() {
+            return None;
         }
-        let mut out = [0u8; 32];
-        hex::decode_to_slice(hex_str, &mut out).map_err(|_| DigestError::BadHex(hex_str.to_string()))?;
-        Ok(Digest(out))
+        let mut bytes = [0u8; 64];
+        bytes[..raw.len()].copy_from_slice(raw);
+        Some(Digest { algorithm, bytes })
+    }
+
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The raw digest (32 or 64 bytes).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.algorithm.byte_len()]
+    }
+
+    /// The hex characters without the algorithm.
+    pub fn hex(&self) -> String {
+        hex::encode(self.as_bytes())
+    }
+
+    /// Parse the lowercase hex of an `algorithm` digest (no prefix), as store paths hold it.
+    pub fn from_hex(algorithm: Algorithm, hex_str: &str) -> Result<Digest, DigestError> {
+        let bad = || DigestError::BadHex { algorithm, hex: hex_str.to_string() };
+        if hex_str.len() != algorithm.hex_len()
+            || !hex_str.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Err(bad());
+        }
+        let mut bytes = [0u8; 64];
+        hex::decode_to_slice(hex_str, &mut bytes[..algorithm.byte_len()]).map_err(|_| bad())?;
+        Ok(Digest { algorithm, bytes })
     }
 }
 
@@ -56,16 +137,13 @@ impl FromStr for Digest {
         let Some((alg, hex_str)) = s.split_once(':') else {
             return Err(DigestError::NoAlgorithm(s.to_string()));
         };
-        if alg != "sha256" {
-            return Err(DigestError::UnsupportedAlgorithm(alg.to_string()));
-        }
-        Digest::from_hex(hex_str)
+        Digest::from_hex(alg.parse()?, hex_str)
     }
 }
 
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "sha256:{}", hex::encode(self.0))
+        write!(f, "{}:{}", self.algorithm, self.hex())
     }
 }
 
@@ -88,6 +166,51 @@ impl<'de> serde::Deserialize<'de> for Digest {
     }
 }
 
+/// Hashes bytes as they come with one algorithm: what a fill, a spool file or a re-check
+/// computes to compare with the digest asked for.
+#[derive(Debug, Clone)]
+pub struct Hasher(Inner);
+
+#[derive(Debug, Clone)]
+enum Inner {
+    Sha256(Sha256),
+    Sha512(Sha512),
+}
+
+impl Hasher {
+    pub fn new(algorithm: Algorithm) -> Hasher {
+        Hasher(match algorithm {
+            Algorithm::Sha256 => Inner::Sha256(Sha256::new()),
+            Algorithm::Sha512 => Inner::Sha512(Sha512::new()),
+        })
+    }
+
+    pub fn algorithm(&self) -> Algorithm {
+        match self.0 {
+            Inner::Sha256(_) => Algorithm::Sha256,
+            Inner::Sha512(_) => Algorithm::Sha512,
+        }
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        match &mut self.0 {
+            Inner::Sha256(h) => h.update(bytes),
+            Inner::Sha512(h) => h.update(bytes),
+        }
+    }
+
+    /// The digest of everything hashed.
+    pub fn finalize(self) -> Digest {
+        let mut bytes = [0u8; 64];
+        let algorithm = self.algorithm();
+        match self.0 {
+            Inner::Sha256(h) => bytes[..32].copy_from_slice(&h.finalize()),
+            Inner::Sha512(h) => bytes.copy_from_slice(&h.finalize()),
+        }
+        Digest { algorithm, bytes }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
@@ -95,32 +218,72 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn should_round_trip_known_digest() {
+    fn should_round_trip_known_digests() {
         let d = Digest::of(b"");
         assert_eq!(d.to_string(), "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
         assert_eq!(d.to_string().parse::<Digest>().unwrap(), d);
+        let d = Algorithm::Sha512.digest(b"");
+        assert_eq!(
+            d.to_string(),
+            "sha512:cf83e1357eefb8bdf1542850d66d8007d620e4050b5715dc83f4a921d36ce9ce\
+             47d0d13c5d85f2b0ff8318d2877eec2f63b931bd47417a81a538327af927da3e"
+        );
+        assert_eq!(d.to_string().parse::<Digest>().unwrap(), d);
+        assert_eq!((d.algorithm(), d.as_bytes().len(), d.hex().len()), (Algorithm::Sha512, 64, 128));
+    }
+
+    #[test]
+    fn should_hash_incrementally_like_at_once() {
+        for alg in Algorithm::ALL {
+            let mut h = alg.hasher();
+            h.update(b"hello ");
+            let partial = h.clone().finalize();
+            h.update(b"world");
+            assert_eq!(h.finalize(), alg.digest(b"hello world"));
+            assert_eq!(partial, alg.digest(b"hello "));
+        }
+    }
+
+    #[test]
+    fn should_never_equal_across_algorithms() {
+        let a = Digest::from_bytes(Algorithm::Sha256, &[0; 32]).unwrap();
+        let b = Digest::from_bytes(Algorithm::Sha512, &[0; 64]).unwrap();
+        assert_ne!(a, b);
+        assert!(Digest::from_bytes(Algorithm::Sha512, &[0; 32]).is_none());
     }
 
     #[test]
     fn should_refuse_malformed_digests() {
+        let z64 = "0".repeat(64);
+        let z128 = "0".repeat(128);
         for bad in [
-            "",
-            "sha256",
-            "sha256:",
-            "sha512:abcd",
-            "md5:d41d8cd98f00b204e9800998ecf8427e",
-            "sha256:E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855",
-            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b85",
-            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855a",
-            "sha256:../../../../etc/passwd00000000000000000000000000000000000000000",
+            "".to_string(),
+            "sha256".into(),
+            "sha256:".into(),
+            "sha512:abcd".into(),
+            "md5:d41d8cd98f00b204e9800998ecf8427e".into(),
+            format!("blake3:{z64}"),
+            format!("SHA256:{z64}"),
+            format!("sha512:{z64}"),
+            format!("sha256:{z128}"),
+            format!("sha512:{}", "A".repeat(128)),
+            format!("sha512:{z128}0"),
+            "sha256:E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855".into(),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b85".into(),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855a".into(),
+            "sha256:../../../../etc/passwd00000000000000000000000000000000000000000".into(),
         ] {
             assert!(bad.parse::<Digest>().is_err(), "{bad:?} must be refused");
         }
+        let e = format!("blake3:{z64}").parse::<Digest>().unwrap_err().to_string();
+        assert!(e.contains("\"blake3\" is not supported") && e.contains("sha256 and sha512"), "{e}");
+        let e = format!("sha512:{z64}").parse::<Digest>().unwrap_err().to_string();
+        assert!(e.contains("not 128 lowercase hex characters after sha512:"), "{e}");
     }
 
     proptest! {
         #[test]
-        fn should_parse_only_what_it_prints(s in "\\PC{0,80}") {
+        fn should_parse_only_what_it_prints(s in "\\PC{0,140}") {
             if let Ok(d) = s.parse::<Digest>() {
                 prop_assert_eq!(d.to_string(), s);
             }
@@ -128,8 +291,16 @@ mod tests {
 
         #[test]
         fn should_accept_every_lowercase_hex(bytes in proptest::array::uniform32(any::<u8>())) {
-            let d = Digest::from_bytes(bytes);
+            let d = Digest::from_bytes(Algorithm::Sha256, &bytes).unwrap();
             prop_assert_eq!(d.to_string().parse::<Digest>().unwrap(), d);
+        }
+
+        #[test]
+        fn should_accept_every_lowercase_sha512_hex(bytes in proptest::collection::vec(any::<u8>(), 64)) {
+            let d = Digest::from_bytes(Algorithm::Sha512, &bytes).unwrap();
+            prop_assert_eq!(d.to_string().parse::<Digest>().unwrap(), d);
+            prop_assert_eq!(Digest::from_hex(Algorithm::Sha512, &d.hex()).unwrap(), d);
+            prop_assert_eq!(d.as_bytes(), &bytes[..]);
         }
     }
 }

@@ -8,7 +8,7 @@ pub mod media;
 pub mod name;
 pub mod route;
 
-pub use digest::{Digest, DigestError};
+pub use digest::{Algorithm, Digest, DigestError, Hasher};
 pub use error::ErrorCode;
 pub use name::{NameError, Reference, RepoName, Tag};
 pub use route::{Route, RouteError, RouteKind};

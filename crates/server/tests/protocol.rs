@@ -222,6 +222,10 @@ async fn should_use_oci_error_bodies_with_real_statuses() {
         (reqwest::Method::GET, "/v2/ghcr.io/A/b/manifests/v1".into(), (400, "NAME_INVALID")),
         (reqwest::Method::GET, "/v2/ghcr.io/a/b/blobs/sha256:xyz".into(), (400, "DIGEST_INVALID")),
         (reqwest::Method::GET, "/v2/ghcr.io/a/b/blobs/md5:abc".into(), (400, "DIGEST_INVALID")),
+        (reqwest::Method::GET, format!("/v2/ghcr.io/a/b/blobs/blake3:{}", "0".repeat(64)), (400, "DIGEST_INVALID")),
+        (reqwest::Method::GET, format!("/v2/ghcr.io/a/b/blobs/sha512:{}", "A".repeat(128)), (400, "DIGEST_INVALID")),
+        (reqwest::Method::GET, format!("/v2/ghcr.io/a/b/blobs/sha512:{}", "0".repeat(64)), (400, "DIGEST_INVALID")),
+        (reqwest::Method::GET, format!("/v2/ghcr.io/a/b/manifests/sha512:{}", "0".repeat(127)), (400, "TAG_INVALID")),
         (reqwest::Method::GET, "/v2/ghcr.io/a/b/manifests/-bad".into(), (400, "TAG_INVALID")),
         (reqwest::Method::POST, "/v2/ghcr.io/a/b/blobs/uploads/".into(), (405, "UNSUPPORTED")),
         (reqwest::Method::PUT, "/v2/ghcr.io/a/b/manifests/v1".into(), (405, "UNSUPPORTED")),
@@ -353,6 +357,155 @@ async fn should_refuse_a_manifest_whose_digest_does_not_match() {
     let resp = client().get(tender.url(&format!("/v2/ghcr.io/a/b/manifests/{wrong}"))).send().await.unwrap();
     assert_eq!(resp.status(), 502);
     assert!(tender.store.object_len(&wrong.parse().unwrap()).is_none());
+}
+
+/// Where a committed object of `digest` (`<alg>:<hex>`) lives in the data directory.
+fn object_file(tender: &Tender, digest: &str) -> std::path::PathBuf {
+    let (alg, hex) = digest.split_once(':').unwrap();
+    tender.dir.path().join("objects").join(alg).join(&hex[..2]).join(hex)
+}
+
+/// Every file under `objects/`, whatever its algorithm.
+fn object_files(tender: &Tender) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![tender.dir.path().join("objects")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// Issue 17, item 4: a blob and a manifest addressed by `sha512:` are verified with sha512,
+/// stored under `objects/sha512/` and served byte-exact with the digest the client asked for;
+/// the upstream naming the manifest by its sha256 (as docker-registry does) changes nothing.
+#[tokio::test]
+async fn should_serve_sha512_blobs_and_manifests_byte_exact() {
+    let fake = FakeUpstream::start().await;
+    let blob = random_bytes(1 << 20, 51);
+    let d = fake.add_blob_sha512(blob.clone());
+    let manifest = format!(
+        r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{d}","size":{}}},"layers":[]}}"#,
+        blob.len()
+    );
+    let md = fake.add_manifest_sha512("a/b", OCI_MANIFEST, manifest.as_bytes());
+    let tender = Tender::in_front_of(&fake).await;
+
+    let url = tender.url(&format!("/v2/ghcr.io/a/b/blobs/{d}"));
+    let resp = client().get(&url).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["docker-content-digest"], d.as_str());
+    assert_eq!(resp.headers()["etag"], format!("\"{d}\"").as_str());
+    assert_eq!(resp.bytes().await.unwrap(), blob);
+    tender.wait_idle().await;
+    assert_eq!(std::fs::read(object_file(&tender, &d)).unwrap(), blob, "stored under objects/sha512/");
+    let resp = client().get(&url).header("Range", "bytes=10-19").send().await.unwrap();
+    assert_eq!(resp.status(), 206);
+    assert_eq!(resp.bytes().await.unwrap(), blob.slice(10..20));
+    let resp = client().head(&url).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["docker-content-digest"], d.as_str());
+    assert_eq!(resp.headers()["content-length"], blob.len().to_string().as_str());
+    assert_eq!(fake.blob_gets(), 1, "the second GET, the range and the HEAD are hits");
+
+    let murl = tender.url(&format!("/v2/ghcr.io/a/b/manifests/{md}"));
+    for _ in 0..2 {
+        let resp = client().get(&murl).header("Accept", OCI_MANIFEST).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["docker-content-digest"], md.as_str());
+        assert_eq!(resp.headers()["content-type"], OCI_MANIFEST);
+        assert_eq!(resp.bytes().await.unwrap().as_ref(), manifest.as_bytes());
+    }
+    assert_eq!(fake.state.manifest_gets.load(Ordering::SeqCst), 1, "the second GET is a hit");
+    assert_eq!(std::fs::read(object_file(&tender, &md)).unwrap(), manifest.as_bytes());
+    let report = tender.store.fsck(false).unwrap();
+    assert_eq!((report.checked, report.corrupt.len(), report.stray.len()), (2, 0, 0), "{report:?}");
+}
+
+/// A body that does not hash to the sha512 asked for is refused like a sha256 one: a full-body
+/// client never gets the last byte, nothing appears under `objects/`, and a manifest is a 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn should_never_make_a_wrong_sha512_body_visible() {
+    let fake = FakeUpstream::start().await;
+    let size = 1 << 20;
+    let blob = random_bytes(size, 52);
+    let d = fake.add_blob_sha512(blob.clone());
+    *fake.state.steady.lock().unwrap() = Some(Fault::WrongByteAt(size as u64 - 1));
+    let body = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","layers":[]}"#;
+    let wrong = sha512(b"other bytes");
+    fake.state
+        .manifests
+        .lock()
+        .unwrap()
+        .insert(("a/b".into(), wrong.clone()), (OCI_MANIFEST.into(), bytes::Bytes::from_static(body)));
+    let tender = Tender::in_front_of(&fake).await;
+
+    let url = tender.url(&format!("/v2/ghcr.io/a/b/blobs/{d}"));
+    let got = get(&url, &[]).await;
+    assert_eq!(got.status, 200, "headers go out before the verdict");
+    if let Ok(b) = &got.body {
+        assert!(b.len() < size, "the final byte is withheld until verified");
+    }
+    let resp = client().get(tender.url(&format!("/v2/ghcr.io/a/b/manifests/{wrong}"))).send().await.unwrap();
+    assert_eq!(resp.status(), 502);
+    tender.wait_idle().await;
+    assert!(object_files(&tender).is_empty(), "{:?}", object_files(&tender));
+
+    *fake.state.steady.lock().unwrap() = None;
+    let again = get(&url, &[]).await;
+    assert_eq!(again.status, 200);
+    assert!(again.body.unwrap() == blob, "byte-exact once the upstream sends the right bytes");
+}
+
+/// A stored sha512 blob that is not yet known in an upstream is confirmed there with a HEAD;
+/// the sha256 `Docker-Content-Digest` docker-registry answers with is no refusal.
+#[tokio::test]
+async fn should_confirm_a_stored_sha512_blob_with_an_upstream_that_names_it_by_sha256() {
+    let fake = FakeUpstream::start().await;
+    let blob = random_bytes(3000, 53);
+    let d = fake.add_blob_sha512(blob.clone());
+    let tender = Tender::in_front_of(&fake).await;
+    let path = object_file(&tender, &d);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, &blob).unwrap();
+    let got = get(&tender.url(&format!("/v2/ghcr.io/a/b/blobs/{d}")), &[]).await;
+    assert_eq!(got.status, 200, "{:?}", got.body.map(|b| String::from_utf8_lossy(&b).into_owned()));
+    assert!(got.body.unwrap() == blob, "byte-exact");
+    assert_eq!((fake.state.blob_heads.load(Ordering::SeqCst), fake.blob_gets()), (1, 0));
+}
+
+/// A tag whose upstream names its manifest by sha512 is verified with sha512 and recorded (and
+/// served) under that digest; a body that does not match the announced sha512 is refused.
+#[tokio::test]
+async fn should_verify_a_tag_announced_by_sha512_with_sha512() {
+    let fake = FakeUpstream::start().await;
+    *fake.state.announce_sha512.lock().unwrap() = true;
+    let body = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","layers":[]}"#;
+    fake.add_manifest("a/b", "v1", OCI_MANIFEST, body);
+    let tender = Tender::in_front_of(&fake).await;
+    let url = tender.url("/v2/ghcr.io/a/b/manifests/v1");
+    for _ in 0..2 {
+        let resp = client().get(&url).header("Accept", OCI_MANIFEST).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["docker-content-digest"], sha512(body).as_str());
+        assert_eq!(resp.bytes().await.unwrap().as_ref(), body);
+    }
+    assert_eq!(fake.state.manifest_gets.load(Ordering::SeqCst), 1, "the second GET is a hit");
+    assert_eq!(std::fs::read(object_file(&tender, &sha512(body))).unwrap(), body);
+    let record = tender.store.tag_get("ghcr.io", "a/b", "v1").unwrap().unwrap();
+    assert_eq!(record.digest.to_string(), sha512(body));
+
+    // The upstream announces a sha512 its body does not have.
+    fake.add_manifest("a/c", "v1", OCI_MANIFEST, body);
+    *fake.state.announce.lock().unwrap() = Some(sha512(b"other bytes"));
+    let resp = client().get(tender.url("/v2/ghcr.io/a/c/manifests/v1")).send().await.unwrap();
+    assert_eq!(resp.status(), 502);
+    assert!(tender.store.tag_get("ghcr.io", "a/c", "v1").unwrap().is_none(), "no tag record");
 }
 
 #[tokio::test]

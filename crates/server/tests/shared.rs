@@ -235,3 +235,37 @@ async fn should_continue_from_upstream_when_the_bucket_copy_vanishes() {
     assert_eq!(sha(&got.body.unwrap()), sha(&body), "the fill went on from the upstream");
     assert_eq!(fake.blob_gets(), 2);
 }
+
+/// A sha512 blob and manifest filled by one replica are published to the bucket's `sha512/`
+/// trees and served by another replica from there, verified with sha512, without the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_share_sha512_objects_across_replicas() {
+    let fake = FakeUpstream::start().await;
+    let body = random_bytes(3 << 20, 17);
+    let digest = fake.add_blob_sha512(body.clone());
+    let manifest = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","layers":[]}"#;
+    let md = fake.add_manifest_sha512("x", "application/vnd.oci.image.manifest.v1+json", manifest);
+    let mem = Arc::new(InMemory::new());
+    let ba = bucket(&mem, "a");
+    let a = replica(&fake, None, ba.clone()).await;
+    let (path, mpath) = (format!("/v2/ghcr.io/x/blobs/{digest}"), format!("/v2/ghcr.io/x/manifests/{md}"));
+    assert!(get(&a.url(&path), &[]).await.body.unwrap() == body);
+    assert_eq!(get(&a.url(&mpath), &[]).await.body.unwrap().as_ref(), manifest);
+    uploaded(&ba, &digest).await;
+    uploaded(&ba, &md).await;
+    let hex = digest.strip_prefix("sha512:").unwrap();
+    assert!(mem.head(&format!("objects/sha512/{hex}").into()).await.is_ok());
+
+    let b = replica(&fake, None, bucket(&mem, "b")).await;
+    let got = get(&b.url(&path), &[("range", "bytes=1048000-2000000")]).await;
+    assert_eq!(got.status, 206);
+    assert!(got.body.unwrap() == body.slice(1048000..2000001));
+    assert!(get(&b.url(&path), &[]).await.body.unwrap() == body);
+    let resp = client().get(b.url(&mpath)).send().await.unwrap();
+    assert_eq!(resp.headers()["docker-content-digest"], md.as_str());
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), manifest);
+    b.wait_idle().await;
+    assert_eq!((fake.blob_gets(), fake.state.manifest_gets.load(Ordering::SeqCst)), (1, 1), "the upstream once");
+    let report = b.store.fsck(false).unwrap();
+    assert_eq!((report.checked, report.corrupt.len()), (2, 0), "{report:?}");
+}

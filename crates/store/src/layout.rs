@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use tender_oci::Digest;
+use tender_oci::{Algorithm, Digest};
 
 use crate::fsutil::{sync_dir, write_atomic};
 use crate::spool::{Sealed, SpoolWriter};
@@ -14,7 +14,8 @@ use crate::spool::{Sealed, SpoolWriter};
 /// The data directory format this tender writes. 2: objects record the upstreams they are
 /// known to exist in (`known/`); fill keys (spool names) include the upstream. Every path of
 /// content is qualified by its digest algorithm (`objects/sha256/`, `meta/sha256/`,
-/// `known/sha256/`), so a `sha512/` tree fits beside it without another format.
+/// `known/sha256/`), and sha512 objects live in the `sha512/` trees beside them: a format-2
+/// directory written before tender knew sha512 is read as is.
 pub const FORMAT_VERSION: u32 = 2;
 const FORMAT_FILE: &str = "tender-data.json";
 const LOCK_FILE: &str = "lock";
@@ -46,7 +47,12 @@ pub enum StoreError {
     )]
     Locked { dir: PathBuf, holder: String },
     #[error("content of {path} does not match {expected} (got {actual}); nothing was stored")]
-    DigestMismatch { path: PathBuf, expected: Digest, actual: Digest },
+    DigestMismatch {
+        path: PathBuf,
+        /// Boxed: a digest is 65 bytes, and this error travels in every store `Result`.
+        expected: Box<Digest>,
+        actual: Box<Digest>,
+    },
 }
 
 impl StoreError {
@@ -201,14 +207,15 @@ impl Store {
         StoreError::io(&self.root, e)
     }
 
-    /// Where a committed object lives (whether or not it exists).
+    /// Where a committed object lives (whether or not it exists): `objects/<algorithm>/ab/<hex>`.
     pub fn object_path(&self, digest: &Digest) -> PathBuf {
         let hex = digest.hex();
-        self.root.join("objects/sha256").join(&hex[..2]).join(hex)
+        self.objects_dir(digest.algorithm()).join(&hex[..2]).join(hex)
     }
 
-    pub(crate) fn objects_dir(&self) -> PathBuf {
-        self.root.join("objects/sha256")
+    /// The tree of committed objects of one algorithm.
+    pub(crate) fn objects_dir(&self, algorithm: Algorithm) -> PathBuf {
+        self.root.join("objects").join(algorithm.name())
     }
 
     pub(crate) fn quarantine_dir(&self) -> PathBuf {
@@ -250,9 +257,10 @@ impl Store {
         }
     }
 
-    /// A spool file for the fill identified by `key` (a digest or an asset key), truncated.
-    pub fn create_spool(&self, key: &str) -> Result<SpoolWriter, StoreError> {
-        SpoolWriter::create(self.spool_path(key)).map_err(|e| self.err(e))
+    /// A spool file for the fill identified by `key` (a digest or an asset key), truncated,
+    /// hashing with the algorithm of the digest it is to be committed under.
+    pub fn create_spool(&self, key: &str, algorithm: Algorithm) -> Result<SpoolWriter, StoreError> {
+        SpoolWriter::create(self.spool_path(key), algorithm).map_err(|e| self.err(e))
     }
 
     /// The spool file for `key`.
@@ -262,19 +270,24 @@ impl Store {
     }
 
     /// Reopen a leftover spool file for `key` (after a crash), re-hashing what it holds.
-    pub fn resume_spool(&self, key: &str) -> Result<Option<SpoolWriter>, StoreError> {
+    pub fn resume_spool(&self, key: &str, algorithm: Algorithm) -> Result<Option<SpoolWriter>, StoreError> {
         let path = self.spool_path(key);
         if !path.exists() {
             return Ok(None);
         }
-        SpoolWriter::reopen(path).map(Some).map_err(|e| self.err(e))
+        SpoolWriter::reopen(path, algorithm).map(Some).map_err(|e| self.err(e))
     }
 
-    /// Make a sealed spool file visible as `expected`, if and only if its content hashes to it.
+    /// Make a sealed spool file visible as `expected`, if and only if its content hashes to it
+    /// (with `expected`'s algorithm: a spool hashed with another one never matches).
     pub fn commit(&self, sealed: Sealed, expected: &Digest) -> Result<PathBuf, StoreError> {
         if sealed.digest != *expected {
             let _ = fs::remove_file(&sealed.path);
-            return Err(StoreError::DigestMismatch { path: sealed.path, expected: *expected, actual: sealed.digest });
+            return Err(StoreError::DigestMismatch {
+                path: sealed.path,
+                expected: Box::new(*expected),
+                actual: Box::new(sealed.digest),
+            });
         }
         let target = self.object_path(expected);
         let dir = target.parent().ok_or_else(|| self.err(io::Error::other("object path has no parent")))?;
@@ -292,7 +305,7 @@ impl Store {
             }
         }
         let n = SPOOL_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut w = self.create_spool(&format!("{key}#{}#{n}", std::process::id()))?;
+        let mut w = self.create_spool(&format!("{key}#{}#{n}", std::process::id()), expected.algorithm())?;
         w.append(bytes).map_err(|e| self.err(e))?;
         let sealed = w.seal().map_err(|e| self.err(e))?;
         self.commit(sealed, expected)

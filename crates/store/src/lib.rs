@@ -4,20 +4,22 @@
 //! ```text
 //! tender-data.json        format version; a newer tender migrates, an older one refuses
 //! lock                    held (flock) by the one process that owns the directory
-//! objects/sha256/ab/<hex> committed, verified content: manifests, blobs, OS image assets
-//! meta/sha256/ab/<hex>.json  media type and size of a manifest object
-//! known/sha256/ab/<hex>.json upstreams the object is known to exist in (none: no record)
+//! objects/<alg>/ab/<hex>  committed, verified content: manifests, blobs, OS image assets
+//! meta/<alg>/ab/<hex>.json   media type and size of a manifest object
+//! known/<alg>/ab/<hex>.json  upstreams the object is known to exist in (none: no record)
 //! tags/ab/<key>.json      tag -> digest records (upstream, repository, tag, fetched time)
 //! trust/<key>.json        first verified sha256 of each OS image asset (never evicted)
-//! pins/<hex>.json         objects kept out of eviction (prefetch --pin)
+//! pins/<hex>.json         sha256 objects kept out of eviction (prefetch --pin);
+//!                         pins/sha512/<hex>.json for sha512 objects
 //! spool/<key>.part        fills in progress (key: upstream and digest, or asset key);
 //!                         resumed or removed after a crash
-//! quarantine/             objects fsck found corrupt (moved aside, never deleted)
+//! quarantine/             objects fsck found corrupt (moved aside, never deleted):
+//!                         <hex>.<time> for sha256, sha512-<hex>.<time>
 //! ```
-//! Every content path names its digest algorithm, so sha512 objects fit beside (`objects/sha512/`,
-//! `meta/sha512/`, `known/sha512/`) without a new format.
-//! Invariant: nothing appears under `objects/` before its sha256 matched the digest it is
-//! stored under; nothing is served through an upstream it is not known in. Every write goes temp file -> hash -> fsync -> rename -> fsync directory.
+//! `<alg>` is `sha256` or `sha512` ([`tender_oci::Algorithm`]): the `sha512/` trees sit beside
+//! the `sha256/` ones in format 2, so a directory written before them reads unchanged.
+//! Invariant: nothing appears under `objects/` before it hashed, with the algorithm of the
+//! digest it is stored under, to that digest; nothing is served through an upstream it is not known in. Every write goes temp file -> hash -> fsync -> rename -> fsync directory.
 
 mod fsutil;
 mod layout;

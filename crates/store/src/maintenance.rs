@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
-use tender_oci::Digest;
+use tender_oci::{Algorithm, Digest};
 
 use crate::layout::{Store, StoreError};
 
@@ -64,8 +63,8 @@ impl Store {
     /// Every committed object with its size and LRU time.
     pub fn list_objects(&self) -> Result<Vec<GcCandidate>, StoreError> {
         let mut out = Vec::new();
-        for path in walk_files(&self.objects_dir()).map_err(|e| self.err(e))? {
-            let Some(digest) = digest_of_path(&path) else {
+        for (algorithm, path) in self.object_files()? {
+            let Some(digest) = digest_of_path(algorithm, &path) else {
                 continue;
             };
             let Ok(meta) = fs::metadata(&path) else {
@@ -83,12 +82,12 @@ impl Store {
     /// Re-hash every object; with `repair`, move mismatches to `quarantine/`.
     pub fn fsck(&self, repair: bool) -> Result<FsckReport, StoreError> {
         let mut report = FsckReport::default();
-        for path in walk_files(&self.objects_dir()).map_err(|e| self.err(e))? {
-            let Some(expected) = digest_of_path(&path) else {
+        for (algorithm, path) in self.object_files()? {
+            let Some(expected) = digest_of_path(algorithm, &path) else {
                 report.stray.push(path.display().to_string());
                 continue;
             };
-            let (actual, len) = hash_file(&path).map_err(|e| self.err(e))?;
+            let (actual, len) = hash_file(&path, algorithm).map_err(|e| self.err(e))?;
             report.checked += 1;
             report.bytes += len;
             if actual != expected {
@@ -96,7 +95,12 @@ impl Store {
                 report.corrupt.push(expected.to_string());
                 if repair {
                     let stamp = crate::records::now_secs();
-                    let target = self.quarantine_dir().join(format!("{}.{stamp}", expected.hex()));
+                    // sha256 objects keep the name format 2 gave them; others name their algorithm.
+                    let name = match algorithm {
+                        Algorithm::Sha256 => format!("{}.{stamp}", expected.hex()),
+                        other => format!("{other}-{}.{stamp}", expected.hex()),
+                    };
+                    let target = self.quarantine_dir().join(name);
                     fs::create_dir_all(self.quarantine_dir()).map_err(|e| self.err(e))?;
                     fs::rename(&path, &target).map_err(|e| self.err(e))?;
                     report.quarantined.push(target.display().to_string());
@@ -104,6 +108,17 @@ impl Store {
             }
         }
         Ok(report)
+    }
+
+    /// Every file under `objects/<algorithm>/`, for each algorithm (a file elsewhere under
+    /// `objects/` is not tender's and is left alone).
+    fn object_files(&self) -> Result<Vec<(Algorithm, PathBuf)>, StoreError> {
+        let mut out = Vec::new();
+        for algorithm in Algorithm::ALL {
+            let files = walk_files(&self.objects_dir(algorithm)).map_err(|e| self.err(e))?;
+            out.extend(files.into_iter().map(|p| (algorithm, p)));
+        }
+        Ok(out)
     }
 
     /// Decide what to evict to get under `cap` (least recently used first), skipping what
@@ -190,13 +205,13 @@ fn walk_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-fn digest_of_path(path: &Path) -> Option<Digest> {
-    Digest::from_hex(path.file_name()?.to_str()?).ok()
+fn digest_of_path(algorithm: Algorithm, path: &Path) -> Option<Digest> {
+    Digest::from_hex(algorithm, path.file_name()?.to_str()?).ok()
 }
 
-fn hash_file(path: &Path) -> io::Result<(Digest, u64)> {
+fn hash_file(path: &Path, algorithm: Algorithm) -> io::Result<(Digest, u64)> {
     let mut f = File::open(path)?;
-    let mut h = Sha256::new();
+    let mut h = algorithm.hasher();
     let mut buf = vec![0u8; 1 << 20];
     let mut len = 0u64;
     loop {
@@ -207,7 +222,7 @@ fn hash_file(path: &Path) -> io::Result<(Digest, u64)> {
         h.update(&buf[..n]);
         len += n as u64;
     }
-    Ok((Digest::from_bytes(h.finalize().into()), len))
+    Ok((h.finalize(), len))
 }
 
 #[cfg(test)]
@@ -237,6 +252,57 @@ mod tests {
         assert!(store.object_len(&good).is_some());
         assert_eq!(fs::read_dir(dir.path().join("quarantine")).unwrap().count(), 1);
         assert!(store.fsck(false).unwrap().corrupt.is_empty());
+    }
+
+    #[test]
+    fn should_find_and_quarantine_a_corrupt_sha512_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), OpenMode::Exclusive).unwrap();
+        let good = Algorithm::Sha512.digest(b"good");
+        store.put_bytes("k1", b"good", &good).unwrap();
+        let bad = Algorithm::Sha512.digest(b"bad");
+        store.put_bytes("k2", b"bad", &bad).unwrap();
+        let plain = Digest::of(b"bad");
+        store.put_bytes("k3", b"bad", &plain).unwrap();
+        fs::write(store.object_path(&bad), b"evil").unwrap();
+        // A sha256 name in the sha512 tree is not an object.
+        let stray = store.objects_dir(Algorithm::Sha512).join("ab").join(plain.hex());
+        fs::create_dir_all(stray.parent().unwrap()).unwrap();
+        fs::write(&stray, b"bad").unwrap();
+
+        let report = store.fsck(false).unwrap();
+        assert_eq!(report.checked, 3);
+        assert_eq!(report.corrupt, vec![bad.to_string()]);
+        assert_eq!(report.stray, vec![stray.display().to_string()]);
+        let report = store.fsck(true).unwrap();
+        assert_eq!(report.quarantined.len(), 1);
+        assert!(report.quarantined[0].contains(&format!("sha512-{}.", bad.hex())), "{report:?}");
+        assert!(store.object_len(&bad).is_none());
+        assert!(store.object_len(&good).is_some() && store.object_len(&plain).is_some());
+        assert!(store.fsck(false).unwrap().corrupt.is_empty());
+    }
+
+    #[test]
+    fn should_evict_sha512_objects_in_lru_order_with_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), OpenMode::Exclusive).unwrap();
+        let mut digests = Vec::new();
+        for (i, body) in [b"aaaa", b"bbbb", b"cccc"].iter().enumerate() {
+            let alg = if i == 1 { Algorithm::Sha256 } else { Algorithm::Sha512 };
+            let d = alg.digest(*body);
+            store.put_bytes(&format!("k{i}"), *body, &d).unwrap();
+            let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000 + i as u64);
+            File::options().write(true).open(store.object_path(&d)).unwrap().set_modified(t).unwrap();
+            digests.push(d);
+        }
+        store.pin(&digests[0], "test").unwrap();
+        let plan = store.gc_plan(Some(4), Duration::from_secs(3600), &|d| store.is_pinned(d)).unwrap();
+        assert_eq!(plan.total_bytes, 12);
+        let evicted: Vec<Digest> = plan.evict.iter().map(|c| c.digest).collect();
+        assert_eq!(evicted, vec![digests[1], digests[2]], "the pinned sha512 object stays");
+        store.gc_apply(&plan).unwrap();
+        assert!(store.object_len(&digests[0]).is_some());
+        assert!(store.object_len(&digests[2]).is_none());
     }
 
     #[test]

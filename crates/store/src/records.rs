@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
-use tender_oci::Digest;
+use tender_oci::{Algorithm, Digest};
 
 use crate::fsutil::write_atomic;
 use crate::layout::{Store, StoreError};
@@ -99,7 +99,7 @@ impl Store {
 
     fn meta_path(&self, digest: &Digest) -> PathBuf {
         let hex = digest.hex();
-        self.root().join("meta/sha256").join(&hex[..2]).join(format!("{hex}.json"))
+        self.root().join("meta").join(digest.algorithm().name()).join(&hex[..2]).join(format!("{hex}.json"))
     }
 
     pub fn tag_get(&self, upstream: &str, repository: &str, tag: &str) -> Result<Option<TagRecord>, StoreError> {
@@ -179,8 +179,16 @@ impl Store {
         Ok(out)
     }
 
+    /// `pins/<hex>.json` for sha256 (where format 2 always kept them), `pins/sha512/<hex>.json`.
     fn pin_path(&self, digest: &Digest) -> PathBuf {
-        self.root().join("pins").join(format!("{}.json", digest.hex()))
+        self.pins_dir(digest.algorithm()).join(format!("{}.json", digest.hex()))
+    }
+
+    fn pins_dir(&self, algorithm: Algorithm) -> PathBuf {
+        match algorithm {
+            Algorithm::Sha256 => self.root().join("pins"),
+            other => self.root().join("pins").join(other.name()),
+        }
     }
 
     /// Keep `digest` out of eviction (`tender prefetch --pin`).
@@ -202,18 +210,20 @@ impl Store {
         self.pin_path(digest).exists()
     }
 
-    /// Every pinned digest.
+    /// Every pinned digest, of every algorithm.
     pub fn pins(&self) -> Result<Vec<Digest>, StoreError> {
-        let dir = self.root().join("pins");
-        let entries = match fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(self.err(e)),
-        };
-        let mut out: Vec<Digest> = entries
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").and_then(|h| Digest::from_hex(h).ok()))
-            .collect();
+        let mut out = Vec::new();
+        for algorithm in Algorithm::ALL {
+            let entries = match fs::read_dir(self.pins_dir(algorithm)) {
+                Ok(e) => e,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(self.err(e)),
+            };
+            out.extend(entries.flatten().filter_map(|e| {
+                let name = e.file_name();
+                Digest::from_hex(algorithm, name.to_str()?.strip_suffix(".json")?).ok()
+            }));
+        }
         out.sort();
         Ok(out)
     }
@@ -242,7 +252,7 @@ const KNOWN_CACHE: usize = 65536;
 impl Store {
     fn known_path(&self, digest: &Digest) -> PathBuf {
         let hex = digest.hex();
-        self.root().join("known/sha256").join(&hex[..2]).join(format!("{hex}.json"))
+        self.root().join("known").join(digest.algorithm().name()).join(&hex[..2]).join(format!("{hex}.json"))
     }
 
     /// The upstreams `digest` is known to exist in (empty: none).

@@ -5,20 +5,20 @@ use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest as _, Sha256};
-use tender_oci::Digest;
+use tender_oci::{Algorithm, Digest, Hasher};
 
-/// An append-only spool file that hashes every byte written to it. Bytes once written never
-/// change (readers and a fill's in-memory window of recent bytes rely on it).
+/// An append-only spool file that hashes every byte written to it, with the algorithm of the
+/// digest it is to be committed under. Bytes once written never change (readers and a fill's
+/// in-memory window of recent bytes rely on it).
 #[derive(Debug)]
 pub struct SpoolWriter {
     path: PathBuf,
     file: File,
-    hasher: Sha256,
+    hasher: Hasher,
     len: u64,
 }
 
-/// A spool file whose writing is finished: its path, length and sha256.
+/// A spool file whose writing is finished: its path, length and digest.
 #[derive(Debug)]
 pub struct Sealed {
     pub path: PathBuf,
@@ -27,18 +27,18 @@ pub struct Sealed {
 }
 
 impl SpoolWriter {
-    pub(crate) fn create(path: PathBuf) -> io::Result<SpoolWriter> {
+    pub(crate) fn create(path: PathBuf, algorithm: Algorithm) -> io::Result<SpoolWriter> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
-        Ok(SpoolWriter { path, file, hasher: Sha256::new(), len: 0 })
+        Ok(SpoolWriter { path, file, hasher: algorithm.hasher(), len: 0 })
     }
 
     /// Reopen an existing spool file and re-hash its content, to append after it.
-    pub(crate) fn reopen(path: PathBuf) -> io::Result<SpoolWriter> {
+    pub(crate) fn reopen(path: PathBuf, algorithm: Algorithm) -> io::Result<SpoolWriter> {
         let mut file = OpenOptions::new().read(true).write(true).open(&path)?;
-        let mut hasher = Sha256::new();
+        let mut hasher = algorithm.hasher();
         let mut buf = vec![0u8; 1 << 20];
         let mut len = 0u64;
         loop {
@@ -90,15 +90,20 @@ impl SpoolWriter {
         Ok(have == bytes)
     }
 
-    /// The sha256 of what was written so far, without finishing.
+    /// The digest of what was written so far, without finishing.
     pub fn digest_so_far(&self) -> Digest {
-        Digest::from_bytes(self.hasher.clone().finalize().into())
+        self.hasher.clone().finalize()
+    }
+
+    /// The algorithm the bytes are hashed with.
+    pub fn algorithm(&self) -> Algorithm {
+        self.hasher.algorithm()
     }
 
     /// Flush to disk and hand over the file for commit.
     pub fn seal(self) -> io::Result<Sealed> {
         self.file.sync_all()?;
-        Ok(Sealed { digest: Digest::from_bytes(self.hasher.finalize().into()), path: self.path, len: self.len })
+        Ok(Sealed { digest: self.hasher.finalize(), path: self.path, len: self.len })
     }
 
     /// Remove the spool file (a failed or discarded fill).

@@ -2,7 +2,7 @@
 
 use std::fs;
 
-use tender_oci::Digest;
+use tender_oci::{Algorithm, Digest};
 use tender_store::{OpenMode, Store, StoreError};
 
 #[test]
@@ -57,10 +57,10 @@ fn should_never_make_a_mismatching_object_visible() {
 fn should_resume_a_spool_with_its_hash() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), OpenMode::Exclusive).unwrap();
-    let mut w = store.create_spool("blob").unwrap();
+    let mut w = store.create_spool("blob", Algorithm::Sha256).unwrap();
     w.append(b"hello ").unwrap();
     drop(w);
-    let mut w = store.resume_spool("blob").unwrap().unwrap();
+    let mut w = store.resume_spool("blob", Algorithm::Sha256).unwrap().unwrap();
     assert_eq!(w.len(), 6);
     assert!(w.matches_at(0, b"hello").unwrap());
     assert!(!w.matches_at(0, b"jello").unwrap());
@@ -96,4 +96,128 @@ fn should_migrate_format_1_with_objects_known_in_no_upstream() {
     assert!(store.is_known_in(&d, "ghcr.io").unwrap() && !store.is_known_in(&d, "quay.io").unwrap());
     store.remove_object(&d).unwrap();
     assert!(store.known_upstreams(&d).unwrap().is_empty(), "eviction forgets where it was known");
+}
+
+/// A copy of `tests/fixtures/format-2` (a data directory as a format-2 tender wrote it before
+/// sha512: objects, manifest metadata, known upstreams, a tag record, a pin).
+fn format_2_fixture() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-2");
+    let mut stack = vec![from.clone()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let to = dir.path().join(e.path().strip_prefix(&from).unwrap());
+            if e.file_type().unwrap().is_dir() {
+                fs::create_dir_all(&to).unwrap();
+                stack.push(e.path());
+            } else {
+                fs::copy(e.path(), to).unwrap();
+            }
+        }
+    }
+    dir
+}
+
+const FIXTURE_BLOB: &str = "sha256:2f062c5ff8a803ee237d660ac35cbfad7fd964cdea0bc76702c64504b4842f60";
+const FIXTURE_MANIFEST: &str = "sha256:2e00d5c9f984b037df25a79869f4936c8dad4a4c569d138031309a978e3f3558";
+
+#[test]
+fn should_read_a_format_2_store_written_before_sha512_unchanged() {
+    let dir = format_2_fixture();
+    let root = dir.path();
+    let format_before = fs::read(root.join("tender-data.json")).unwrap();
+    let store = Store::open(root, OpenMode::Exclusive).unwrap();
+    assert_eq!(fs::read(root.join("tender-data.json")).unwrap(), format_before, "no migration");
+    let (blob, manifest): (Digest, Digest) = (FIXTURE_BLOB.parse().unwrap(), FIXTURE_MANIFEST.parse().unwrap());
+    assert_eq!(store.read_object(&blob).unwrap().unwrap(), b"a layer written by a format-2 tender before sha512\n");
+    let m = store.read_object(&manifest).unwrap().unwrap();
+    assert_eq!(Digest::of(&m), manifest);
+    let meta = store.meta_get(&manifest).unwrap().unwrap();
+    assert_eq!((meta.media_type.as_str(), meta.size), ("application/vnd.oci.image.manifest.v1+json", m.len() as u64));
+    for d in [&blob, &manifest] {
+        assert_eq!(store.known_upstreams(d).unwrap(), ["ghcr.io"]);
+    }
+    let tag = store.tag_get("ghcr.io", "a/b", "v1").unwrap().unwrap();
+    assert_eq!((tag.digest, tag.fetched_at), (manifest, 1_700_000_000));
+    assert_eq!(store.pins().unwrap(), [blob]);
+    assert!(store.is_pinned(&blob) && !store.is_pinned(&manifest));
+    let report = store.fsck(false).unwrap();
+    assert_eq!((report.checked, report.corrupt.len(), report.stray.len()), (2, 0, 0), "{report:?}");
+    let mut listed: Vec<Digest> = store.list_objects().unwrap().into_iter().map(|o| o.digest).collect();
+    listed.sort();
+    assert_eq!(listed, [manifest, blob]);
+}
+
+#[test]
+fn should_add_sha512_objects_beside_a_format_2_store() {
+    let dir = format_2_fixture();
+    let root = dir.path();
+    let store = Store::open(root, OpenMode::Exclusive).unwrap();
+    let body = b"a sha512 layer";
+    let d = Algorithm::Sha512.digest(body);
+    store.put_bytes("k", body, &d).unwrap();
+    store.record_known(&d, "ghcr.io").unwrap();
+    store.pin(&d, "prefetch").unwrap();
+    drop(store);
+    let store = Store::open(root, OpenMode::Exclusive).unwrap();
+    assert_eq!(store.read_object(&d).unwrap().unwrap(), body);
+    assert_eq!(store.pins().unwrap(), [FIXTURE_BLOB.parse().unwrap(), d]);
+    assert_eq!(store.fsck(false).unwrap().checked, 3);
+    assert_eq!(
+        store.read_object(&FIXTURE_BLOB.parse().unwrap()).unwrap().unwrap(),
+        b"a layer written by a format-2 tender before sha512\n"
+    );
+    let format: serde_json::Value = serde_json::from_slice(&fs::read(root.join("tender-data.json")).unwrap()).unwrap();
+    assert_eq!(format["format"], 2);
+}
+
+#[test]
+fn should_keep_sha512_objects_in_their_own_tree_verified_with_sha512() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), OpenMode::Exclusive).unwrap();
+    let body = b"content addressed by sha512";
+    let d = Algorithm::Sha512.digest(body);
+    let path = store.put_bytes("k", body, &d).unwrap();
+    let hex = d.hex();
+    assert_eq!(path, dir.path().join("objects/sha512").join(&hex[..2]).join(&hex));
+    assert_eq!(store.read_object(&d).unwrap().unwrap(), body);
+    assert!(store.object_len(&Digest::of(body)).is_none(), "the sha256 of the same bytes names nothing");
+
+    // The wrong bytes, and the right bytes hashed with the other algorithm, are both refused.
+    let claimed = Algorithm::Sha512.digest(b"the real thing");
+    let err = store.put_bytes("k2", b"an impostor", &claimed).unwrap_err();
+    assert!(matches!(err, StoreError::DigestMismatch { .. }), "{err}");
+    let mut w = store.create_spool("k3", Algorithm::Sha256).unwrap();
+    w.append(b"the real thing").unwrap();
+    let err = store.commit(w.seal().unwrap(), &claimed).unwrap_err();
+    assert!(matches!(err, StoreError::DigestMismatch { .. }), "{err}");
+    assert!(store.object_len(&claimed).is_none());
+    assert_eq!(fs::read_dir(store.spool_dir()).unwrap().count(), 0, "spool files are cleaned up");
+
+    // A resumed sha512 spool re-hashes with sha512.
+    let mut w = store.create_spool("blob", Algorithm::Sha512).unwrap();
+    w.append(b"hello ").unwrap();
+    drop(w);
+    let mut w = store.resume_spool("blob", Algorithm::Sha512).unwrap().unwrap();
+    w.append(b"world").unwrap();
+    assert_eq!(w.digest_so_far(), Algorithm::Sha512.digest(b"hello world"));
+    let want = Algorithm::Sha512.digest(b"hello world");
+    store.commit(w.seal().unwrap(), &want).unwrap();
+    assert_eq!(store.read_object(&want).unwrap().unwrap(), b"hello world");
+
+    // Metadata, known upstreams and pins follow the digest's algorithm.
+    let meta = tender_store::ManifestMeta { media_type: "application/vnd.oci.image.manifest.v1+json".into(), size: 1 };
+    store.meta_put(&d, &meta).unwrap();
+    assert_eq!(store.meta_get(&d).unwrap().unwrap(), meta);
+    assert!(store.meta_get(&Digest::of(body)).unwrap().is_none());
+    assert!(dir.path().join("meta/sha512").join(&hex[..2]).join(format!("{hex}.json")).is_file());
+    store.record_known(&d, "ghcr.io").unwrap();
+    assert!(dir.path().join("known/sha512").join(&hex[..2]).join(format!("{hex}.json")).is_file());
+    store.pin(&d, "prefetch").unwrap();
+    assert!(store.is_pinned(&d) && !store.is_pinned(&want));
+    assert_eq!(store.pins().unwrap(), [d]);
+    assert!(store.unpin(&d).unwrap());
+    assert!(store.pins().unwrap().is_empty());
+    store.remove_object(&d).unwrap();
+    assert!(store.object_len(&d).is_none() && store.known_upstreams(&d).unwrap().is_empty());
 }

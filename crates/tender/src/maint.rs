@@ -135,7 +135,7 @@ fn fsck_bucket(args: &FsckArgs) -> anyhow::Result<ExitCode> {
             println!("corrupt {}: {}", c.digest, c.problem);
         }
         for u in &report.unindexed {
-            println!("unindexed sha256:{u} (an upload that never finished; invisible to replicas)");
+            println!("unindexed {u} (an upload that never finished; invisible to replicas)");
         }
         if report.quarantined > 0 {
             println!("quarantined {} objects under quarantine/", report.quarantined);

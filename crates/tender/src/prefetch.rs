@@ -36,7 +36,7 @@ use tender_fetch::flight::{Claim, Fill, Phase};
 use tender_fetch::mirror::CacheResult;
 use tender_fetch::{Container, FetchError, FetchErrorKind, FetchMetrics, Flights, Mirror, Upstream};
 use tender_oci::media::{self, AcceptList, ALL_MANIFESTS};
-use tender_oci::{Digest, Reference, RepoName};
+use tender_oci::{Algorithm, Digest, Reference, RepoName};
 use tender_store::{OpenMode, Store};
 use tokio::sync::Semaphore;
 use url::Url;
@@ -622,6 +622,11 @@ impl ServerBackend {
         if !media::is_manifest(&media_type) {
             return Err(Failed::definite(format!("{what}: answered with {media_type:?}, not a manifest type")));
         }
+        let announced = resp
+            .headers()
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<Digest>().ok());
         let mut body = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(|e| Failed::transport(&what, &e))? {
             if body.len() + chunk.len() > MAX_MANIFEST_BYTES {
@@ -629,7 +634,12 @@ impl ServerBackend {
             }
             body.extend_from_slice(&chunk);
         }
-        let digest = Digest::of(&body);
+        // By digest, verified with that digest's algorithm; by tag, named like the server names it.
+        let algorithm = match reference {
+            Reference::Digest(want) => want.algorithm(),
+            Reference::Tag(_) => announced.map_or(Algorithm::Sha256, |d| d.algorithm()),
+        };
+        let digest = algorithm.digest(&body);
         if let Reference::Digest(want) = reference {
             if *want != digest {
                 return Err(Failed::definite(format!("{what}: the server sent {digest}")));

@@ -5,10 +5,10 @@ use std::path::Path;
 use std::process::Command;
 
 use tender_e2e::containerd::Containerd;
-use tender_e2e::digest::{hex_of, sha256};
+use tender_e2e::digest::{hex_of, sha256, sha512};
 use tender_e2e::proc;
 use tender_e2e::registry::Sizes;
-use tender_e2e::tender::{write_config, Tender};
+use tender_e2e::tender::{self, write_config, Tender};
 
 use crate::Bed;
 
@@ -152,8 +152,13 @@ const SIGNATURE: &str = "application/vnd.example.signature.v1";
 
 /// Push a blob to docker-registry (POST an upload, PUT it with the digest); its digest.
 fn push_blob(registry: &str, repo: &str, body: &[u8], work: &Path) -> String {
-    let digest = sha256(body);
-    let file = work.join(hex_of(&digest));
+    push_blob_as(registry, repo, body, &sha256(body), work)
+}
+
+/// [`push_blob`] under a digest of any algorithm (docker-registry accepts sha512 uploads).
+fn push_blob_as(registry: &str, repo: &str, body: &[u8], digest: &str, work: &Path) -> String {
+    let digest = digest.to_string();
+    let file = work.join(digest.replacen(':', "-", 1));
     std::fs::write(&file, body).unwrap();
     let location = proc::run(Command::new("curl").args([
         "-sSf",
@@ -302,4 +307,72 @@ fn should_find_a_fallback_tag_signature_and_keep_listing_with_the_upstream_stopp
     check("upstream stopped");
     let stale = t.access().iter().filter(|a| a.cache == "stale").count();
     assert!(stale >= 2, "tag list and manifests answered stale");
+}
+
+/// Where tender stores the object `<alg>:<hex>` under its data directory.
+fn object_file(data: &Path, digest: &str) -> std::path::PathBuf {
+    let (alg, hex) = digest.split_once(':').unwrap();
+    data.join("objects").join(alg).join(&hex[..2]).join(hex)
+}
+
+/// Issue 17 item 4 with the real docker-registry: a blob pushed to it by sha512 is pulled
+/// through tender by that digest, byte-exact (whole, a range, HEAD), stored under
+/// `objects/sha512/`, a hit the second time; `tender fsck` finds it corrupted, `--repair`
+/// quarantines it, and the next GET fetches it again, verified.
+#[test]
+fn should_pull_a_sha512_blob_pushed_to_docker_registry_byte_exact() {
+    let bed = Bed::new("sha512", Sizes::SMALL);
+    proc::need(&["curl"]);
+    let (reg, repo) = (bed.registry.hostport(), "e2e/sha512");
+    let work = bed.path("push");
+    std::fs::create_dir_all(&work).unwrap();
+    let body: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let digest = push_blob_as(&reg, repo, &body, &sha512(&body), &work);
+    let t = bed.start_tender("tender.log");
+    let addr = t.hostport().parse().unwrap();
+    let path = format!("/v2/ghcr.io/{repo}/blobs/{digest}");
+    let offset = bed.registry.log_len();
+    for round in ["miss", "hit"] {
+        let r = tender_e2e::http::request(addr, "GET", &path, &[]).unwrap();
+        assert_eq!(r.status(), 200, "{round}: {}", r.text());
+        assert_eq!(r.header("docker-content-digest"), Some(digest.as_str()), "{round}");
+        assert!(r.body == body, "{round}: byte-exact ({} bytes of {})", r.body.len(), body.len());
+    }
+    let r = tender_e2e::http::request(addr, "GET", &path, &[("Range", "bytes=1000-1999")]).unwrap();
+    assert_eq!(r.status(), 206);
+    assert!(r.body == body[1000..2000]);
+    let r = tender_e2e::http::request(addr, "HEAD", &path, &[]).unwrap();
+    assert_eq!((r.status(), r.header("content-length")), (200, Some(body.len().to_string().as_str())));
+    let upstream = bed.registry.requests_since(offset);
+    let gets = upstream.iter().filter(|l| l.starts_with("GET ") && l.contains("/blobs/sha512:")).count();
+    assert_eq!(gets, 1, "the upstream served the blob once: {upstream:?}");
+    let object = object_file(&t.data, &digest);
+    assert!(std::fs::read(&object).unwrap() == body, "stored under objects/sha512/");
+
+    // fsck sees sha512 objects: a flipped byte is found and quarantined, then fetched again.
+    let data = t.data.clone();
+    assert_eq!(t.terminate(std::time::Duration::from_secs(10)).code(), Some(0));
+    let mut bytes = std::fs::read(&object).unwrap();
+    bytes[body.len() / 2] ^= 0xff;
+    std::fs::write(&object, &bytes).unwrap();
+    let d = data.as_os_str();
+    let json = tender::run(["fsck".as_ref(), "--data".as_ref(), d, "--json".as_ref()]);
+    assert_eq!(json.status.code(), Some(1), "{}", String::from_utf8_lossy(&json.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["corrupt"], serde_json::json!([digest]), "{report}");
+    let repair = tender::run(["fsck".as_ref(), "--data".as_ref(), d, "--repair".as_ref()]);
+    assert_eq!(repair.status.code(), Some(0), "{}", String::from_utf8_lossy(&repair.stdout));
+    assert!(!object.exists(), "the corrupt object left objects/");
+    let t = bed.start_tender("tender-2.log");
+    let r = tender_e2e::http::request(t.hostport().parse().unwrap(), "GET", &path, &[]).unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.body == body, "fetched again, byte-exact");
+    // The client's last byte goes out once the content verified; the commit follows.
+    tender_e2e::poll_until("the refetched object to be committed", std::time::Duration::from_secs(10), || {
+        object.exists().then_some(())
+    });
+    let clean = tender::run(["fsck".as_ref(), "--data".as_ref(), d, "--json".as_ref()]);
+    let report: serde_json::Value = serde_json::from_slice(&clean.stdout).unwrap();
+    assert_eq!(report["corrupt"], serde_json::json!([]), "{report}");
+    assert!(report["checked"].as_u64().unwrap() >= 1, "{report}");
 }

@@ -13,7 +13,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use sha2::{Digest as _, Sha256};
+use sha2::{Digest as _, Sha256, Sha512};
 use tender_fetch::{FetchMetrics, FetchSettings, Flights, Mirror, Upstream, UpstreamSettings};
 
 use tender_server::{AppState, Security, ServerMetrics, Surface};
@@ -73,6 +73,11 @@ pub struct FakeState {
     /// Tags of every repository (default `a`, `b`), and how their list is paginated.
     pub tags: Mutex<Vec<String>>,
     pub paging: Mutex<Paging>,
+    /// Name manifests by their sha512 in `Docker-Content-Digest` (an upstream whose canonical
+    /// algorithm is sha512), instead of their sha256.
+    pub announce_sha512: Mutex<bool>,
+    /// Announce this `Docker-Content-Digest` for every manifest, whatever its bytes (a liar).
+    pub announce: Mutex<Option<String>>,
     /// Referrers of every subject; `None`: no referrers API (404).
     pub referrers: Mutex<Option<Vec<serde_json::Value>>>,
 }
@@ -111,6 +116,10 @@ pub fn sha(b: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(b)))
 }
 
+pub fn sha512(b: &[u8]) -> String {
+    format!("sha512:{}", hex::encode(Sha512::digest(b)))
+}
+
 impl FakeUpstream {
     pub async fn start() -> FakeUpstream {
         let state = Arc::new(FakeState::default());
@@ -131,6 +140,22 @@ impl FakeUpstream {
     pub fn add_blob(&self, body: Bytes) -> String {
         let d = sha(&body);
         self.state.blobs.lock().unwrap().insert(d.clone(), body);
+        d
+    }
+
+    /// A blob addressed by its sha512 (the upstream's `Docker-Content-Digest` on HEAD is that).
+    pub fn add_blob_sha512(&self, body: Bytes) -> String {
+        let d = sha512(&body);
+        self.state.blobs.lock().unwrap().insert(d.clone(), body);
+        d
+    }
+
+    /// A manifest addressed by its sha512 only (no tag). Like docker-registry, the upstream
+    /// answers a GET by that digest with the sha256 `Docker-Content-Digest`.
+    pub fn add_manifest_sha512(&self, repo: &str, media_type: &str, body: &[u8]) -> String {
+        let d = sha512(body);
+        let mut m = self.state.manifests.lock().unwrap();
+        m.insert((repo.to_string(), d.clone()), (media_type.to_string(), Bytes::copy_from_slice(body)));
         d
     }
 
@@ -227,7 +252,14 @@ async fn fake_handler(State(s): State<Arc<FakeState>>, req: Request) -> Response
         return match m {
             Some((mt, body)) => Response::builder()
                 .header(header::CONTENT_TYPE, mt)
-                .header("docker-content-digest", sha(&body))
+                .header(
+                    "docker-content-digest",
+                    match (s.announce.lock().unwrap().clone(), *s.announce_sha512.lock().unwrap()) {
+                        (Some(d), _) => d,
+                        (None, true) => sha512(&body),
+                        (None, false) => sha(&body),
+                    },
+                )
                 .header(header::CONTENT_LENGTH, body.len())
                 .body(if head { Body::empty() } else { Body::from(body) })
                 .unwrap(),
@@ -244,9 +276,11 @@ async fn fake_handler(State(s): State<Arc<FakeState>>, req: Request) -> Response
         };
         if head {
             s.blob_heads.fetch_add(1, Ordering::SeqCst);
+            // docker-registry names a blob asked for by sha512 with its sha256.
+            let named = if digest.starts_with("sha512:") { sha(&body) } else { digest.to_string() };
             return Response::builder()
                 .header(header::CONTENT_LENGTH, body.len())
-                .header("docker-content-digest", digest)
+                .header("docker-content-digest", named)
                 .body(Body::empty())
                 .unwrap();
         }
