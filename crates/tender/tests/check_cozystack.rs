@@ -3,35 +3,16 @@
 //! `tender render cozystack` command line (item 3).
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
+
+mod cli_support;
+use cli_support::{tender, write};
 
 use serde_json::{json, Value};
 
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 const GOLDEN: &str = "talos-worker-ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515-v1.13.6";
 const FACTORY: &str = "http://tender.cozy-tender.svc:5000";
-
-fn tender(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tender"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
-    drop(input);
-    child.wait_with_output().unwrap()
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p.to_string_lossy().into_owned()
-}
 
 /// A `KubernetesNodes` pool `md1` of cluster `test`, with `spec` lines appended.
 fn nodes(spec: &str) -> String {
