@@ -3,7 +3,8 @@
 #   1. unit and in-process tests:      cargo test --workspace --exclude tender-e2e   (budget < 5 min)
 #   2. end-to-end, real binary + peers: cargo build --bin tender
 #                                       cargo test -p tender-e2e -- --test-threads=1  (budget < 25 min)
-#   3. image + Kubernetes manifests:    scripts/test-image.sh, deploy/test.sh          (budget < 3 min)
+#   3. image, manifests, systemd unit:  scripts/test-image.sh, deploy/test.sh,
+#                                       scripts/test-systemd.sh                        (budget < 3 min)
 #   4. benchmark smoke:                 SMOKE=1 bench/run.sh on the debug binary        (budget < 4 min)
 #   5. stand-alone clone:               scripts/test-clone.sh: HEAD cloned alone, stage 1 there and
 #                                       one e2e test through this script               (budget < 10 min)
@@ -16,7 +17,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 
-PACKAGES="docker-registry skopeo containerd nginx-light curl jq openssl xfsprogs nbdkit zstd xz-utils chromium qemu-utils umoci apache2-utils python3-yaml"
+PACKAGES="systemd docker-registry skopeo containerd nginx-light curl jq openssl xfsprogs nbdkit zstd xz-utils chromium qemu-utils umoci apache2-utils python3-yaml"
 
 install_peers() {
   missing=""
@@ -96,12 +97,14 @@ fi
 # ==== Stage 3: the container image and the Kubernetes manifests (issue #8) ====================
 # scripts/test-image.sh builds the image (umoci, skopeo) from the debug binary and runs it
 # unpacked, read-only, as uid 65532; deploy/test.sh renders deploy/ with kubectl kustomize,
-# validates it (kubernetes-validate from PyPI, cached in a venv) and starts tender on its configs.
+# validates it (kubernetes-validate from PyPI, cached in a venv) and starts tender on its configs;
+# scripts/test-systemd.sh checks deploy/systemd/tender.service (systemd-analyze verify and
+# security) and runs the binary under the unit's restrictions, emulated.
 if [ -z "${SKIP_E2E:-}" ] && [ -z "${SKIP_DEPLOY:-}" ]; then
   if cargo build --bin tender; then
     # shellcheck disable=SC2016 # $rc is the inner shell's
     stage "image + deploy" 180 timeout -k 10 360 env TENDER_BIN="$ROOT/target/debug/tender" \
-      bash -c 'rc=0; bash scripts/test-image.sh || rc=1; bash deploy/test.sh || rc=1; exit $rc' \
+      bash -c 'rc=0; bash scripts/test-image.sh || rc=1; bash deploy/test.sh || rc=1; bash scripts/test-systemd.sh || rc=1; exit $rc' \
       || failed="$failed image+deploy"
   else
     failed="$failed image+deploy-build"
