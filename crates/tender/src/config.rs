@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
-use tender_fetch::{Credentials, FetchSettings, UpstreamSettings};
+use tender_fetch::{Credentials, FetchSettings, StaleLimit, UpstreamSettings};
 use url::Url;
 
 /// `maxObjectSize` of an upstream that sets none: larger objects are refused, not stored.
@@ -147,6 +147,7 @@ pub struct RawUpstream {
     pub token_realm_hosts: Option<Vec<String>>,
     pub library_prefix: Option<bool>,
     pub max_object_size: Option<String>,
+    pub stale_max_age: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -330,6 +331,19 @@ pub fn parse(name: &str, text: &str) -> Result<RawConfig, ConfigError> {
     })
 }
 
+/// `staleMaxAge`: `never` or a duration.
+fn stale_limit(name: &str, key: &str, v: &Option<String>) -> Result<Option<StaleLimit>, ConfigError> {
+    match v.as_deref().map(str::trim) {
+        None => Ok(None),
+        Some("never") => Ok(Some(StaleLimit::Never)),
+        Some(s) => humantime::parse_duration(s).map(|d| Some(StaleLimit::Max(d))).map_err(|e| ConfigError {
+            source_name: name.to_string(),
+            key: key.to_string(),
+            message: format!("{s:?} is neither never nor a duration ({e}); write never, or a limit like 168h"),
+        }),
+    }
+}
+
 fn duration(name: &str, key: &str, v: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
     match v {
         None => Ok(default),
@@ -505,6 +519,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             redirect_hosts: u.redirect_hosts.clone(),
             token_realm_hosts: u.token_realm_hosts.clone().unwrap_or_default(),
             max_object_size,
+            stale_max_age: stale_limit(name, &key("staleMaxAge"), &u.stale_max_age)?,
             ns_param: None,
             client_identity: None,
         });
@@ -540,7 +555,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         backoff_base: duration(name, "fetch.backoffBase", &f.backoff_base, d.backoff_base)?,
         backoff_max: duration(name, "fetch.backoffMax", &f.backoff_max, d.backoff_max)?,
         tag_ttl: duration(name, "fetch.tagTtl", &f.tag_ttl, d.tag_ttl)?,
-        stale_max_age: duration(name, "fetch.staleMaxAge", &f.stale_max_age, d.stale_max_age)?,
+        stale_max_age: stale_limit(name, "fetch.staleMaxAge", &f.stale_max_age)?.unwrap_or(d.stale_max_age),
         max_concurrent_fills: match raw.limits.max_concurrent_fills {
             Some(0) => return Err(err("limits.maxConcurrentFills", "must be at least 1".into())),
             Some(n) => Some(n),
@@ -955,6 +970,18 @@ mod tests {
         let c = s.upstreams[0].credentials.as_ref().unwrap();
         assert_eq!(c.password, "secret");
         assert!(!format!("{c:?}").contains("secret"), "passwords never reach logs");
+    }
+
+    #[test]
+    fn should_default_stale_max_age_to_never_and_let_an_upstream_override_it() {
+        let yaml = "fetch:\n  staleMaxAge: 2h\nupstreams:\n  - name: a.io\n    url: https://a.io\n    staleMaxAge: never\n  - name: b.io\n    url: https://b.io\n";
+        let s = resolve("t", parse("t", yaml).unwrap(), &Overrides::default()).unwrap();
+        assert_eq!(s.fetch.stale_max_age, StaleLimit::Max(Duration::from_secs(7200)));
+        assert_eq!(s.upstreams[0].stale_max_age, Some(StaleLimit::Never));
+        assert_eq!(s.upstreams[1].stale_max_age, None);
+        let (name, raw) = read(None).unwrap();
+        assert_eq!(resolve(&name, raw, &Overrides::default()).unwrap().fetch.stale_max_age, StaleLimit::Never);
+        check_err("fetch:\n  staleMaxAge: forever\n", &Overrides::default(), &["fetch.staleMaxAge", "never"]);
     }
 
     #[test]

@@ -156,6 +156,7 @@ pub(crate) fn build_mirror(
         token_realm_hosts: Vec::new(),
         library_prefix: false,
         max_object_size: None,
+        stale_max_age: None,
         ns_param: None,
         client_identity: parent.and_then(|p| p.client_identity.clone()),
     };
@@ -251,6 +252,7 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
             token_realm_hosts: Vec::new(),
             library_prefix: false,
             max_object_size: None,
+            stale_max_age: None,
             ns_param: Some(n.clone()),
             client_identity: p.client_identity.clone(),
         })
