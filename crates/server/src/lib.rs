@@ -175,6 +175,7 @@ impl Viewer {
             Viewer::All => true,
             Viewer::Anonymous => {
                 mirror.upstream(name).is_some_and(|u| u.settings().credentials.is_none() || u.settings().public)
+                    || mirror.image_factory().is_some_and(|f| f.name().eq_ignore_ascii_case(name))
             }
         }
     }

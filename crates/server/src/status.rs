@@ -154,7 +154,7 @@ pub async fn page(
         h.push_str(&c);
     }
     h.push_str(
-        "<h2>Most-served repositories</h2><table id=\"served\"><tr><th>repository</th><th class=\"num\">manifests</th>\
+        "<h2>Most-served repositories and OS images</h2><table id=\"served\"><tr><th>repository</th><th class=\"num\">manifests</th>\
          <th class=\"num\">blobs</th><th class=\"num\">bytes</th><th class=\"num\">hits</th><th class=\"num\">misses</th></tr>",
     );
     let top = served.top_where(20, |repo| viewer.sees_repository(&mirror, repo));

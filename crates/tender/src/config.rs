@@ -289,6 +289,16 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// The source of a value given on the command line, in its errors.
+pub const COMMAND_LINE: &str = "command line";
+
+/// An error about a value that came from `flag` when it was given, else from the file's `key`:
+/// a bad flag reads as a bad flag, never as an error in the (embedded) config file.
+fn origin_err(name: &str, from_flag: bool, flag: &str, key: &str, message: String) -> ConfigError {
+    let (source_name, key) = if from_flag { (COMMAND_LINE, flag) } else { (name, key) };
+    ConfigError { source_name: source_name.to_string(), key: key.to_string(), message }
+}
+
 /// Read the config file (or the embedded default) and parse it.
 pub fn read(path: Option<&Path>) -> Result<(String, RawConfig), ConfigError> {
     let (name, text) = match path {
@@ -420,7 +430,13 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
     for (i, spec) in o.upstreams.iter().enumerate() {
         let key = format!("--upstream[{i}]");
         let Some((n, u)) = spec.split_once('=') else {
-            return Err(err(&key, format!("{spec:?} is not NAME=URL; write it like ghcr.io=http://127.0.0.1:5001")));
+            return Err(origin_err(
+                name,
+                true,
+                &key,
+                &key,
+                format!("{spec:?} is not NAME=URL; write it like ghcr.io=http://127.0.0.1:5001"),
+            ));
         };
         let n = n.trim().to_ascii_lowercase();
         match raw.upstreams.iter_mut().find(|x| x.name.eq_ignore_ascii_case(&n)) {
@@ -431,13 +447,17 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
 
     let listen_s = o.listen.clone().or(raw.listen.clone()).unwrap_or_else(|| "127.0.0.1:5000".to_string());
     let listen = listen_s.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
-        err("listen", format!("{listen_s:?} is not an address; use HOST:PORT such as 127.0.0.1:5000"))
+        let m = format!("{listen_s:?} is not an address; use HOST:PORT such as 127.0.0.1:5000");
+        origin_err(name, o.listen.is_some(), "--listen", "listen", m)
     })?;
     let data = o.data.clone().or(raw.data.clone()).unwrap_or_else(|| PathBuf::from("./tender-data"));
     let log_format = match o.log_format.as_deref().or(raw.log_format.as_deref()).unwrap_or("text") {
         "text" => LogFormat::Text,
         "json" => LogFormat::Json,
-        other => return Err(err("logFormat", format!("{other:?} is not a log format; use text or json"))),
+        other => {
+            let m = format!("{other:?} is not a log format; use text or json");
+            return Err(origin_err(name, o.log_format.is_some(), "--log-format", "logFormat", m));
+        }
     };
 
     let auth = resolve_auth(name, &raw.auth, o)?;
@@ -529,16 +549,17 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
     if let Some(d) = &default_upstream {
         if !upstreams.iter().any(|u| &u.name == d) {
             let names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
-            return Err(err(
-                "defaultUpstream",
-                format!("{d:?} is not a configured upstream; use one of {names:?} or add it under upstreams"),
-            ));
+            let m = format!("{d:?} is not a configured upstream; use one of {names:?} or add it under upstreams");
+            return Err(origin_err(name, o.default_upstream.is_some(), "--default-upstream", "defaultUpstream", m));
         }
     }
 
     let factory_s =
         o.image_factory.clone().or(raw.image_factory.clone()).unwrap_or_else(|| "https://factory.talos.dev".into());
-    let image_factory = http_url(name, "imageFactory", &factory_s)?;
+    let image_factory = match o.image_factory {
+        Some(_) => http_url(COMMAND_LINE, "--image-factory", &factory_s)?,
+        None => http_url(name, "imageFactory", &factory_s)?,
+    };
 
     let d = FetchSettings::default();
     let f = &raw.fetch;
@@ -639,7 +660,19 @@ fn resolve_tls(name: &str, raw: &RawTls, o: &Overrides) -> Result<Option<TlsSett
     let reload_interval = duration(name, "tls.reloadInterval", &raw.reload_interval, Duration::from_secs(10))?;
     let files = tender_server::tls::TlsFiles { cert, key, client_ca };
     // Fail at start, naming the file, rather than at the first handshake.
-    tender_server::tls::build(&files).map_err(|e| err(e.flag.trim_start_matches('-'), e.to_string()))?;
+    tender_server::tls::build(&files).map_err(|e| {
+        let from_flag = match e.flag {
+            "--tls-cert" => o.tls_cert.is_some(),
+            "--tls-key" => o.tls_key.is_some(),
+            _ => o.tls_client_ca.is_some(),
+        };
+        let key = match e.flag {
+            "--tls-cert" => "tls.cert",
+            "--tls-key" => "tls.key",
+            _ => "tls.clientCa",
+        };
+        origin_err(name, from_flag, e.flag, key, e.to_string())
+    })?;
     Ok(Some(TlsSettings { files, reload_interval }))
 }
 
@@ -654,18 +687,23 @@ fn resolve_auth(name: &str, raw: &RawAuth, o: &Overrides) -> Result<Option<AuthS
         return Ok(None);
     }
     let users = match &htpasswd {
-        Some(p) => tender_server::auth::read_htpasswd(p).map_err(|e| err("auth.htpasswd", e.to_string()))?,
+        Some(p) => tender_server::auth::read_htpasswd(p).map_err(|e| {
+            origin_err(name, o.auth_htpasswd.is_some(), "--auth-htpasswd", "auth.htpasswd", e.to_string())
+        })?,
         None => std::collections::HashMap::new(),
     };
     let tokens = match &token_file {
-        Some(p) => tender_server::auth::read_tokens(p).map_err(|e| err("auth.tokenFile", e.to_string()))?,
+        Some(p) => tender_server::auth::read_tokens(p).map_err(|e| {
+            origin_err(name, o.auth_token_file.is_some(), "--auth-token-file", "auth.tokenFile", e.to_string())
+        })?,
         None => Vec::new(),
     };
     Ok(Some(AuthSettings { users, tokens, anonymous_pull: raw.anonymous_pull }))
 }
 
 fn resolve_admin(name: &str, raw: &RawAdmin, o: &Overrides) -> Result<AdminSettings, ConfigError> {
-    let err = |key: &str, m: String| ConfigError { source_name: name.to_string(), key: key.to_string(), message: m };
+    let flag = o.admin_token_file.is_some();
+    let err = |key: &str, m: String| origin_err(name, flag, "--admin-token-file", key, m);
     let token = match o.admin_token_file.clone().or(raw.token_file.clone()) {
         None => None,
         Some(p) => {
@@ -682,7 +720,8 @@ fn resolve_admin(name: &str, raw: &RawAdmin, o: &Overrides) -> Result<AdminSetti
     let listen = match o.admin_listen.clone().or(raw.listen.clone()) {
         None => None,
         Some(s) => Some(s.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
-            err("admin.listen", format!("{s:?} is not an address; use HOST:PORT such as 127.0.0.1:5001"))
+            let m = format!("{s:?} is not an address; use HOST:PORT such as 127.0.0.1:5001");
+            origin_err(name, o.admin_listen.is_some(), "--admin-listen", "admin.listen", m)
         })?),
     };
     Ok(AdminSettings { token, listen })
@@ -695,13 +734,15 @@ fn resolve_parent(name: &str, raw: &RawParent, o: &Overrides) -> Result<Option<P
         return Ok(None);
     }
     let mut urls = Vec::new();
+    let source = if o.parents.is_empty() { name } else { COMMAND_LINE };
     for (i, u) in list.iter().enumerate() {
-        urls.push(http_url(name, &format!("{key}[{i}]"), u)?);
+        urls.push(http_url(source, &format!("{key}[{i}]"), u)?);
     }
     let ca_file = o.parent_ca.clone().or(raw.ca_file.clone());
     if let Some(ca) = &ca_file {
         if !ca.is_file() {
-            return Err(err("parent.caFile", format!("{} is not a readable file", ca.display())));
+            let m = format!("{} is not a readable file", ca.display());
+            return Err(origin_err(name, o.parent_ca.is_some(), "--parent-ca", "parent.caFile", m));
         }
     }
     let client_identity = match (
@@ -719,8 +760,10 @@ fn resolve_parent(name: &str, raw: &RawParent, o: &Overrides) -> Result<Option<P
     ) {
         (None, None) => None,
         (Some(user), Some(file)) => {
-            let p = std::fs::read_to_string(&file)
-                .map_err(|e| err("parent.passwordFile", format!("{}: {e}", file.display())))?;
+            let p = std::fs::read_to_string(&file).map_err(|e| {
+                let m = format!("{}: {e}", file.display());
+                origin_err(name, o.parent_password_file.is_some(), "--parent-password-file", "parent.passwordFile", m)
+            })?;
             Some(Credentials { username: user, password: p.trim_end_matches(['\n', '\r']).to_string() })
         }
         (Some(_), None) => return Err(err("parent.passwordFile", "is missing; give it with parent.username".into())),
@@ -936,6 +979,28 @@ mod tests {
             &["upstreams[0].username", "no password"],
         );
         check_err("", &Overrides { upstreams: vec!["nourl".into()], ..none.clone() }, &["--upstream[0]", "NAME=URL"]);
+    }
+
+    /// Issue 20 item 6: a bad flag read as an error in "the embedded default config".
+    #[test]
+    fn should_report_flag_errors_as_flag_errors() {
+        let none = Overrides::default();
+        let cases: [(Overrides, &str); 6] = [
+            (Overrides { listen: Some("nowhere".into()), ..none.clone() }, "--listen"),
+            (Overrides { upstreams: vec!["nourl".into()], ..none.clone() }, "--upstream[0]"),
+            (Overrides { log_format: Some("xml".into()), ..none.clone() }, "--log-format"),
+            (Overrides { default_upstream: Some("nope.io".into()), ..none.clone() }, "--default-upstream"),
+            (Overrides { image_factory: Some("ftp://x".into()), ..none.clone() }, "--image-factory"),
+            (Overrides { admin_listen: Some("nowhere".into()), ..none.clone() }, "--admin-listen"),
+        ];
+        for (o, flag) in cases {
+            let (name, raw) = read(None).unwrap();
+            let e = resolve(&name, raw, &o).expect_err(flag).to_string();
+            assert!(e.starts_with(&format!("command line: {flag}: ")), "{e}");
+            assert!(!e.contains("embedded default config"), "{e}");
+        }
+        // The same values from the file name the file and its key.
+        check_err("listen: nowhere\n", &none, &["t.yaml: listen: "]);
     }
 
     /// Found by config_props: a file that is a list or a scalar was refused as "invalid type:
