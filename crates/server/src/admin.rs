@@ -130,6 +130,7 @@ pub async fn fsck(State(app): State<Arc<AppState>>, headers: HeaderMap, Query(q)
     match tokio::task::spawn_blocking(move || flights.store().fsck(q.repair)).await {
         Ok(Ok(report)) => {
             if !report.corrupt.is_empty() {
+                app.metrics().fsck_corrupt.inc_by(report.corrupt.len() as u64);
                 tracing::warn!(corrupt = report.corrupt.len(), repair = q.repair, "admin fsck found corrupt objects");
             }
             Json(report).into_response()

@@ -326,6 +326,13 @@ async fn metrics_handler(
         app.metrics.auth_refusal("no_credentials");
         return auth::challenge("/metrics needs credentials (or the admin listener)");
     }
+    let store = app.mirror().flights().store().clone();
+    let a = app.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        let (bytes, objects) = a.sizes.get(&store);
+        a.metrics.storage.update(bytes, objects, store.root());
+    })
+    .await;
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.render())
         .into_response()
 }

@@ -303,9 +303,8 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
     let bucket_metrics = tender_bucket::BucketMetrics::default();
     let server_metrics = Arc::new(ServerMetrics::with_hook(&fetch_metrics, |r| {
         catalog_metrics.register(r);
-        if settings.storage.is_some() {
-            bucket_metrics.register(r);
-        }
+        // Always, so dashboards and alerts find the names (zero without storage.s3).
+        bucket_metrics.register(r);
     }));
     let bucket = open_bucket(&settings, bucket_metrics).await?;
     let flights = Flights::with_bucket(store.clone(), settings.fetch.clone(), fetch_metrics.clone(), bucket);
