@@ -203,6 +203,11 @@ async fn should_show_health_only_of_upstreams_the_viewer_may_see() {
     };
     let tender =
         Tender::start_full(vec![public, private], None, settings(), security, None, tender_server::Surface::All).await;
+    // `serve --parent` reads /api/v1/upstreams: its shape stays exactly as it was.
+    assert_eq!(
+        text(&tender.url("/api/v1/upstreams")).await,
+        r#"{"defaultUpstream":"ghcr.io","imageFactory":false,"upstreams":["ghcr.io","private.example"]}"#
+    );
     let anon = text(&tender.url("/api/v1/health")).await;
     assert!(anon.contains("ghcr.io") && !anon.contains("private.example"), "{anon}");
     assert!(!anon.contains("127.0.0.1"), "no URL to anonymous clients: {anon}");

@@ -54,4 +54,12 @@ fn should_keep_pulls_by_tag_working_with_the_upstream_stopped_past_a_short_stale
     assert_eq!(health["upstreams"][0]["state"], "down", "{health}");
     assert_eq!(health["upstreams"][0]["lastError"]["cause"], "connect", "{health}");
     assert!(health["staleServed"].as_u64().unwrap() >= 1, "{health}");
+    // Each failed attempt is logged at WARN with its cause and the whole chain.
+    let warned = never.log_json().into_iter().any(|l| {
+        l["level"] == "WARN"
+            && l["message"] == "upstream request failed"
+            && l["cause"] == "connect"
+            && l["error"].as_str().is_some_and(|e| e.contains("Connection refused"))
+    });
+    assert!(warned, "a WARN line with the cause chain");
 }
