@@ -17,7 +17,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 
-PACKAGES="systemd docker-registry skopeo containerd nginx-light curl jq openssl xfsprogs nbdkit zstd xz-utils chromium qemu-utils umoci apache2-utils python3-yaml"
+PACKAGES="systemd docker-registry skopeo containerd nginx-light curl jq openssl xfsprogs nbdkit zstd xz-utils chromium qemu-utils umoci apache2-utils python3-yaml prometheus"
 
 install_peers() {
   missing=""

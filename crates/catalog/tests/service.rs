@@ -72,6 +72,7 @@ fn mirror(data: &Path, factory: &str) -> Arc<Mirror> {
         token_realm_hosts: Vec::new(),
         library_prefix: false,
         max_object_size: None,
+        stale_max_age: None,
         ns_param: None,
         client_identity: None,
     };

@@ -34,8 +34,8 @@ pub struct Upstream {
     policy: Arc<AddressPolicy>,
     tokens: Mutex<HashMap<(String, String), (String, Instant)>>,
     metrics: FetchMetrics,
-    /// -1 never asked, 0 down, 1 up: the last outcome.
-    health: std::sync::atomic::AtomicI8,
+    /// Up or down, since when, and why.
+    health: crate::health::Tracker,
 }
 
 /// Which addresses a redirect or token realm may lead to.
@@ -180,6 +180,12 @@ enum Auth {
     Basic(String, String),
 }
 
+/// Whether an answer with `status` shows the upstream usable: anything but 5xx and 429 (a
+/// 401, 403 or 404 is an answer).
+fn usable(status: StatusCode) -> bool {
+    !status.is_server_error() && status != StatusCode::TOO_MANY_REQUESTS
+}
+
 /// An upstream's `Retry-After` (seconds or an HTTP date), at most [`MAX_RETRY_AFTER`].
 pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     parse_retry_after(headers.get(RETRY_AFTER)?.to_str().ok()?, std::time::SystemTime::now())
@@ -262,7 +268,7 @@ impl Upstream {
             policy,
             tokens: Mutex::new(HashMap::new()),
             metrics,
-            health: std::sync::atomic::AtomicI8::new(-1),
+            health: crate::health::Tracker::default(),
         })
     }
 
@@ -272,9 +278,55 @@ impl Upstream {
 
     /// The last outcome: `Some(true)` up, `Some(false)` down, `None` not asked yet.
     pub fn health(&self) -> Option<bool> {
-        match self.health.load(std::sync::atomic::Ordering::Relaxed) {
-            -1 => None,
-            v => Some(v == 1),
+        self.health.state()
+    }
+
+    /// State, last success, last error with its cause, stale answers served.
+    pub fn health_report(&self) -> crate::health::Health {
+        self.health.report(self.name(), self.metrics.stale_served.get_or_create(&self.policy.label()).get())
+    }
+
+    /// Count an answer served stale because this upstream was unreachable.
+    pub fn record_stale(&self) {
+        self.metrics.stale_served.get_or_create(&self.policy.label()).inc();
+    }
+
+    /// Ask the upstream now (`GET path` on each endpoint, no credentials, until one answers)
+    /// and return its health. Any answer below 500 but 429 counts as up (a registry answers
+    /// `/v2/` with 401 when it wants a token).
+    pub async fn probe(&self, path: &str) -> crate::health::Health {
+        for endpoint in &self.settings.endpoints {
+            let Ok(url) = self.join(endpoint, path) else { continue };
+            if let Ok(r) = self.send(&Method::GET, &url, &HeaderMap::new(), None).await {
+                if usable(r.status()) {
+                    break;
+                }
+            }
+        }
+        self.health_report()
+    }
+
+    /// Record an answer: up, or down for a 5xx or 429.
+    fn note_answer(&self, url: &Url, status: StatusCode) {
+        let now = tender_store::now_secs();
+        if usable(status) {
+            self.metrics.upstream_up.get_or_create(&self.policy.label()).set(1);
+            self.metrics
+                .upstream_last_success
+                .get_or_create(&self.policy.label())
+                .set(i64::try_from(now).unwrap_or(i64::MAX));
+            self.health.up(now);
+        } else {
+            let code = status.as_u16();
+            tracing::warn!(upstream = %self.name(), url = %redact(url), status = code, cause = "http",
+                "upstream request failed: HTTP {code}");
+            self.metrics.upstream_up.get_or_create(&self.policy.label()).set(0);
+            self.health.down(crate::health::LastError {
+                cause: crate::health::Cause::Http,
+                status: Some(code),
+                message: format!("HTTP {status}"),
+                at: now,
+            });
         }
     }
 
@@ -382,22 +434,25 @@ impl Upstream {
         self.metrics.upstream_requests.get_or_create(&self.policy.label()).inc();
         match tokio::time::timeout(self.fetch.first_byte_timeout, req.send()).await {
             Ok(Ok(r)) => {
-                let up = i64::from(!r.status().is_server_error());
-                self.metrics.upstream_up.get_or_create(&self.policy.label()).set(up);
-                self.health.store(up as i8, std::sync::atomic::Ordering::Relaxed);
+                self.note_answer(url, r.status());
                 Ok(r)
             }
             Ok(Err(e)) => {
-                tracing::info!(upstream = %self.name(), url = %redact(url), error = %e, "upstream request failed");
-                Err(self.count(FetchError::from_reqwest(self.name(), &e)))
+                let e = FetchError::from_reqwest(self.name(), &e);
+                // The whole cause chain (connection refused, certificate unknown, ...) at WARN.
+                tracing::warn!(upstream = %self.name(), url = %redact(url), cause = %crate::health::Cause::of(&e),
+                    error = %e.message, "upstream request failed");
+                Err(self.count(e))
             }
             Err(_) => {
-                tracing::info!(upstream = %self.name(), url = %redact(url), "no response headers in time");
-                Err(self.count(FetchError::new(
+                let e = FetchError::new(
                     FetchErrorKind::Timeout,
                     self.name(),
                     format!("no response headers within {:?}", self.fetch.first_byte_timeout),
-                )))
+                );
+                tracing::warn!(upstream = %self.name(), url = %redact(url), cause = "timeout", error = %e.message,
+                    "upstream request failed");
+                Err(self.count(e))
             }
         }
     }
@@ -405,7 +460,12 @@ impl Upstream {
     fn count(&self, e: FetchError) -> FetchError {
         if e.is_upstream_down() {
             self.metrics.upstream_up.get_or_create(&self.policy.label()).set(0);
-            self.health.store(0, std::sync::atomic::Ordering::Relaxed);
+            self.health.down(crate::health::LastError {
+                cause: crate::health::Cause::of(&e),
+                status: e.status,
+                message: e.message.clone(),
+                at: tender_store::now_secs(),
+            });
         }
         let kind = format!("{:?}", e.kind).to_ascii_lowercase();
         self.metrics

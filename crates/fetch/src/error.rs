@@ -42,11 +42,20 @@ pub struct FetchError {
     pub status: Option<u16>,
     /// A `Retry-After` the upstream sent.
     pub retry_after: Option<Duration>,
+    /// The class of a transport failure (DNS, connect, TLS, ...), when it is known.
+    pub cause: Option<crate::health::Cause>,
 }
 
 impl FetchError {
     pub fn new(kind: FetchErrorKind, upstream: &str, message: impl Into<String>) -> FetchError {
-        FetchError { kind, upstream: upstream.to_string(), message: message.into(), status: None, retry_after: None }
+        FetchError {
+            kind,
+            upstream: upstream.to_string(),
+            message: message.into(),
+            status: None,
+            retry_after: None,
+            cause: None,
+        }
     }
 
     pub fn with_status(mut self, status: u16) -> FetchError {
@@ -101,7 +110,9 @@ impl FetchError {
             message.push_str(&s.to_string());
             source = s.source();
         }
-        FetchError::new(kind, upstream, message)
+        let mut out = FetchError::new(kind, upstream, message);
+        out.cause = Some(crate::health::Cause::of_reqwest(e));
+        out
     }
 }
 

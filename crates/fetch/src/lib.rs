@@ -18,6 +18,7 @@ pub mod container;
 pub mod error;
 pub mod fills;
 pub mod flight;
+pub mod health;
 pub mod metrics;
 pub mod mirror;
 pub mod settings;
@@ -30,7 +31,7 @@ pub use error::{FetchError, FetchErrorKind};
 pub use flight::{Fill, Flights, ObjectBody, Piece};
 pub use metrics::FetchMetrics;
 pub use mirror::{ManifestHit, Mirror};
-pub use settings::{Credentials, FetchSettings, UpstreamSettings};
+pub use settings::{Credentials, FetchSettings, StaleLimit, UpstreamSettings};
 
 /// `now + d`, or far in the future when that does not fit in an `Instant` (a `Retry-After`
 /// or a configured duration can be anything).

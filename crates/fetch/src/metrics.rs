@@ -30,6 +30,10 @@ pub struct FetchMetrics {
     pub fills_waiting: Gauge,
     /// Upstream health (1 up, 0 down) from the last transfer or request outcome.
     pub upstream_up: Family<Labels, Gauge>,
+    /// When the upstream last answered (seconds since the Unix epoch), by upstream.
+    pub upstream_last_success: Family<Labels, Gauge>,
+    /// Tags and listings served stale because their upstream was unreachable, by upstream.
+    pub stale_served: Family<Labels, Counter>,
 }
 
 impl FetchMetrics {
@@ -59,6 +63,16 @@ impl FetchMetrics {
             "tender_upstream_up",
             "1 when the upstream's last outcome was healthy",
             self.upstream_up.clone(),
+        );
+        registry.register(
+            "tender_upstream_last_success_timestamp_seconds",
+            "When the upstream last answered usably (Unix seconds)",
+            self.upstream_last_success.clone(),
+        );
+        registry.register(
+            "tender_stale_served",
+            "Tags and listings served stale because their upstream was unreachable",
+            self.stale_served.clone(),
         );
     }
 }

@@ -17,7 +17,7 @@ use tender_store::{ListingRecord, ManifestMeta, TagRecord};
 use crate::client::Upstream;
 use crate::error::{FetchError, FetchErrorKind};
 use crate::flight::{Claim, Expect, Flights, Opened, Source};
-use crate::settings::FetchSettings;
+use crate::settings::{FetchSettings, StaleLimit};
 
 /// Largest manifest accepted from an upstream.
 pub const MAX_MANIFEST_BYTES: usize = 8 * 1024 * 1024;
@@ -57,6 +57,8 @@ pub struct ManifestHit {
     pub media_type: String,
     pub bytes: Bytes,
     pub cache: CacheResult,
+    /// With `CacheResult::Stale`: the age of the tag's last confirmation, in seconds.
+    pub stale_age: Option<u64>,
 }
 
 /// Largest tag list or referrers page accepted from an upstream.
@@ -73,6 +75,8 @@ pub struct Listing {
     pub body: Bytes,
     /// `Pass`, or `Stale` for the last good copy while the upstream is down.
     pub cache: CacheResult,
+    /// With `CacheResult::Stale`: the age of the copy, in seconds.
+    pub stale_age: Option<u64>,
 }
 
 /// Which listing a client asked for.
@@ -164,6 +168,18 @@ impl Mirror {
         self.upstreams.get(&name.to_ascii_lowercase())
     }
 
+    /// Ask the upstream (or the Image Factory) named `name` now and return its new health;
+    /// `None` for a name that is not configured.
+    pub async fn probe(&self, name: &str) -> Option<crate::health::Health> {
+        if let Some(up) = self.upstream(name) {
+            return Some(up.probe("/v2/").await);
+        }
+        match &self.image_factory {
+            Some(f) if f.name().eq_ignore_ascii_case(name) => Some(f.probe("/").await),
+            _ => None,
+        }
+    }
+
     /// Choose the upstream for a request: a path prefix naming a configured upstream, else
     /// `ns`, else the default. Returns the upstream and the name to ask it for. The prefix wins
     /// over `ns` because containerd with a path-routed mirror (`override_path`) sends both, and
@@ -234,6 +250,7 @@ impl Mirror {
         let mut chosen = self.resolve(up, repo, &Reference::Digest(entry)).await?;
         if hit.cache == CacheResult::Stale {
             chosen.cache = CacheResult::Stale;
+            chosen.stale_age = hit.stale_age;
         }
         Ok(chosen)
     }
@@ -395,7 +412,13 @@ impl Mirror {
         let Some(bytes) = store.read_object(digest).map_err(local)? else {
             return Ok(None);
         };
-        Ok(Some(ManifestHit { digest: *digest, media_type: meta.media_type, bytes: Bytes::from(bytes), cache }))
+        Ok(Some(ManifestHit {
+            digest: *digest,
+            media_type: meta.media_type,
+            bytes: Bytes::from(bytes),
+            cache,
+            stale_age: None,
+        }))
     }
 
     async fn fetch_manifest(
@@ -438,7 +461,13 @@ impl Mirror {
                             .meta_put(d, &ManifestMeta { media_type: media_type.clone(), size: body.len() as u64 })
                             .map_err(|e| local(up, e))?;
                         store.record_known(d, up.name()).map_err(|e| local(up, e))?;
-                        return Ok(ManifestHit { digest: *d, media_type, bytes: body, cache: CacheResult::Shared });
+                        return Ok(ManifestHit {
+                            digest: *d,
+                            media_type,
+                            bytes: body,
+                            cache: CacheResult::Shared,
+                            stale_age: None,
+                        });
                     }
                 }
                 Ok(None) => {}
@@ -469,13 +498,13 @@ impl Mirror {
                             }
                         }
                     }
-                    Err(e) => return self.stale_or(e, record.as_ref()),
+                    Err(e) => return self.stale_or(up, e, record.as_ref()),
                 }
             }
         }
         let resp = match up.request(Method::GET, &path, headers, Some(&scope)).await {
             Ok(r) => r,
-            Err(e) => return self.stale_or(e, record.as_ref()),
+            Err(e) => return self.stale_or(up, e, record.as_ref()),
         };
         let content_type = resp
             .headers()
@@ -491,7 +520,7 @@ impl Mirror {
         // A body that stalls or never ends is the upstream being down: the last known digest.
         let body = match up.read_small(resp, MAX_MANIFEST_BYTES, "manifest").await {
             Ok(b) => b,
-            Err(e) => return self.stale_or(e, record.as_ref()),
+            Err(e) => return self.stale_or(up, e, record.as_ref()),
         };
         // By digest, the digest asked for is the one verified (whatever the upstream announces:
         // docker-registry names a manifest asked for by sha512 with its sha256). By tag, the
@@ -547,25 +576,38 @@ impl Mirror {
                 })
                 .map_err(|e| local(up, e))?;
         }
-        Ok(ManifestHit { digest, media_type, bytes: body, cache: CacheResult::Miss })
+        Ok(ManifestHit { digest, media_type, bytes: body, cache: CacheResult::Miss, stale_age: None })
     }
 
-    /// Serve the last known mapping of a tag when the upstream is down, within the maximum age
-    /// (and only a manifest known in that upstream).
-    fn stale_or(&self, e: FetchError, record: Option<&TagRecord>) -> Result<ManifestHit, FetchError> {
-        if e.is_upstream_down() {
-            if let Some(r) = record {
-                if r.age_secs() <= self.settings.stale_max_age.as_secs() {
-                    let known = self.flights.store().is_known_in(&r.digest, &r.upstream).unwrap_or(false);
-                    if let Some(hit) =
-                        known.then(|| self.stored_manifest(&r.digest, CacheResult::Stale)).transpose()?.flatten()
-                    {
-                        tracing::warn!(upstream = %e.upstream, repository = %r.repository, tag = %r.tag,
-                            error = %e, "upstream down: serving the last known digest");
-                        return Ok(hit);
-                    }
-                }
-            }
+    /// `staleMaxAge` for `up`: its own, else the global one.
+    pub fn stale_limit(&self, up: &Upstream) -> StaleLimit {
+        up.settings().stale_max_age.unwrap_or(self.settings.stale_max_age)
+    }
+
+    /// Serve the last known mapping of a tag when the upstream is unreachable (DNS, connect,
+    /// TLS, timeout, 5xx, 429; an upstream that answered wins), within `staleMaxAge` (and only a
+    /// manifest known in that upstream). A refusal by the limit says so.
+    fn stale_or(&self, up: &Upstream, e: FetchError, record: Option<&TagRecord>) -> Result<ManifestHit, FetchError> {
+        let Some(r) = record.filter(|_| e.is_upstream_down()) else {
+            return Err(e);
+        };
+        let (age, limit) = (r.age_secs(), self.stale_limit(up));
+        if !limit.allows(age) {
+            let mut e = e;
+            e.message = format!(
+                "{}; the last known digest of {}:{} is {age}s old, older than staleMaxAge ({limit})",
+                e.message, r.repository, r.tag
+            );
+            return Err(e);
+        }
+        let known = self.flights.store().is_known_in(&r.digest, &r.upstream).unwrap_or(false);
+        if let Some(mut hit) = known.then(|| self.stored_manifest(&r.digest, CacheResult::Stale)).transpose()?.flatten()
+        {
+            tracing::warn!(upstream = %e.upstream, repository = %r.repository, tag = %r.tag, age_secs = age,
+                error = %e, "upstream unreachable: serving the last known digest");
+            hit.stale_age = Some(age);
+            up.record_stale();
+            return Ok(hit);
         }
         Err(e)
     }
@@ -632,6 +674,7 @@ impl Mirror {
             Ok((content_type.unwrap_or_else(|| "application/json".to_string()), link, filters_applied, body))
         }
         .await;
+        let mut stale_age = None;
         let (content_type, link, filters_applied, body, cache) = match fetched {
             Ok((content_type, link, filters_applied, body)) => {
                 if let Ok(text) = std::str::from_utf8(&body) {
@@ -668,12 +711,19 @@ impl Mirror {
                 return Err(e);
             }
             Err(e) if e.is_upstream_down() => {
-                let stale = store
-                    .listing_get(up.name(), &request)
-                    .map_err(|e| local(up, e))?
-                    .filter(|r| r.age_secs() <= self.settings.stale_max_age.as_secs());
-                let Some(r) = stale else { return Err(e) };
-                tracing::warn!(upstream = %up.name(), %request, error = %e, "upstream down: serving the last good listing");
+                let Some(r) = store.listing_get(up.name(), &request).map_err(|e| local(up, e))? else {
+                    return Err(e);
+                };
+                let (age, limit) = (r.age_secs(), self.stale_limit(up));
+                if !limit.allows(age) {
+                    let mut e = e;
+                    e.message =
+                        format!("{}; the last good answer is {age}s old, older than staleMaxAge ({limit})", e.message);
+                    return Err(e);
+                }
+                tracing::warn!(upstream = %up.name(), %request, age_secs = age, error = %e,
+                    "upstream unreachable: serving the last good listing");
+                up.record_stale();
                 if r.not_found {
                     return Err(FetchError::new(
                         FetchErrorKind::NotFound,
@@ -682,6 +732,7 @@ impl Mirror {
                     )
                     .with_status(404));
                 }
+                stale_age = Some(age);
                 (r.content_type, r.link, r.filters_applied, Bytes::from(r.body), CacheResult::Stale)
             }
             Err(e) => return Err(e),
@@ -691,7 +742,7 @@ impl Mirror {
             ListingKind::Referrers(_) => body,
         };
         let link = link.and_then(|l| rewrite_link(&l, client_name, &kind.path(), ns));
-        Ok(Listing { content_type, link, filters_applied, body, cache })
+        Ok(Listing { content_type, link, filters_applied, body, cache, stale_age })
     }
 }
 

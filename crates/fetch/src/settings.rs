@@ -42,10 +42,59 @@ pub struct UpstreamSettings {
     pub library_prefix: bool,
     /// Largest object fetched from this upstream; larger ones are refused, not stored.
     pub max_object_size: Option<u64>,
+    /// `staleMaxAge` of this upstream; `None`: the global one.
+    pub stale_max_age: Option<StaleLimit>,
     /// Reached through a parent tender: every `/v2/<name>/...` request carries `ns=<this>`.
     pub ns_param: Option<String>,
     /// Client certificate and key (PEM) presented to the endpoints (a parent with mutual TLS).
     pub client_identity: Option<(PathBuf, PathBuf)>,
+}
+
+/// `staleMaxAge`: how old the last known answer of an unreachable upstream may be and still be
+/// served. Only an unreachable upstream (DNS, connect, TLS, timeout, 5xx, 429) leads to a stale
+/// answer; one that answers 401, 403 or 404 has answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StaleLimit {
+    /// As long as the upstream stays unreachable (`never`, the default).
+    #[default]
+    Never,
+    /// Up to this age.
+    Max(Duration),
+}
+
+impl StaleLimit {
+    /// Whether an answer `age_secs` old may still be served.
+    pub fn allows(self, age_secs: u64) -> bool {
+        match self {
+            StaleLimit::Never => true,
+            StaleLimit::Max(d) => age_secs <= d.as_secs(),
+        }
+    }
+}
+
+impl std::fmt::Display for StaleLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StaleLimit::Never => f.write_str("never"),
+            StaleLimit::Max(d) => write!(f, "{}", humantime_secs(d.as_secs())),
+        }
+    }
+}
+
+/// `1h30m` style, seconds precision.
+fn humantime_secs(mut s: u64) -> String {
+    if s == 0 {
+        return "0s".to_string();
+    }
+    let mut out = String::new();
+    for (unit, n) in [("d", 86_400u64), ("h", 3600), ("m", 60), ("s", 1)] {
+        let q = s.checked_div(n).unwrap_or(0);
+        if q > 0 {
+            out.push_str(&format!("{q}{unit}"));
+            s = s.checked_rem(n).unwrap_or(0);
+        }
+    }
+    out
 }
 
 /// Timeouts, retries and cache lifetimes of fetching, shared by all upstreams.
@@ -64,8 +113,9 @@ pub struct FetchSettings {
     pub backoff_max: Duration,
     /// How long a tag -> digest mapping is used without asking the upstream again.
     pub tag_ttl: Duration,
-    /// How old a tag mapping may be and still be served while the upstream is down.
-    pub stale_max_age: Duration,
+    /// How old a tag mapping (or listing) may be and still be served while its upstream is
+    /// unreachable; an upstream's own `stale_max_age` wins.
+    pub stale_max_age: StaleLimit,
     /// Upstream fills running at once; more wait for a slot (None: no limit).
     pub max_concurrent_fills: Option<usize>,
     /// Upstream fills running at once per upstream (None: only the global limit), so one slow
@@ -92,7 +142,7 @@ impl Default for FetchSettings {
             backoff_base: Duration::from_millis(250),
             backoff_max: Duration::from_secs(10),
             tag_ttl: Duration::from_secs(300),
-            stale_max_age: Duration::from_secs(7 * 24 * 3600),
+            stale_max_age: StaleLimit::Never,
             max_concurrent_fills: Some(64),
             max_fills_per_upstream: Some(32),
             abandoned_fill_grace: Duration::from_secs(60),

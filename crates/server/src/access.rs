@@ -22,7 +22,8 @@ pub struct AccessInfo {
     pub upstream: Option<String>,
     pub cache: Option<&'static str>,
     pub digest: Option<String>,
-    /// `<upstream>/<repository>` for registry requests, for the served statistics.
+    /// `<upstream>/<repository>` for registry requests (`image-factory/<schematic>/<version>/<asset>`
+    /// for OS images), for the served statistics.
     pub repository: Option<String>,
     /// Keep what this request fetched out of eviction (a prefetch with `X-Tender-Pin: 1`).
     pub pin: bool,

@@ -112,6 +112,25 @@ pub async fn gc(State(app): State<Arc<AppState>>, headers: HeaderMap, Query(q): 
     }
 }
 
+/// `POST /api/v1/admin/upstreams/<name>/probe`: ask the upstream (or `image-factory`) now and
+/// answer its new health, as `/api/v1/health` shows it.
+pub async fn probe(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    if let Some(refused) = require_admin(&app, &headers) {
+        return refused;
+    }
+    match app.mirror().probe(&name).await {
+        Some(health) => {
+            tracing::info!(upstream = %health.name, state = health.state.as_str(), "admin probe");
+            Json(health).into_response()
+        }
+        None => error(StatusCode::NOT_FOUND, format!("{name:?} is not a configured upstream")),
+    }
+}
+
 #[derive(serde::Deserialize)]
 pub struct FsckQuery {
     #[serde(default)]
@@ -128,6 +147,7 @@ pub async fn fsck(State(app): State<Arc<AppState>>, headers: HeaderMap, Query(q)
     match tokio::task::spawn_blocking(move || flights.store().fsck(q.repair)).await {
         Ok(Ok(report)) => {
             if !report.corrupt.is_empty() {
+                app.metrics().fsck_corrupt.inc_by(report.corrupt.len() as u64);
                 tracing::warn!(corrupt = report.corrupt.len(), repair = q.repair, "admin fsck found corrupt objects");
             }
             Json(report).into_response()

@@ -48,6 +48,8 @@ async fn serve(
         return Err(ApiError::new(ErrorCode::Unsupported, "only GET and HEAD"));
     }
     let asset = AssetPath::parse(uri.path()).map_err(|e| ApiError::new(ErrorCode::NameUnknown, e.to_string()))?;
+    // Counted in the served statistics as `image-factory/<schematic>/<version>/<asset>`.
+    info.repository = Some(format!("{}/{asset}", info.upstream.as_deref().unwrap_or("image-factory")));
     let filename =
         match url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()).find(|(k, _)| k == "filename") {
             Some((_, v)) => Some(safe_filename(&v).ok_or_else(|| {

@@ -175,6 +175,7 @@ impl Viewer {
             Viewer::All => true,
             Viewer::Anonymous => {
                 mirror.upstream(name).is_some_and(|u| u.settings().credentials.is_none() || u.settings().public)
+                    || mirror.image_factory().is_some_and(|f| f.name().eq_ignore_ascii_case(name))
             }
         }
     }
@@ -208,9 +209,11 @@ pub fn router_for(app: Arc<AppState>, surface: Surface) -> Router {
             .route("/api/v1/catalog", get(catalog_view))
             .route("/", get(status::page))
             .route("/api/v1/served", get(served_handler))
-            .route("/api/v1/fills", get(fills_handler));
+            .route("/api/v1/fills", get(fills_handler))
+            .route("/api/v1/health", get(health_handler));
         if app.security.admin.is_some() {
             r = r
+                .route("/api/v1/admin/upstreams/{name}/probe", axum::routing::post(admin::probe))
                 .route("/api/v1/admin/catalog/sync", axum::routing::post(admin::catalog_sync))
                 .route("/api/v1/admin/gc", axum::routing::post(admin::gc))
                 .route("/api/v1/admin/fsck", axum::routing::post(admin::fsck))
@@ -254,6 +257,34 @@ async fn fills_handler(
     view.active.retain(|f| sees(&f.upstream));
     view.ended.retain(|f| sees(&f.upstream));
     axum::Json(view).into_response()
+}
+
+/// Every upstream's health this viewer may see (the Image Factory last): state, last success,
+/// last error with its cause, stale answers served.
+pub(crate) fn health_of(app: &AppState, viewer: Viewer) -> Vec<tender_fetch::health::Health> {
+    let mirror = app.mirror();
+    let mut out: Vec<_> = mirror
+        .upstream_names()
+        .into_iter()
+        .filter(|n| viewer.sees_upstream(&mirror, n))
+        .filter_map(|n| mirror.upstream(&n).map(|u| u.health_report()))
+        .collect();
+    if let Some(f) = mirror.image_factory() {
+        out.push(f.health_report());
+    }
+    out
+}
+
+/// `GET /api/v1/health`: per upstream, state, last success and last error with its cause
+/// (`dns`, `connect`, `tls`, `timeout`, `http` with its status, `body`), times in Unix
+/// seconds; and the stale answers served. Same visibility as `/api/v1/served`.
+async fn health_handler(
+    State(app): State<Arc<AppState>>,
+    identity: Option<axum::Extension<auth::Identity>>,
+) -> axum::response::Response {
+    let upstreams = health_of(&app, Viewer::of(&app, identity.as_deref()));
+    let stale: u64 = upstreams.iter().map(|h| h.stale_served).sum();
+    axum::Json(serde_json::json!({ "upstreams": upstreams, "staleServed": stale })).into_response()
 }
 
 #[derive(serde::Deserialize)]
@@ -314,6 +345,13 @@ async fn metrics_handler(
         app.metrics.auth_refusal("no_credentials");
         return auth::challenge("/metrics needs credentials (or the admin listener)");
     }
+    let store = app.mirror().flights().store().clone();
+    let a = app.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        let (bytes, objects) = a.sizes.get(&store);
+        a.metrics.storage.update(bytes, objects, store.root());
+    })
+    .await;
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.render())
         .into_response()
 }

@@ -3,6 +3,7 @@
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tender_fetch::FetchMetrics;
@@ -44,7 +45,48 @@ pub struct ServerMetrics {
     pub tls_handshake_failures: Counter,
     /// Body bytes sent straight from the page cache (`sendfile`, plain HTTP/1 connections).
     pub sendfile_bytes: Counter,
+    /// The store and its file system, refreshed when `/metrics` is read.
+    pub storage: StorageGauges,
+    /// Corrupt objects found by `POST /api/v1/admin/fsck` (repaired or not).
+    pub fsck_corrupt: Counter,
     registry: Registry,
+}
+
+/// The size of the store and the room left on its file system.
+#[derive(Debug, Clone, Default)]
+pub struct StorageGauges {
+    pub cache_bytes: Gauge,
+    pub cache_objects: Gauge,
+    pub data_free: Gauge,
+    pub data_capacity: Gauge,
+}
+
+impl StorageGauges {
+    fn register(&self, r: &mut Registry) {
+        r.register("tender_cache_size_bytes", "Bytes of the stored objects", self.cache_bytes.clone());
+        r.register("tender_cache_objects", "Stored objects", self.cache_objects.clone());
+        r.register(
+            "tender_data_free_bytes",
+            "Bytes available to tender on the data directory's file system",
+            self.data_free.clone(),
+        );
+        r.register(
+            "tender_data_capacity_bytes",
+            "Size of the data directory's file system",
+            self.data_capacity.clone(),
+        );
+    }
+
+    /// Read the store size (`bytes`, `objects`) and statvfs of `root` into the gauges.
+    pub fn update(&self, bytes: u64, objects: usize, root: &std::path::Path) {
+        let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.cache_bytes.set(g(bytes));
+        self.cache_objects.set(g(objects as u64));
+        if let Ok(st) = rustix::fs::statvfs(root) {
+            self.data_free.set(g(st.f_bavail.saturating_mul(st.f_frsize)));
+            self.data_capacity.set(g(st.f_blocks.saturating_mul(st.f_frsize)));
+        }
+    }
 }
 
 impl ServerMetrics {
@@ -89,8 +131,18 @@ impl ServerMetrics {
             "Body bytes sent straight from the page cache with sendfile (plain HTTP/1 connections)",
             sendfile_bytes.clone(),
         );
+        let storage = StorageGauges::default();
+        storage.register(&mut registry);
+        let fsck_corrupt = Counter::default();
+        registry.register(
+            "tender_fsck_corrupt_objects",
+            "Corrupt objects found by fsck through the server (POST /api/v1/admin/fsck)",
+            fsck_corrupt.clone(),
+        );
         fetch.register(&mut registry);
         ServerMetrics {
+            storage,
+            fsck_corrupt,
             served: crate::served::Served::default(),
             requests,
             bytes_served,

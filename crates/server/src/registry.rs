@@ -147,11 +147,18 @@ async fn dispatch(app: &Arc<AppState>, req: &Parts, info: &mut AccessInfo) -> Re
     }
 }
 
+/// The header on an answer served stale while its upstream is unreachable: the age of the
+/// copy, in seconds.
+pub const STALE_HEADER: &str = "x-tender-stale";
+
 fn listing_response(listing: Listing, head: bool) -> Response {
     let mut builder = Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, listing.content_type)
         .header(header::CONTENT_LENGTH, listing.body.len());
+    if let Some(age) = listing.stale_age {
+        builder = builder.header(STALE_HEADER, age);
+    }
     if let Some(l) = listing.link {
         builder = builder.header(header::LINK, l);
     }
@@ -192,11 +199,14 @@ async fn manifest(
         .map_err(|e| ApiError::from_fetch(&e, Subject::Manifest))?;
     info.cache = Some(hit.cache.as_str());
     info.digest = Some(hit.digest.to_string());
-    let builder = Response::builder()
+    let mut builder = Response::builder()
         .header(header::CONTENT_TYPE, &hit.media_type)
         .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
         .header("docker-content-digest", hit.digest.to_string())
         .header(header::ETAG, etag(&hit.digest));
+    if let Some(age) = hit.stale_age {
+        builder = builder.header(STALE_HEADER, age);
+    }
     let resp = if if_none_match(headers, &hit.digest) {
         builder.status(StatusCode::NOT_MODIFIED).body(Body::empty())
     } else {

@@ -8,7 +8,8 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-/// The counts of one repository (`<upstream>/<name>`, e.g. `ghcr.io/siderolabs/kubelet`).
+/// The counts of one repository (`<upstream>/<name>`, e.g. `ghcr.io/siderolabs/kubelet`) or
+/// OS image (`image-factory/<schematic>/<version>/<asset>`, counted as blobs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RepoServed {
@@ -51,7 +52,8 @@ impl Served {
         let r = repos.entry(repository.to_string()).or_default();
         match route {
             "manifest" => r.manifest_requests += 1,
-            "blob" => r.blob_requests += 1,
+            // An OS image is one object, like a blob.
+            "blob" | "image" => r.blob_requests += 1,
             _ => return,
         }
         r.bytes += bytes;

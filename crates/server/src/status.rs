@@ -31,6 +31,20 @@ fn human(bytes: u64) -> String {
     }
 }
 
+/// The status page reloads itself this often (no JavaScript).
+const REFRESH_SECS: u64 = 10;
+
+/// `at` (Unix seconds) as an age: `42 s ago`, `5 min ago`, `3 h ago`, `2 d ago`.
+fn ago(now: u64, at: u64) -> String {
+    let s = now.saturating_sub(at);
+    match s {
+        0..120 => format!("{s} s ago"),
+        120..7200 => format!("{} min ago", s / 60),
+        7200..172_800 => format!("{} h ago", s / 3600),
+        _ => format!("{} d ago", s / 86_400),
+    }
+}
+
 /// Store size, recomputed at most every 30 s (it walks the object tree).
 #[derive(Debug, Default)]
 pub struct SizeCache {
@@ -84,46 +98,54 @@ pub async fn page(
     let _ = write!(
         h,
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>tender</title>\
+         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECS}\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <style>body{{font-family:system-ui,sans-serif;margin:2rem;max-width:70rem;color:#1b1b1b}}\
          table{{border-collapse:collapse;margin:0 0 2rem}}th,td{{padding:.3rem .8rem;border-bottom:1px solid #ddd;text-align:left}}\
-         .up{{color:#17692b;font-weight:600}}.down{{color:#b3261e;font-weight:600}}.unknown{{color:#666}}\
+         .up{{color:#17692b;font-weight:600}}.cause{{color:#b3261e}}.down{{color:#b3261e;font-weight:600}}.unknown{{color:#666}}\
          .num{{text-align:right;font-variant-numeric:tabular-nums}}</style></head><body>\
          <h1>tender {}</h1><p>Every artifact crosses the network once; this node serves the fleet.</p>",
         env!("CARGO_PKG_VERSION")
     );
+    let health = crate::health_of(&app, viewer);
+    let stale: u64 = health.iter().map(|u| u.stale_served).sum();
     let _ = write!(
         h,
         "<h2>Cache</h2><table id=\"cache\"><tr><th>objects</th><td class=\"num\">{objects}</td></tr>\
          <tr><th>size</th><td class=\"num\">{}</td></tr><tr><th>hit rate (workers)</th><td class=\"num\" id=\"hit-rate\">{rate}</td></tr>\
-         <tr><th>fills in progress</th><td class=\"num\">{}</td></tr></table>",
+         <tr><th>fills in progress</th><td class=\"num\">{}</td></tr>\
+         <tr><th>stale answers (upstream unreachable)</th><td class=\"num\" id=\"stale-served\">{stale}</td></tr></table>",
         human(bytes),
         mirror.flights().active_keys().len()
     );
-    h.push_str("<h2>Upstreams</h2><table id=\"upstreams\"><tr><th>name</th><th>endpoints</th><th>health</th></tr>");
-    let mut ups: Vec<_> = mirror
-        .upstream_names()
-        .into_iter()
-        .filter(|n| viewer.sees_upstream(&mirror, n))
-        .filter_map(|n| mirror.upstream(&n).cloned())
-        .collect();
-    if let Some(f) = mirror.image_factory() {
-        ups.push(f.clone());
-    }
-    for u in ups {
-        let (class, word) = match u.health() {
-            Some(true) => ("up", "up"),
-            Some(false) => ("down", "down"),
-            None => ("unknown", "not asked yet"),
+    h.push_str(
+        "<h2>Upstreams</h2><table id=\"upstreams\"><tr><th>name</th><th>endpoints</th><th>health</th>\
+         <th>last success</th><th>last error</th></tr>",
+    );
+    let now = tender_store::now_secs();
+    for u in health {
+        let class = u.state.as_str();
+        let word = match u.state {
+            tender_fetch::health::State::Unknown => "not asked yet",
+            s => s.as_str(),
         };
-        let endpoints: Vec<String> = match viewer {
-            crate::Viewer::All => u.settings().endpoints.iter().map(|e| esc(e.as_str())).collect(),
-            crate::Viewer::Anonymous => vec!["(shown to authenticated clients)".to_string()],
+        let endpoints: Vec<String> = match (viewer, mirror.upstream(&u.name).or(mirror.image_factory())) {
+            (crate::Viewer::All, Some(up)) => up.settings().endpoints.iter().map(|e| esc(e.as_str())).collect(),
+            (crate::Viewer::All, None) => Vec::new(),
+            (crate::Viewer::Anonymous, _) => vec!["(shown to authenticated clients)".to_string()],
+        };
+        let success = u.last_success.map_or_else(|| "never".to_string(), |t| ago(now, t));
+        let error = match &u.last_error {
+            Some(e) => {
+                let status = e.status.map(|s| format!(" {s}")).unwrap_or_default();
+                format!("<span class=\"cause\">{}{status}</span> {}: {}", e.cause, ago(now, e.at), esc(&e.message))
+            }
+            None => "—".to_string(),
         };
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td class=\"{class}\">{word}</td></tr>",
-            esc(u.name()),
+            "<tr><td>{}</td><td>{}</td><td class=\"{class}\">{word}</td><td>{success}</td><td>{error}</td></tr>",
+            esc(&u.name),
             endpoints.join("<br>")
         );
     }
@@ -132,7 +154,7 @@ pub async fn page(
         h.push_str(&c);
     }
     h.push_str(
-        "<h2>Most-served repositories</h2><table id=\"served\"><tr><th>repository</th><th class=\"num\">manifests</th>\
+        "<h2>Most-served repositories and OS images</h2><table id=\"served\"><tr><th>repository</th><th class=\"num\">manifests</th>\
          <th class=\"num\">blobs</th><th class=\"num\">bytes</th><th class=\"num\">hits</th><th class=\"num\">misses</th></tr>",
     );
     let top = served.top_where(20, |repo| viewer.sees_repository(&mirror, repo));

@@ -380,7 +380,7 @@ async fn should_not_serve_tags_older_than_the_stale_limit() {
     fake.add_manifest("a/b", "v1", "application/vnd.oci.image.manifest.v1+json", m);
     let mut settings = fast_settings();
     settings.tag_ttl = Duration::ZERO;
-    settings.stale_max_age = Duration::ZERO;
+    settings.stale_max_age = tender_fetch::StaleLimit::Max(Duration::ZERO);
     settings.attempts = 1;
     let tender = Tender::start(vec![upstream_settings("ghcr.io", &fake.url())], settings).await;
     let url = tender.url("/v2/ghcr.io/a/b/manifests/v1");

@@ -157,6 +157,25 @@ async fn should_fetch_an_asset_once_for_32_concurrent_clients() {
     assert_eq!(bed.factory.gets.load(Ordering::SeqCst), 1);
 }
 
+/// Issue 20 item 6: OS images count in the served statistics and show in the status page's
+/// most-served table, as repositories do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_list_os_images_among_the_most_served() {
+    let bed = bed().await;
+    let path = bed.add("metal-amd64.raw.xz", xz(&disk_image(4)));
+    for _ in 0..2 {
+        assert_eq!(get(&bed.tender.url(&path), &[]).await.status, 200);
+    }
+    let asset = path.trim_start_matches("/image/");
+    let want = format!("image-factory/{asset}");
+    let served = String::from_utf8(get(&bed.tender.url("/api/v1/served"), &[]).await.body.unwrap().to_vec()).unwrap();
+    let served: serde_json::Value = serde_json::from_str(&served).unwrap();
+    assert_eq!(served[&want]["blobRequests"], 2, "{served}");
+    let page = String::from_utf8(get(&bed.tender.url("/"), &[]).await.body.unwrap().to_vec()).unwrap();
+    let table = &page[page.find("id=\"served\"").unwrap()..];
+    assert!(table.contains(&want), "{table}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn should_serve_ranges_of_an_asset_the_factory_cannot_range() {
     let bed = bed().await;

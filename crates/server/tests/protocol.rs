@@ -637,6 +637,8 @@ async fn should_serve_tag_lists_and_referrers_stale_while_the_upstream_is_down()
     for (p, body) in paths.iter().zip(&up) {
         let resp = client().get(tender.url(p)).send().await.unwrap();
         assert_eq!(resp.status(), 200, "{p} with the upstream down");
+        let age = resp.headers().get("x-tender-stale").and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        assert!(age.is_some_and(|a| a < 60), "{p}: X-Tender-Stale carries the copy's age: {age:?}");
         assert_eq!(&resp.bytes().await.unwrap(), body, "{p}: the last good copy");
     }
     // never through another upstream

@@ -72,7 +72,8 @@ impl Location {
 struct SyncArgs {
     #[command(flatten)]
     at: Location,
-    /// Sync through a running tender (its URL, e.g. http://127.0.0.1:5000) instead of its data directory
+    /// Sync through a running tender (its URL, e.g. http://127.0.0.1:5000) instead of its data
+    /// directory [env: TENDER_SERVER, without --config and --data]
     #[arg(long, value_name = "URL")]
     server: Option<String>,
     /// Try goldens whose import failed again
@@ -378,12 +379,14 @@ fn sync_exit(failed: &[(String, String, bool)]) -> ExitCode {
 // ---- sync ----
 
 fn sync(a: SyncArgs) -> anyhow::Result<ExitCode> {
-    if let Some(url) = &a.server {
+    let local = a.at.config.is_some() || a.at.data.is_some();
+    if let Some(url) = &crate::client::server_or_env(&a.server, local) {
         let client = a.client.client(&crate::client::ClientOptions {
             user_agent: concat!("tender/", env!("CARGO_PKG_VERSION")),
             headers: &[],
             connect_timeout: Duration::from_secs(10),
             read_timeout: Some(Duration::from_secs(30)),
+            admin: true,
         })?;
         let ui = Ui::new(a.quiet, a.progress_interval);
         let r = runtime()?.block_on(sync_remote(url.trim_end_matches('/').to_string(), client, a.retry_failed, &ui));

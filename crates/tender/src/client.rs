@@ -31,9 +31,32 @@ pub struct ClientArgs {
     /// File holding the password for --username (a trailing newline is ignored)
     #[arg(long, value_name = "FILE", requires = "username")]
     pub password_file: Option<PathBuf>,
-    /// File holding a bearer token sent as `Authorization: Bearer <token>`
+    /// File holding a bearer token sent as `Authorization: Bearer <token>` [env:
+    /// TENDER_TOKEN_FILE, or TENDER_ADMIN_TOKEN_FILE for gc, fsck and catalog sync]
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Do not verify the server's certificate (testing only: anyone on the path can read and
+    /// change the traffic)
+    #[arg(long, conflicts_with = "ca")]
+    pub insecure: bool,
+}
+
+/// The server commands talk to when given neither `--server` nor a data directory.
+pub const SERVER_ENV: &str = "TENDER_SERVER";
+/// The pull token file of commands that read through a server (`prefetch`, `stats`).
+pub const TOKEN_ENV: &str = "TENDER_TOKEN_FILE";
+/// The admin token file of commands that change a server (`gc`, `fsck`, `catalog sync`).
+pub const ADMIN_TOKEN_ENV: &str = "TENDER_ADMIN_TOKEN_FILE";
+
+/// `--server`, else `TENDER_SERVER` unless the command was pointed at local data (`--data`,
+/// `--config`): a flag always wins over the environment.
+pub fn server_or_env(server: &Option<String>, local: bool) -> Option<String> {
+    server.clone().or_else(|| {
+        if local {
+            return None;
+        }
+        std::env::var(SERVER_ENV).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+    })
 }
 
 #[derive(Clone)]
@@ -58,6 +81,9 @@ pub struct ClientOptions<'a> {
     pub connect_timeout: Duration,
     /// Longest silence while waiting for headers or between body chunks.
     pub read_timeout: Option<Duration>,
+    /// The command changes the server (admin token): without `--token-file` (and `--username`)
+    /// the token file comes from `TENDER_ADMIN_TOKEN_FILE`, else from `TENDER_TOKEN_FILE`.
+    pub admin: bool,
 }
 
 fn read_file(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
@@ -73,6 +99,7 @@ impl ClientArgs {
             || self.username.is_some()
             || self.password_file.is_some()
             || self.token_file.is_some()
+            || self.insecure
     }
 
     /// Who the requests authenticate as, without any secret: `none`, `basic <user>` or `bearer`.
@@ -100,13 +127,22 @@ impl ClientArgs {
         if let Some(t) = opts.read_timeout {
             builder = builder.read_timeout(t);
         }
+        if self.insecure {
+            builder = builder.danger_accept_invalid_certs(true);
+        }
         builder = with_tls_files(
             builder,
             self.ca.as_deref(),
             self.client_cert.as_deref().zip(self.client_key.as_deref()),
             "",
         )?;
-        let auth = match (&self.username, &self.password_file, &self.token_file) {
+        let env = if opts.admin { ADMIN_TOKEN_ENV } else { TOKEN_ENV };
+        let (token_file, token_flag) = match (&self.token_file, &self.username) {
+            (Some(t), _) => (Some(t.clone()), "--token-file"),
+            (None, None) => (std::env::var_os(env).filter(|v| !v.is_empty()).map(PathBuf::from), env),
+            (None, Some(_)) => (None, "--token-file"),
+        };
+        let auth = match (&self.username, &self.password_file, &token_file) {
             (Some(user), Some(pf), _) => {
                 let raw = read_file(pf, "--password-file")?;
                 let password = String::from_utf8(raw)
@@ -114,12 +150,12 @@ impl ClientArgs {
                 Auth::Basic { user: user.clone(), password: password.trim_end_matches(['\r', '\n']).to_string() }
             }
             (None, _, Some(tf)) => {
-                let raw = read_file(tf, "--token-file")?;
+                let raw = read_file(tf, token_flag)?;
                 let token = String::from_utf8(raw)
-                    .map_err(|_| Failure::usage(format!("--token-file {} is not UTF-8", tf.display())))?;
+                    .map_err(|_| Failure::usage(format!("{token_flag} {} is not UTF-8", tf.display())))?;
                 let token = token.trim().to_string();
                 if token.is_empty() {
-                    return Err(Failure::usage(format!("--token-file {} is empty", tf.display())));
+                    return Err(Failure::usage(format!("{token_flag} {} is empty", tf.display())));
                 }
                 Auth::Bearer(token)
             }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
-use tender_fetch::{Credentials, FetchSettings, UpstreamSettings};
+use tender_fetch::{Credentials, FetchSettings, StaleLimit, UpstreamSettings};
 use url::Url;
 
 /// `maxObjectSize` of an upstream that sets none: larger objects are refused, not stored.
@@ -147,6 +147,7 @@ pub struct RawUpstream {
     pub token_realm_hosts: Option<Vec<String>>,
     pub library_prefix: Option<bool>,
     pub max_object_size: Option<String>,
+    pub stale_max_age: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -288,6 +289,16 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// The source of a value given on the command line, in its errors.
+pub const COMMAND_LINE: &str = "command line";
+
+/// An error about a value that came from `flag` when it was given, else from the file's `key`:
+/// a bad flag reads as a bad flag, never as an error in the (embedded) config file.
+fn origin_err(name: &str, from_flag: bool, flag: &str, key: &str, message: String) -> ConfigError {
+    let (source_name, key) = if from_flag { (COMMAND_LINE, flag) } else { (name, key) };
+    ConfigError { source_name: source_name.to_string(), key: key.to_string(), message }
+}
+
 /// Read the config file (or the embedded default) and parse it.
 pub fn read(path: Option<&Path>) -> Result<(String, RawConfig), ConfigError> {
     let (name, text) = match path {
@@ -328,6 +339,19 @@ pub fn parse(name: &str, text: &str) -> Result<RawConfig, ConfigError> {
         };
         ConfigError { source_name: name.to_string(), key: "(yaml)".into(), message: format!("{msg}{fix}") }
     })
+}
+
+/// `staleMaxAge`: `never` or a duration.
+fn stale_limit(name: &str, key: &str, v: &Option<String>) -> Result<Option<StaleLimit>, ConfigError> {
+    match v.as_deref().map(str::trim) {
+        None => Ok(None),
+        Some("never") => Ok(Some(StaleLimit::Never)),
+        Some(s) => humantime::parse_duration(s).map(|d| Some(StaleLimit::Max(d))).map_err(|e| ConfigError {
+            source_name: name.to_string(),
+            key: key.to_string(),
+            message: format!("{s:?} is neither never nor a duration ({e}); write never, or a limit like 168h"),
+        }),
+    }
 }
 
 fn duration(name: &str, key: &str, v: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
@@ -406,7 +430,13 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
     for (i, spec) in o.upstreams.iter().enumerate() {
         let key = format!("--upstream[{i}]");
         let Some((n, u)) = spec.split_once('=') else {
-            return Err(err(&key, format!("{spec:?} is not NAME=URL; write it like ghcr.io=http://127.0.0.1:5001")));
+            return Err(origin_err(
+                name,
+                true,
+                &key,
+                &key,
+                format!("{spec:?} is not NAME=URL; write it like ghcr.io=http://127.0.0.1:5001"),
+            ));
         };
         let n = n.trim().to_ascii_lowercase();
         match raw.upstreams.iter_mut().find(|x| x.name.eq_ignore_ascii_case(&n)) {
@@ -417,13 +447,17 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
 
     let listen_s = o.listen.clone().or(raw.listen.clone()).unwrap_or_else(|| "127.0.0.1:5000".to_string());
     let listen = listen_s.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
-        err("listen", format!("{listen_s:?} is not an address; use HOST:PORT such as 127.0.0.1:5000"))
+        let m = format!("{listen_s:?} is not an address; use HOST:PORT such as 127.0.0.1:5000");
+        origin_err(name, o.listen.is_some(), "--listen", "listen", m)
     })?;
     let data = o.data.clone().or(raw.data.clone()).unwrap_or_else(|| PathBuf::from("./tender-data"));
     let log_format = match o.log_format.as_deref().or(raw.log_format.as_deref()).unwrap_or("text") {
         "text" => LogFormat::Text,
         "json" => LogFormat::Json,
-        other => return Err(err("logFormat", format!("{other:?} is not a log format; use text or json"))),
+        other => {
+            let m = format!("{other:?} is not a log format; use text or json");
+            return Err(origin_err(name, o.log_format.is_some(), "--log-format", "logFormat", m));
+        }
     };
 
     let auth = resolve_auth(name, &raw.auth, o)?;
@@ -505,6 +539,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             redirect_hosts: u.redirect_hosts.clone(),
             token_realm_hosts: u.token_realm_hosts.clone().unwrap_or_default(),
             max_object_size,
+            stale_max_age: stale_limit(name, &key("staleMaxAge"), &u.stale_max_age)?,
             ns_param: None,
             client_identity: None,
         });
@@ -514,16 +549,17 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
     if let Some(d) = &default_upstream {
         if !upstreams.iter().any(|u| &u.name == d) {
             let names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
-            return Err(err(
-                "defaultUpstream",
-                format!("{d:?} is not a configured upstream; use one of {names:?} or add it under upstreams"),
-            ));
+            let m = format!("{d:?} is not a configured upstream; use one of {names:?} or add it under upstreams");
+            return Err(origin_err(name, o.default_upstream.is_some(), "--default-upstream", "defaultUpstream", m));
         }
     }
 
     let factory_s =
         o.image_factory.clone().or(raw.image_factory.clone()).unwrap_or_else(|| "https://factory.talos.dev".into());
-    let image_factory = http_url(name, "imageFactory", &factory_s)?;
+    let image_factory = match o.image_factory {
+        Some(_) => http_url(COMMAND_LINE, "--image-factory", &factory_s)?,
+        None => http_url(name, "imageFactory", &factory_s)?,
+    };
 
     let d = FetchSettings::default();
     let f = &raw.fetch;
@@ -540,7 +576,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         backoff_base: duration(name, "fetch.backoffBase", &f.backoff_base, d.backoff_base)?,
         backoff_max: duration(name, "fetch.backoffMax", &f.backoff_max, d.backoff_max)?,
         tag_ttl: duration(name, "fetch.tagTtl", &f.tag_ttl, d.tag_ttl)?,
-        stale_max_age: duration(name, "fetch.staleMaxAge", &f.stale_max_age, d.stale_max_age)?,
+        stale_max_age: stale_limit(name, "fetch.staleMaxAge", &f.stale_max_age)?.unwrap_or(d.stale_max_age),
         max_concurrent_fills: match raw.limits.max_concurrent_fills {
             Some(0) => return Err(err("limits.maxConcurrentFills", "must be at least 1".into())),
             Some(n) => Some(n),
@@ -624,7 +660,19 @@ fn resolve_tls(name: &str, raw: &RawTls, o: &Overrides) -> Result<Option<TlsSett
     let reload_interval = duration(name, "tls.reloadInterval", &raw.reload_interval, Duration::from_secs(10))?;
     let files = tender_server::tls::TlsFiles { cert, key, client_ca };
     // Fail at start, naming the file, rather than at the first handshake.
-    tender_server::tls::build(&files).map_err(|e| err(e.flag.trim_start_matches('-'), e.to_string()))?;
+    tender_server::tls::build(&files).map_err(|e| {
+        let from_flag = match e.flag {
+            "--tls-cert" => o.tls_cert.is_some(),
+            "--tls-key" => o.tls_key.is_some(),
+            _ => o.tls_client_ca.is_some(),
+        };
+        let key = match e.flag {
+            "--tls-cert" => "tls.cert",
+            "--tls-key" => "tls.key",
+            _ => "tls.clientCa",
+        };
+        origin_err(name, from_flag, e.flag, key, e.to_string())
+    })?;
     Ok(Some(TlsSettings { files, reload_interval }))
 }
 
@@ -639,18 +687,23 @@ fn resolve_auth(name: &str, raw: &RawAuth, o: &Overrides) -> Result<Option<AuthS
         return Ok(None);
     }
     let users = match &htpasswd {
-        Some(p) => tender_server::auth::read_htpasswd(p).map_err(|e| err("auth.htpasswd", e.to_string()))?,
+        Some(p) => tender_server::auth::read_htpasswd(p).map_err(|e| {
+            origin_err(name, o.auth_htpasswd.is_some(), "--auth-htpasswd", "auth.htpasswd", e.to_string())
+        })?,
         None => std::collections::HashMap::new(),
     };
     let tokens = match &token_file {
-        Some(p) => tender_server::auth::read_tokens(p).map_err(|e| err("auth.tokenFile", e.to_string()))?,
+        Some(p) => tender_server::auth::read_tokens(p).map_err(|e| {
+            origin_err(name, o.auth_token_file.is_some(), "--auth-token-file", "auth.tokenFile", e.to_string())
+        })?,
         None => Vec::new(),
     };
     Ok(Some(AuthSettings { users, tokens, anonymous_pull: raw.anonymous_pull }))
 }
 
 fn resolve_admin(name: &str, raw: &RawAdmin, o: &Overrides) -> Result<AdminSettings, ConfigError> {
-    let err = |key: &str, m: String| ConfigError { source_name: name.to_string(), key: key.to_string(), message: m };
+    let flag = o.admin_token_file.is_some();
+    let err = |key: &str, m: String| origin_err(name, flag, "--admin-token-file", key, m);
     let token = match o.admin_token_file.clone().or(raw.token_file.clone()) {
         None => None,
         Some(p) => {
@@ -667,7 +720,8 @@ fn resolve_admin(name: &str, raw: &RawAdmin, o: &Overrides) -> Result<AdminSetti
     let listen = match o.admin_listen.clone().or(raw.listen.clone()) {
         None => None,
         Some(s) => Some(s.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
-            err("admin.listen", format!("{s:?} is not an address; use HOST:PORT such as 127.0.0.1:5001"))
+            let m = format!("{s:?} is not an address; use HOST:PORT such as 127.0.0.1:5001");
+            origin_err(name, o.admin_listen.is_some(), "--admin-listen", "admin.listen", m)
         })?),
     };
     Ok(AdminSettings { token, listen })
@@ -680,13 +734,15 @@ fn resolve_parent(name: &str, raw: &RawParent, o: &Overrides) -> Result<Option<P
         return Ok(None);
     }
     let mut urls = Vec::new();
+    let source = if o.parents.is_empty() { name } else { COMMAND_LINE };
     for (i, u) in list.iter().enumerate() {
-        urls.push(http_url(name, &format!("{key}[{i}]"), u)?);
+        urls.push(http_url(source, &format!("{key}[{i}]"), u)?);
     }
     let ca_file = o.parent_ca.clone().or(raw.ca_file.clone());
     if let Some(ca) = &ca_file {
         if !ca.is_file() {
-            return Err(err("parent.caFile", format!("{} is not a readable file", ca.display())));
+            let m = format!("{} is not a readable file", ca.display());
+            return Err(origin_err(name, o.parent_ca.is_some(), "--parent-ca", "parent.caFile", m));
         }
     }
     let client_identity = match (
@@ -704,8 +760,10 @@ fn resolve_parent(name: &str, raw: &RawParent, o: &Overrides) -> Result<Option<P
     ) {
         (None, None) => None,
         (Some(user), Some(file)) => {
-            let p = std::fs::read_to_string(&file)
-                .map_err(|e| err("parent.passwordFile", format!("{}: {e}", file.display())))?;
+            let p = std::fs::read_to_string(&file).map_err(|e| {
+                let m = format!("{}: {e}", file.display());
+                origin_err(name, o.parent_password_file.is_some(), "--parent-password-file", "parent.passwordFile", m)
+            })?;
             Some(Credentials { username: user, password: p.trim_end_matches(['\n', '\r']).to_string() })
         }
         (Some(_), None) => return Err(err("parent.passwordFile", "is missing; give it with parent.username".into())),
@@ -923,6 +981,28 @@ mod tests {
         check_err("", &Overrides { upstreams: vec!["nourl".into()], ..none.clone() }, &["--upstream[0]", "NAME=URL"]);
     }
 
+    /// Issue 20 item 6: a bad flag read as an error in "the embedded default config".
+    #[test]
+    fn should_report_flag_errors_as_flag_errors() {
+        let none = Overrides::default();
+        let cases: [(Overrides, &str); 6] = [
+            (Overrides { listen: Some("nowhere".into()), ..none.clone() }, "--listen"),
+            (Overrides { upstreams: vec!["nourl".into()], ..none.clone() }, "--upstream[0]"),
+            (Overrides { log_format: Some("xml".into()), ..none.clone() }, "--log-format"),
+            (Overrides { default_upstream: Some("nope.io".into()), ..none.clone() }, "--default-upstream"),
+            (Overrides { image_factory: Some("ftp://x".into()), ..none.clone() }, "--image-factory"),
+            (Overrides { admin_listen: Some("nowhere".into()), ..none.clone() }, "--admin-listen"),
+        ];
+        for (o, flag) in cases {
+            let (name, raw) = read(None).unwrap();
+            let e = resolve(&name, raw, &o).expect_err(flag).to_string();
+            assert!(e.starts_with(&format!("command line: {flag}: ")), "{e}");
+            assert!(!e.contains("embedded default config"), "{e}");
+        }
+        // The same values from the file name the file and its key.
+        check_err("listen: nowhere\n", &none, &["t.yaml: listen: "]);
+    }
+
     /// Found by config_props: a file that is a list or a scalar was refused as "invalid type:
     /// sequence, expected struct RawConfig", with no key, no position and a Rust type name; an
     /// error on line 1 column 1 (`bogus: 1` as the first line) had no position either.
@@ -955,6 +1035,18 @@ mod tests {
         let c = s.upstreams[0].credentials.as_ref().unwrap();
         assert_eq!(c.password, "secret");
         assert!(!format!("{c:?}").contains("secret"), "passwords never reach logs");
+    }
+
+    #[test]
+    fn should_default_stale_max_age_to_never_and_let_an_upstream_override_it() {
+        let yaml = "fetch:\n  staleMaxAge: 2h\nupstreams:\n  - name: a.io\n    url: https://a.io\n    staleMaxAge: never\n  - name: b.io\n    url: https://b.io\n";
+        let s = resolve("t", parse("t", yaml).unwrap(), &Overrides::default()).unwrap();
+        assert_eq!(s.fetch.stale_max_age, StaleLimit::Max(Duration::from_secs(7200)));
+        assert_eq!(s.upstreams[0].stale_max_age, Some(StaleLimit::Never));
+        assert_eq!(s.upstreams[1].stale_max_age, None);
+        let (name, raw) = read(None).unwrap();
+        assert_eq!(resolve(&name, raw, &Overrides::default()).unwrap().fetch.stale_max_age, StaleLimit::Never);
+        check_err("fetch:\n  staleMaxAge: forever\n", &Overrides::default(), &["fetch.staleMaxAge", "never"]);
     }
 
     #[test]

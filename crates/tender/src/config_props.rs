@@ -535,7 +535,11 @@ fn check_settings(m: &Model, s: &Settings) -> Result<(), TestCaseError> {
     prop_assert_eq!(s.fetch.backoff_base, fetch_of("backoffBase", Duration::from_millis(250)));
     prop_assert_eq!(s.fetch.backoff_max, fetch_of("backoffMax", Duration::from_secs(10)));
     prop_assert_eq!(s.fetch.tag_ttl, fetch_of("tagTtl", Duration::from_secs(300)));
-    prop_assert_eq!(s.fetch.stale_max_age, fetch_of("staleMaxAge", Duration::from_secs(168 * 3600)));
+    let stale = m.fetch.iter().find(|(k, _)| *k == "staleMaxAge").map(|(_, (_, d))| *d);
+    prop_assert_eq!(
+        s.fetch.stale_max_age,
+        stale.map_or(tender_fetch::StaleLimit::Never, tender_fetch::StaleLimit::Max)
+    );
     prop_assert_eq!(s.factory_first_byte_timeout, fetch_of("factoryFirstByteTimeout", Duration::from_secs(600)));
     prop_assert_eq!(s.cache_max_size, m.max_size.map(|(_, n)| n));
     prop_assert_eq!(s.gc_interval, m.gc_interval.map_or(Duration::from_secs(300), |(_, d)| d));

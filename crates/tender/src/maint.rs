@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tender_store::{GcPlan, GcReport, OpenMode, Store};
 
-use crate::client::{join, parse_base_url, ClientArgs, ClientOptions};
+use crate::client::{join, parse_base_url, server_or_env, ClientArgs, ClientOptions};
 use crate::config;
 use crate::exit::Failure;
 
@@ -30,7 +30,7 @@ pub struct FsckArgs {
     #[arg(long)]
     pub json: bool,
     /// Act through this running tender (POST /api/v1/admin/fsck) instead of the data directory;
-    /// pass the admin token with --token-file
+    /// pass the admin token with --token-file [env: TENDER_SERVER, TENDER_ADMIN_TOKEN_FILE]
     #[arg(long, value_name = "URL", conflicts_with = "data")]
     pub server: Option<String>,
     #[command(flatten)]
@@ -52,7 +52,7 @@ pub struct GcArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Act through this running tender (POST /api/v1/admin/gc) instead of the data directory;
-    /// pass the admin token with --token-file
+    /// pass the admin token with --token-file [env: TENDER_SERVER, TENDER_ADMIN_TOKEN_FILE]
     #[arg(long, value_name = "URL", conflicts_with = "data")]
     pub server: Option<String>,
     #[command(flatten)]
@@ -68,6 +68,7 @@ fn admin_post(server: &str, client: &ClientArgs, path_and_query: &str) -> anyhow
         headers: &[],
         connect_timeout: Duration::from_secs(10),
         read_timeout: Some(Duration::from_secs(3600)),
+        admin: true,
     })?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
@@ -151,7 +152,8 @@ pub fn fsck(args: FsckArgs) -> anyhow::Result<ExitCode> {
     if args.bucket {
         return fsck_bucket(&args);
     }
-    let report = match &args.server {
+    let server = server_or_env(&args.server, args.data.is_some() || args.config.is_some());
+    let report = match &server {
         Some(server) => {
             let v = admin_post(server, &args.client, &format!("/api/v1/admin/fsck?repair={}", args.repair))?;
             serde_json::from_value(v).map_err(|e| Failure::problem(format!("{server}: not an fsck report: {e}")))?
@@ -194,7 +196,7 @@ pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
         })?),
         None => None,
     };
-    if let Some(server) = &args.server {
+    if let Some(server) = &server_or_env(&args.server, args.data.is_some() || args.config.is_some()) {
         let mut q = format!("/api/v1/admin/gc?dryRun={}", args.dry_run);
         if let Some(m) = max_size {
             q.push_str(&format!("&maxSize={m}"));

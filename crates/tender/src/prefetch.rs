@@ -94,8 +94,9 @@ pub struct PrefetchArgs {
     /// Keep what was fetched out of eviction
     #[arg(long)]
     pub pin: bool,
-    /// A running tender to warm through its endpoints, e.g. http://127.0.0.1:5000
-    #[arg(long, value_name = "URL", conflicts_with = "data", required_unless_present = "data")]
+    /// A running tender to warm through its endpoints, e.g. http://127.0.0.1:5000 [env:
+    /// TENDER_SERVER, without --data]
+    #[arg(long, value_name = "URL", conflicts_with = "data")]
     pub server: Option<String>,
     /// The data directory of a stopped tender to warm in-process
     #[arg(long, value_name = "DIR")]
@@ -944,6 +945,7 @@ fn server_backend(args: &PrefetchArgs, url: &str) -> anyhow::Result<Backend> {
         headers,
         connect_timeout: Duration::from_secs(10).min(args.timeout),
         read_timeout: Some(args.timeout),
+        admin: false,
     })?;
     Ok(Backend { mode: Mode::Server(ServerBackend { client, base }), retries: args.retries })
 }
@@ -967,8 +969,11 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<ExitCode> {
         .thread_name("tender-prefetch")
         .build()
         .context("starting the async runtime")?;
-    let backend = match &args.server {
+    let backend = match &client::server_or_env(&args.server, args.data.is_some()) {
         Some(url) => server_backend(&args, url)?,
+        None if args.data.is_none() => {
+            return Err(Failure::usage("give --server URL (or TENDER_SERVER) or --data DIR"));
+        }
         None => {
             init_logging();
             local_backend(&args)?
@@ -1134,7 +1139,6 @@ mod tests {
         assert!(parse(&["--server", "http://x", "--talos", "1.13"]).is_err());
         assert!(parse(&["--server", "http://x", "--talos", "v1.13.6", "--schematic", "NOT/ok"]).is_err());
         assert!(parse(&["--server", "http://x", "--schematic", "abc"]).is_err(), "--schematic needs --talos");
-        assert!(parse(&["alpine"]).is_err(), "--server or --data is required");
         assert!(parse(&["--server", "http://x", "--data", "/d", "alpine"]).is_err());
     }
 

@@ -274,6 +274,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
         headers: &[],
         connect_timeout: args.timeout,
         read_timeout: None,
+        admin: false,
     })?;
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;

@@ -156,6 +156,7 @@ pub(crate) fn build_mirror(
         token_realm_hosts: Vec::new(),
         library_prefix: false,
         max_object_size: None,
+        stale_max_age: None,
         ns_param: None,
         client_identity: parent.and_then(|p| p.client_identity.clone()),
     };
@@ -251,6 +252,7 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
             token_realm_hosts: Vec::new(),
             library_prefix: false,
             max_object_size: None,
+            stale_max_age: None,
             ns_param: Some(n.clone()),
             client_identity: p.client_identity.clone(),
         })
@@ -303,9 +305,8 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
     let bucket_metrics = tender_bucket::BucketMetrics::default();
     let server_metrics = Arc::new(ServerMetrics::with_hook(&fetch_metrics, |r| {
         catalog_metrics.register(r);
-        if settings.storage.is_some() {
-            bucket_metrics.register(r);
-        }
+        // Always, so dashboards and alerts find the names (zero without storage.s3).
+        bucket_metrics.register(r);
     }));
     let bucket = open_bucket(&settings, bucket_metrics).await?;
     let flights = Flights::with_bucket(store.clone(), settings.fetch.clone(), fetch_metrics.clone(), bucket);
@@ -356,8 +357,8 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
     );
     warn_exposure(&settings, local, admin_listener.as_ref().and_then(|l| l.local_addr().ok()));
 
+    // `catalog_cmd::start` started the first catalog sync.
     spawn_reload(args, settings.clone(), app.clone(), flights.clone(), fetch_metrics.clone(), catalog.clone());
-    catalog.spawn_sync(false);
     spawn_gc(&settings, flights.clone());
     let served_path = settings.data.join(SERVED_FILE);
     spawn_served_saver(app.clone(), served_path.clone());
@@ -403,13 +404,13 @@ fn client_auth(settings: &Settings) -> Option<Arc<tender_server::auth::ClientAut
         .map(|a| Arc::new(tender_server::auth::ClientAuth::new(a.users.clone(), &a.tokens, a.anonymous_pull)))
 }
 
-/// Say so when a non-loopback listener is open without TLS or without client authentication.
+/// Say so when a non-loopback listener is open without TLS or without client authentication,
+/// and when the configuration looks like a mistake (nothing to mirror, a cache of size 0).
 fn warn_exposure(settings: &Settings, main: std::net::SocketAddr, admin: Option<std::net::SocketAddr>) {
-    if !main.ip().is_loopback() && settings.tls.is_none() {
-        tracing::warn!(listen = %main, "serving plain HTTP on a non-loopback address: pulls and credentials travel \
-            unencrypted; use --tls-cert/--tls-key unless this is a trusted in-cluster network");
+    for w in start_warnings(settings, main) {
+        tracing::warn!(listen = %main, "{w}");
     }
-    if !main.ip().is_loopback() && settings.auth.is_none() {
+    if !main.ip().is_loopback() && settings.auth.is_none() && settings.tls.is_some() {
         tracing::info!(listen = %main, "no client authentication: everyone who reaches this address may pull");
     }
     if let Some(a) = admin {
@@ -418,6 +419,37 @@ fn warn_exposure(settings: &Settings, main: std::net::SocketAddr, admin: Option<
                 address without TLS or client authentication; bind it to an internal address");
         }
     }
+}
+
+/// What `serve` warns about at start (issue 20 item 6).
+pub(crate) fn start_warnings(settings: &Settings, main: std::net::SocketAddr) -> Vec<String> {
+    let mut out = Vec::new();
+    if settings.upstreams.is_empty() {
+        out.push(
+            "no upstreams configured: every registry pull will fail (only OS images from the Image Factory are served); \
+             add upstreams or --upstream NAME=URL"
+                .to_string(),
+        );
+    }
+    if settings.cache_max_size == Some(0) {
+        out.push(
+            "cache.maxSize is 0: every gc evicts everything that is not pinned or being filled; \
+             remove the key for no limit, or give a size like 500Gi"
+                .to_string(),
+        );
+    }
+    if !main.ip().is_loopback() && settings.tls.is_none() {
+        let auth = if settings.auth.is_none() {
+            " and without client authentication: everyone who reaches this address may pull"
+        } else {
+            ""
+        };
+        out.push(format!(
+            "serving plain HTTP on a non-loopback address{auth}; pulls and credentials travel unencrypted; \
+             use --tls-cert/--tls-key (and --auth-htpasswd/--auth-token-file) unless this is a trusted in-cluster network"
+        ));
+    }
+    out
 }
 
 /// Many idle keep-alive connections need many descriptors: raise the soft limit to the hard one.
@@ -550,4 +582,27 @@ async fn shutdown_signal() {
         _ = term => {},
     }
     tracing::info!("shutting down: finishing requests in flight");
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn should_warn_at_start_about_zero_upstreams_a_zero_cache_and_open_plain_http() {
+        let settings = |yaml: &str| {
+            config::resolve("t", config::parse("t", yaml).unwrap(), &config::Overrides::default()).unwrap()
+        };
+        let loopback: std::net::SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let open: std::net::SocketAddr = "0.0.0.0:5000".parse().unwrap();
+        let one = "upstreams:\n  - name: a.io\n    url: https://a.io\n";
+        assert!(start_warnings(&settings(one), loopback).is_empty());
+        let w = start_warnings(&settings("upstreams: []\n"), loopback);
+        assert!(w.len() == 1 && w[0].contains("no upstreams"), "{w:?}");
+        let w = start_warnings(&settings(&format!("{one}cache:\n  maxSize: 0\n")), loopback);
+        assert!(w.len() == 1 && w[0].contains("cache.maxSize is 0"), "{w:?}");
+        let w = start_warnings(&settings(one), open);
+        assert!(w.len() == 1 && w[0].contains("plain HTTP") && w[0].contains("without client authentication"), "{w:?}");
+    }
 }

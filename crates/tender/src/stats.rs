@@ -4,14 +4,16 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use tender_server::served::RepoServed;
 
+use crate::client::{self, ClientArgs, ClientOptions};
 use crate::exit::Failure;
 
 #[derive(Debug, clap::Args)]
 pub struct StatsArgs {
-    /// A running tender, e.g. http://127.0.0.1:5000
+    /// A running tender, e.g. http://127.0.0.1:5000 [env: TENDER_SERVER, without --data]
     #[arg(long, value_name = "URL", conflicts_with = "data")]
     pub server: Option<String>,
     /// A data directory (stopped or running server) [default: ./tender-data]
@@ -23,32 +25,49 @@ pub struct StatsArgs {
     /// table or json
     #[arg(long, value_name = "FORMAT", default_value = "table")]
     pub output: String,
+    /// With --server: TLS trust and credentials (a pull token: --token-file or TENDER_TOKEN_FILE)
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 pub fn run(args: StatsArgs) -> anyhow::Result<ExitCode> {
     if !matches!(args.output.as_str(), "table" | "json") {
         return Err(Failure::usage(format!("--output {:?}: use table or json", args.output)));
     }
-    let all: BTreeMap<String, RepoServed> = match &args.server {
-        Some(url) => {
-            let url = format!("{}/api/v1/served", url.trim_end_matches('/'));
+    let all: BTreeMap<String, RepoServed> = match &client::server_or_env(&args.server, args.data.is_some()) {
+        Some(server) => {
+            let url = client::join(&client::parse_base_url(server)?, "/api/v1/served");
+            let c = args.client.client(&ClientOptions {
+                user_agent: concat!("tender/", env!("CARGO_PKG_VERSION")),
+                headers: &[],
+                connect_timeout: Duration::from_secs(10),
+                read_timeout: Some(Duration::from_secs(30)),
+                admin: false,
+            })?;
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(async {
-                let resp = reqwest::Client::builder()
-                    .no_proxy()
-                    .timeout(std::time::Duration::from_secs(30))
-                    .build()?
-                    .get(&url)
+                let resp = c
+                    .request(reqwest::Method::GET, url.clone())
                     .send()
                     .await
                     .map_err(|e| Failure::transient(format!("{url}: {e}")))?;
-                if !resp.status().is_success() {
-                    return Err(Failure::problem(format!("{url}: {}", resp.status())));
+                match resp.status().as_u16() {
+                    200..=299 => {}
+                    401 => {
+                        return Err(Failure::usage(format!(
+                            "{url}: 401: this tender needs credentials; pass --token-file (or TENDER_TOKEN_FILE) \
+                             or --username/--password-file"
+                        )))
+                    }
+                    _ => return Err(Failure::problem(format!("{url}: {}", resp.status()))),
                 }
                 resp.json().await.map_err(|e| Failure::problem(format!("{url}: not served statistics: {e}")))
             })?
         }
         None => {
+            if args.client.is_set() {
+                return Err(Failure::usage("client options (--ca, --token-file, ...) need --server"));
+            }
             let dir = args.data.clone().unwrap_or_else(|| PathBuf::from("./tender-data"));
             if !dir.join("tender-data.json").exists() {
                 return Err(Failure::usage(format!("{} is not a tender data directory; check --data", dir.display())));

@@ -53,6 +53,9 @@ fn should_import_in_the_background_and_show_progress_through_the_api() {
     let (_, metrics) = http("GET", &format!("{}/metrics", server.url));
     assert!(metrics.contains("tender_catalog_goldens{phase=\"Succeeded\"} 1"), "{metrics}");
     assert!(metrics.contains("tender_catalog_goldens{phase=\"Failed\"} 0"), "{metrics}");
+    // Issue 20 item 6: one start, one sync, one line (serve started the sync twice).
+    let log = std::fs::read_to_string(&server.log).unwrap();
+    assert_eq!(log.matches("catalog sync finished").count(), 1, "{log}");
 
     // A reload that adds an entry imports it.
     f.set_drip(None);

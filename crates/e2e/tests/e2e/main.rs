@@ -13,6 +13,8 @@ mod t12_disk_full;
 mod t13_status_page;
 mod t14_probe_tls;
 mod t15_protocol;
+mod t16_offline;
+mod t17_monitoring;
 mod t1_lifecycle;
 mod t2_blobs;
 mod t3_skopeo;

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use tender_e2e::registry::Sizes;
+use tender_e2e::tender::write_config;
 use tender_e2e::{http, proc};
 
 use crate::Bed;
@@ -39,6 +40,10 @@ fn headless(profile: &Path, extra: &[String], url: &str) -> Output {
 #[test]
 fn should_render_the_status_page_in_headless_chromium() {
     let bed = Bed::new("status-page", Sizes::KUBELET);
+    // tagTtl 0: every pull by tag asks the upstream, so one after the stop is answered stale.
+    let upstream = [("ghcr.io", bed.registry.url())];
+    let upstream: Vec<(&str, &str)> = upstream.iter().map(|(n, u)| (*n, u.as_str())).collect();
+    write_config(&bed.path("tender.yaml"), &upstream, "fetch:\n  tagTtl: 0s\n");
     let t = bed.start_tender("tender.log");
     let index = bed.images.var("KUBELET_INDEX");
     let amd64 = bed.images.var("KUBELET_AMD64");
@@ -64,6 +69,19 @@ fn should_render_the_status_page_in_headless_chromium() {
     assert!(dom.contains("ghcr.io") && dom.contains("class=\"up\""), "the upstream shows as up: {dom}");
     assert!(dom.contains("ghcr.io/siderolabs/kubelet"), "the most-served repository is listed: {dom}");
     assert!(dom.contains("id=\"hit-rate\""), "{dom}");
+    assert!(dom.contains("http-equiv=\"refresh\""), "the page reloads itself: {dom}");
+
+    // The upstream stops: the page says it is down, why (connect), and counts the stale answer.
+    let Bed { registry, images: _images, dir: _dir } = bed;
+    drop(registry);
+    let r = http::get(t.addr, "/v2/siderolabs/kubelet/manifests/v1.33.1?ns=ghcr.io").unwrap();
+    assert_eq!(r.status(), 200, "the cached tag resolves with the upstream stopped");
+    let out = headless(profile.path(), &["--dump-dom".into()], &url);
+    let dom = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(dom.contains("class=\"down\">down"), "the upstream shows as down: {dom}");
+    assert!(dom.contains("class=\"cause\">connect"), "the page names the cause: {dom}");
+    assert!(dom.contains("Connection refused"), "and the cause chain: {dom}");
+    assert!(dom.contains("id=\"stale-served\">1<"), "the stale answer is counted: {dom}");
 
     let shot = tender_e2e::paths::tender_bin().parent().unwrap().parent().unwrap().join("status-page.png");
     let _ = std::fs::remove_file(&shot);

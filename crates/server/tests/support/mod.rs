@@ -481,7 +481,7 @@ pub fn fast_settings() -> FetchSettings {
         backoff_base: Duration::from_millis(20),
         backoff_max: Duration::from_millis(200),
         tag_ttl: Duration::from_secs(300),
-        stale_max_age: Duration::from_secs(3600),
+        stale_max_age: tender_fetch::StaleLimit::Max(Duration::from_secs(3600)),
         max_concurrent_fills: None,
         max_fills_per_upstream: None,
         abandoned_fill_grace: Duration::from_secs(60),
@@ -502,6 +502,7 @@ pub fn upstream_settings(name: &str, url: &str) -> UpstreamSettings {
         token_realm_hosts: Vec::new(),
         library_prefix: name == "docker.io",
         max_object_size: None,
+        stale_max_age: None,
         ns_param: None,
         client_identity: None,
     }
