@@ -249,14 +249,18 @@ async fn fills_handler(
     State(app): State<Arc<AppState>>,
     identity: Option<axum::Extension<auth::Identity>>,
 ) -> axum::response::Response {
-    let viewer = Viewer::of(&app, identity.as_deref());
+    axum::Json(fills_of(&app, Viewer::of(&app, identity.as_deref()))).into_response()
+}
+
+/// The fills this viewer may see: those of upstreams it may pull from, and Image Factory assets
+/// (public: anyone may pull them).
+pub(crate) fn fills_of(app: &AppState, viewer: Viewer) -> tender_fetch::fills::FillsView {
     let mirror = app.mirror();
     let mut view = mirror.flights().fills();
-    // Image Factory assets are public: anyone may pull them.
     let sees = |up: &str| viewer.sees_upstream(&mirror, up) || mirror.image_factory().is_some_and(|f| f.name() == up);
     view.active.retain(|f| sees(&f.upstream));
     view.ended.retain(|f| sees(&f.upstream));
-    axum::Json(view).into_response()
+    view
 }
 
 /// Every upstream's health this viewer may see (the Image Factory last): state, last success,

@@ -150,6 +150,7 @@ pub async fn page(
         );
     }
     h.push_str("</table>");
+    h.push_str(&fills_section(&crate::fills_of(&app, viewer), now));
     if let Some(c) = catalog {
         h.push_str(&c);
     }
@@ -175,10 +176,78 @@ pub async fn page(
         );
     }
     h.push_str(
-        "</table><p><a href=\"/metrics\">metrics</a> · <a href=\"/api/v1/served\">served (JSON)</a> · \
+        "</table><p><a href=\"/metrics\">metrics</a> · <a href=\"/api/v1/served\">served (JSON)</a> · <a href=\"/api/v1/fills\">fills (JSON)</a> · \
          <a href=\"/readyz\">readiness</a></p></body></html>",
     );
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], h)
+}
+
+/// The object a fill is for, short: `sha256:0123456789ab…`, or the asset path.
+fn short_object(o: &str) -> String {
+    match o.split_once(':') {
+        Some((alg, hex)) if hex.len() > 12 && !o.starts_with('/') => format!("{alg}:{}…", &hex[..12]),
+        _ => o.to_string(),
+    }
+}
+
+/// Fills in progress (bytes, rate, ETA, retries, clients) and those that ended in the last hour.
+pub(crate) fn fills_section(view: &tender_fetch::fills::FillsView, now: u64) -> String {
+    let mut h = String::from(
+        "<h2>Fills</h2><table id=\"fills\"><tr><th>upstream</th><th>object</th><th class=\"num\">bytes</th>\
+         <th class=\"num\">rate</th><th class=\"num\">ETA</th><th class=\"num\">retries</th>\
+         <th class=\"num\">clients</th><th>started</th><th>id</th></tr>",
+    );
+    if view.active.is_empty() {
+        h.push_str("<tr><td colspan=\"9\">no fill in progress</td></tr>");
+    }
+    for f in &view.active {
+        let of = f.total.map(|t| format!(" of {}", human(t))).unwrap_or_default();
+        let eta = f.eta_seconds.map_or_else(|| "—".to_string(), |s| format!("{s}s"));
+        let _ = write!(
+            h,
+            "<tr class=\"fill\"><td>{}</td><td title=\"{}\">{}</td><td class=\"num\">{}{of}</td>\
+             <td class=\"num\">{}/s</td><td class=\"num\">{eta}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td>{}</td><td><code>{}</code></td></tr>",
+            esc(&f.upstream),
+            esc(&f.path),
+            esc(&short_object(&f.object)),
+            human(f.bytes),
+            human(f.rate),
+            f.retries,
+            f.clients,
+            ago(now, f.started_at),
+            esc(&f.id),
+        );
+    }
+    h.push_str("</table>");
+    if !view.ended.is_empty() {
+        h.push_str(
+            "<h3>Ended in the last hour</h3><table id=\"fills-ended\"><tr><th>upstream</th><th>object</th>\
+             <th>outcome</th><th class=\"num\">bytes</th><th class=\"num\">seconds</th>\
+             <th class=\"num\">retries</th><th class=\"num\">clients</th><th>ended</th></tr>",
+        );
+        for e in view.ended.iter().take(20) {
+            let class = if e.outcome == "committed" { "up" } else { "cause" };
+            let why = e.error.as_deref().map(|m| format!(": {}", esc(m))).unwrap_or_default();
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td title=\"{}\">{}</td><td><span class=\"{class}\">{}</span>{why}</td>\
+                 <td class=\"num\">{}</td><td class=\"num\">{:.1}</td><td class=\"num\">{}</td>\
+                 <td class=\"num\">{}</td><td>{}</td></tr>",
+                esc(&e.upstream),
+                esc(&e.path),
+                esc(&short_object(&e.object)),
+                e.outcome,
+                human(e.bytes),
+                e.seconds,
+                e.retries,
+                e.served,
+                ago(now, e.ended_at),
+            );
+        }
+        h.push_str("</table>");
+    }
+    h
 }
 
 /// The goldens and their phases.

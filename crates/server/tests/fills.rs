@@ -85,6 +85,11 @@ async fn should_show_a_fill_in_progress_and_cancel_it_for_an_admin() {
     .await;
     let f = &later["active"][0];
     assert!(f["rate"].as_u64().unwrap() > 0, "{f:#}");
+    // The status page shows it too, with the id an admin cancels it by.
+    let page = client().get(tender.url("/")).send().await.unwrap().text().await.unwrap();
+    let table = page.split("<table id=\"fills\">").nth(1).expect("a fills table").split("</table>").next().unwrap();
+    assert!(table.contains("<tr class=\"fill\"><td>ghcr.io</td>") && table.contains(&id), "{table}");
+    assert!(table.contains(&d[..19]) && table.contains(" of 1.9 MiB"), "{table}");
     assert_eq!(f["served"], 2, "{f:#}");
     assert_eq!(f["retries"], 0);
 
@@ -114,6 +119,10 @@ async fn should_show_a_fill_in_progress_and_cancel_it_for_an_admin() {
     assert_eq!(e["outcome"], "cancelled", "{e:#}");
     assert!(e["error"].as_str().unwrap().contains("cancelled by an operator"), "{e:#}");
     assert!(e["bytes"].as_u64().unwrap() > 0);
+    let page = client().get(tender.url("/")).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("no fill in progress"), "{page}");
+    let ended = page.split("<table id=\"fills-ended\">").nth(1).expect("an ended-fills table");
+    assert!(ended.contains(">cancelled</span>: ") && ended.contains("cancelled by an operator"), "{ended}");
 
     // A later client starts the fill again (resuming the spool) and gets the whole blob.
     *fake.state.steady.lock().unwrap() = None;

@@ -5,9 +5,14 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use tender_e2e::digest::sha256;
 use tender_e2e::registry::Sizes;
+use tender_e2e::slow::{noise, SlowBlobServer};
 use tender_e2e::tender::write_config;
-use tender_e2e::{http, proc};
+use tender_e2e::{http, poll_until, proc};
 
 use crate::Bed;
 
@@ -41,7 +46,11 @@ fn headless(profile: &Path, extra: &[String], url: &str) -> Output {
 fn should_render_the_status_page_in_headless_chromium() {
     let bed = Bed::new("status-page", Sizes::KUBELET);
     // tagTtl 0: every pull by tag asks the upstream, so one after the stop is answered stale.
-    let upstream = [("ghcr.io", bed.registry.url())];
+    // A second upstream that sends a blob slowly (256 KiB/s), for a fill in progress.
+    let slow_blob = Arc::new(noise(8 << 20));
+    let slow_digest = sha256(&slow_blob);
+    let slow = SlowBlobServer::start("e2e/slow", &slow_digest, slow_blob, 256 << 10);
+    let upstream = [("ghcr.io", bed.registry.url()), ("slow.example", slow.url())];
     let upstream: Vec<(&str, &str)> = upstream.iter().map(|(n, u)| (*n, u.as_str())).collect();
     write_config(&bed.path("tender.yaml"), &upstream, "fetch:\n  tagTtl: 0s\n");
     let t = bed.start_tender("tender.log");
@@ -82,6 +91,33 @@ fn should_render_the_status_page_in_headless_chromium() {
     assert!(dom.contains("class=\"cause\">connect"), "the page names the cause: {dom}");
     assert!(dom.contains("Connection refused"), "and the cause chain: {dom}");
     assert!(dom.contains("id=\"stale-served\">1<"), "the stale answer is counted: {dom}");
+
+    // A fill in progress (issue 20, item 1): in /api/v1/fills with its bytes growing, an ETA and
+    // its client, in the log, and on the page.
+    let (addr, path) = (t.addr, format!("/v2/e2e/slow/blobs/{slow_digest}?ns=slow.example"));
+    std::thread::spawn(move || http::Conn::open(addr)?.request_to("GET", &path, &[], &mut |_| {}));
+    let fill = |min: u64| {
+        let r = http::get(t.addr, "/api/v1/fills").ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+        let f = v["active"].as_array()?.iter().find(|f| f["upstream"] == "slow.example")?.clone();
+        (f["bytes"].as_u64()? > min && f["etaSeconds"].is_u64() && f["clients"].as_u64()? >= 1).then_some(f)
+    };
+    let first = poll_until("the slow fill under way", Duration::from_secs(20), || fill(0));
+    let then = first["bytes"].as_u64().unwrap();
+    let later = poll_until("the slow fill growing", Duration::from_secs(20), || fill(then));
+    assert_eq!(later["total"], 8 << 20, "{later}");
+    assert_eq!(later["object"], slow_digest.as_str(), "{later}");
+    let started = t.log_json().into_iter().any(|l| {
+        l["message"] == "fill started"
+            && l["level"] == "INFO"
+            && l["upstream"] == "slow.example"
+            && l["path"].as_str().is_some_and(|p| p.contains("/e2e/slow/blobs/"))
+    });
+    assert!(started, "an INFO line when the fill starts: {:?}", t.log_json());
+    let out = headless(profile.path(), &["--dump-dom".into()], &url);
+    let dom = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(dom.contains("<tr class=\"fill\"><td>slow.example</td>"), "the fill in progress is listed: {dom}");
+    assert!(dom.contains(later["id"].as_str().unwrap()), "with its id: {dom}");
 
     let shot = tender_e2e::paths::tender_bin().parent().unwrap().parent().unwrap().join("status-page.png");
     let _ = std::fs::remove_file(&shot);
