@@ -348,11 +348,7 @@ async fn should_refuse_a_manifest_whose_digest_does_not_match() {
     fake.add_manifest("a/b", "v1", OCI_MANIFEST, body);
     let wrong = format!("sha256:{}", "1".repeat(64));
     // asking by a digest the upstream's bytes do not have
-    fake.state
-        .manifests
-        .lock()
-        .unwrap()
-        .insert(("a/b".into(), wrong.clone()), (OCI_MANIFEST.into(), bytes::Bytes::from_static(body)));
+    fake.add_manifest_at("a/b", &wrong, OCI_MANIFEST, body);
     let tender = Tender::in_front_of(&fake).await;
     let resp = client().get(tender.url(&format!("/v2/ghcr.io/a/b/manifests/{wrong}"))).send().await.unwrap();
     assert_eq!(resp.status(), 502);
@@ -438,11 +434,7 @@ async fn should_never_make_a_wrong_sha512_body_visible() {
     *fake.state.steady.lock().unwrap() = Some(Fault::WrongByteAt(size as u64 - 1));
     let body = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","layers":[]}"#;
     let wrong = sha512(b"other bytes");
-    fake.state
-        .manifests
-        .lock()
-        .unwrap()
-        .insert(("a/b".into(), wrong.clone()), (OCI_MANIFEST.into(), bytes::Bytes::from_static(body)));
+    fake.add_manifest_at("a/b", &wrong, OCI_MANIFEST, body);
     let tender = Tender::in_front_of(&fake).await;
 
     let url = tender.url(&format!("/v2/ghcr.io/a/b/blobs/{d}"));

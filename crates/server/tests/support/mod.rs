@@ -167,6 +167,12 @@ impl FakeUpstream {
         d
     }
 
+    /// Serve `body` as `repo`'s manifest `reference` only (a tag, or a digest it may not match).
+    pub fn add_manifest_at(&self, repo: &str, reference: &str, media_type: &str, body: &'static [u8]) {
+        let mut m = self.state.manifests.lock().unwrap();
+        m.insert((repo.to_string(), reference.to_string()), (media_type.to_string(), Bytes::from_static(body)));
+    }
+
     pub fn set_faults(&self, faults: Vec<Fault>) {
         *self.state.faults.lock().unwrap() = faults;
     }
