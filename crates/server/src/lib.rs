@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod object;
 pub mod range;
 mod registry;
+pub mod savings;
 pub mod served;
 mod status;
 pub mod tls;
@@ -132,6 +133,25 @@ impl AppState {
 
     pub fn metrics(&self) -> &Arc<ServerMetrics> {
         &self.metrics
+    }
+
+    /// Bring the savings (bytes fetched against bytes served, per upstream and over 24 hours)
+    /// up to date from this run's counters. The status page and the saver call it.
+    pub fn tick_savings(&self) {
+        let mirror = self.mirror();
+        let mut names = mirror.upstream_names();
+        if let Some(f) = mirror.image_factory() {
+            names.push(f.name().to_string());
+        }
+        let fetch = self.metrics.fetch();
+        let counters: std::collections::BTreeMap<String, u64> = names
+            .into_iter()
+            .map(|n| {
+                let got = fetch.upstream_bytes.get_or_create(&vec![("upstream".to_string(), n.clone())]).get();
+                (n, got)
+            })
+            .collect();
+        self.metrics.served.tick_savings(tender_store::now_secs(), &counters);
     }
 
     /// The catalog section of the status page, when a catalog is attached (reads records:

@@ -49,6 +49,8 @@ pub struct ServerMetrics {
     pub storage: StorageGauges,
     /// Corrupt objects found by `POST /api/v1/admin/fsck` (repaired or not).
     pub fsck_corrupt: Counter,
+    /// The fetch layer's counters (bytes received per upstream, for the savings).
+    fetch: FetchMetrics,
     registry: Registry,
 }
 
@@ -153,8 +155,13 @@ impl ServerMetrics {
             auth_refusals,
             tls_handshake_failures,
             sendfile_bytes,
+            fetch: fetch.clone(),
             registry,
         }
+    }
+
+    pub fn fetch(&self) -> &FetchMetrics {
+        &self.fetch
     }
 
     /// Like [`ServerMetrics::new`], and `hook` registers more (the catalog's metrics).

@@ -8,6 +8,8 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use crate::savings::Savings;
+
 /// The counts of one repository (`<upstream>/<name>`, e.g. `ghcr.io/siderolabs/kubelet`) or
 /// OS image (`image-factory/<schematic>/<version>/<asset>`, counted as blobs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,10 +28,19 @@ pub struct RepoServed {
 /// from requests, so the map must not grow with them).
 pub const MAX_REPOSITORIES: usize = 4096;
 
-/// All repositories' counts.
+/// All repositories' counts, and what tender saved (fetched against served bytes).
 #[derive(Debug, Default)]
 pub struct Served {
     repos: Mutex<BTreeMap<String, RepoServed>>,
+    savings: Mutex<Savings>,
+}
+
+/// The file: the repositories' counts and the savings. An older file holds the counts alone.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    repositories: BTreeMap<String, RepoServed>,
+    #[serde(default)]
+    savings: Savings,
 }
 
 /// What `GET /api/v1/served?repository=…` answers.
@@ -65,6 +76,19 @@ impl Served {
         r.last_served = now;
     }
 
+    /// Bring the savings up to date: this run's bytes received per upstream (the
+    /// `tender_upstream_bytes` counters), and the bytes served so far.
+    pub fn tick_savings(&self, now: u64, fetched_this_run: &BTreeMap<String, u64>) {
+        let served: u64 = self.snapshot().values().fold(0u64, |a, r| a.saturating_add(r.bytes));
+        if let Ok(mut s) = self.savings.lock() {
+            s.tick(now, fetched_this_run, served);
+        }
+    }
+
+    pub fn savings(&self) -> Savings {
+        self.savings.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
     pub fn get(&self, repository: &str) -> ServedAnswer {
         let counts = self.repos.lock().ok().and_then(|r| r.get(repository).cloned()).unwrap_or_default();
         ServedAnswer { repository: repository.to_string(), served: counts.last_served > 0, counts }
@@ -98,16 +122,27 @@ impl Served {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         };
-        let saved: BTreeMap<String, RepoServed> = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
+        let saved = match serde_json::from_slice::<Saved>(&bytes) {
+            Ok(s) => s,
+            Err(_) => Saved {
+                repositories: serde_json::from_slice(&bytes).map_err(std::io::Error::other)?,
+                savings: Savings::default(),
+            },
+        };
+        let served = saved.repositories.values().fold(0u64, |a, r| a.saturating_add(r.bytes));
         if let Ok(mut r) = self.repos.lock() {
-            *r = saved;
+            *r = saved.repositories;
+        }
+        if let Ok(mut s) = self.savings.lock() {
+            *s = saved.savings.loaded(served);
         }
         Ok(())
     }
 
     /// Save the counts atomically.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        let bytes = serde_json::to_vec_pretty(&self.snapshot()).map_err(std::io::Error::other)?;
+        let saved = Saved { repositories: self.snapshot(), savings: self.savings() };
+        let bytes = serde_json::to_vec_pretty(&saved).map_err(std::io::Error::other)?;
         let tmp = path.with_extension("json.tmp");
         std::fs::write(&tmp, &bytes)?;
         std::fs::File::open(&tmp)?.sync_all()?;
@@ -138,5 +173,12 @@ mod tests {
         let t = Served::default();
         t.load(&path).unwrap();
         assert_eq!(t.get("ghcr.io/siderolabs/kubelet").counts, a.counts);
+        // A file an older tender wrote (the counts alone) still loads.
+        std::fs::write(&path, serde_json::to_vec(&s.snapshot()).unwrap()).unwrap();
+        let u = Served::default();
+        u.load(&path).unwrap();
+        assert_eq!(u.get("ghcr.io/siderolabs/kubelet").counts, a.counts);
+        let none = u.savings();
+        assert!(none.fetched.is_empty() && none.buckets.is_empty(), "{none:?}");
     }
 }

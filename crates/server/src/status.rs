@@ -84,6 +84,7 @@ pub async fn page(
         .await
         .unwrap_or((0, 0, None))
     };
+    app.tick_savings();
     let served = &app.metrics().served;
     let mut all = served.snapshot();
     all.retain(|repo, _| viewer.sees_repository(&mirror, repo));
@@ -118,6 +119,7 @@ pub async fn page(
         human(bytes),
         mirror.flights().active_keys().len()
     );
+    h.push_str(&savings_section(&served.savings(), &all, viewer, &mirror, tender_store::now_secs()));
     h.push_str(
         "<h2>Upstreams</h2><table id=\"upstreams\"><tr><th>name</th><th>endpoints</th><th>health</th>\
          <th>last success</th><th>last error</th></tr>",
@@ -180,6 +182,63 @@ pub async fn page(
          <a href=\"/readyz\">readiness</a></p></body></html>",
     );
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], h)
+}
+
+/// Bytes fetched from each upstream against bytes served to workers from it, the saving, and
+/// (for a viewer who sees every upstream) the last 24 hours as a chart.
+fn savings_section(
+    savings: &crate::savings::Savings,
+    served: &std::collections::BTreeMap<String, crate::served::RepoServed>,
+    viewer: crate::Viewer,
+    mirror: &tender_fetch::Mirror,
+    now: u64,
+) -> String {
+    use crate::savings::{chart, ratio};
+    let mut per: std::collections::BTreeMap<String, (u64, u64)> = std::collections::BTreeMap::new();
+    for (up, n) in &savings.fetched {
+        per.entry(up.clone()).or_default().0 = *n;
+    }
+    for (repo, r) in served {
+        let up = repo.split_once('/').map_or(repo.as_str(), |(u, _)| u);
+        let e = per.entry(up.to_string()).or_default();
+        e.1 = e.1.saturating_add(r.bytes);
+    }
+    let factory = mirror.image_factory().map(|f| f.name().to_string());
+    per.retain(|up, _| viewer.sees_upstream(mirror, up) || factory.as_deref() == Some(up.as_str()));
+    let mut h = String::from(
+        "<h2>What tender saved</h2><table id=\"savings\"><tr><th>upstream</th><th class=\"num\">fetched upstream</th>\
+         <th class=\"num\">served to workers</th><th class=\"num\">saved</th><th class=\"num\">served / fetched</th></tr>",
+    );
+    let (mut tf, mut ts) = (0u64, 0u64);
+    for (up, (f, sv)) in &per {
+        tf = tf.saturating_add(*f);
+        ts = ts.saturating_add(*sv);
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            esc(up),
+            human(*f),
+            human(*sv),
+            human(sv.saturating_sub(*f)),
+            ratio(*f, *sv)
+        );
+    }
+    let _ = write!(
+        h,
+        "<tr id=\"savings-total\"><th>total</th><th class=\"num\">{}</th><th class=\"num\">{}</th><th class=\"num\">{}</th><th class=\"num\">{}</th></tr></table>",
+        human(tf),
+        human(ts),
+        human(ts.saturating_sub(tf)),
+        ratio(tf, ts)
+    );
+    if viewer == crate::Viewer::All {
+        h.push_str(
+            "<p>Last 24 hours, per 15 minutes: <span style=\"color:#1f4e79\">■ fetched upstream</span> \
+                    <span style=\"color:#8ab6e0\">■ served to workers</span></p>",
+        );
+        h.push_str(&chart(&savings.buckets, now, human));
+    }
+    h
 }
 
 /// The object a fill is for, short: `sha256:0123456789ab…`, or the asset path.

@@ -138,3 +138,27 @@ async fn should_show_catalog_goldens_and_their_phases_on_the_status_page() {
     assert!(html.contains("talos-worker-&lt;b&gt;-v1.13.5"), "names are escaped");
     assert!(html.contains("1.0 GiB"));
 }
+
+/// Issue 20, item 8: the status page shows per upstream and in total the bytes fetched from the
+/// upstream against the bytes served to workers, and the last 24 hours as an inline SVG chart.
+#[tokio::test]
+async fn should_show_what_tender_saved() {
+    let fake = FakeUpstream::start().await;
+    let blob = fake.add_blob(random_bytes(1_000_000, 7));
+    let tender = Tender::in_front_of(&fake).await;
+    let burl = tender.url(&format!("/v2/siderolabs/kubelet/blobs/{blob}?ns=ghcr.io"));
+    for _ in 0..3 {
+        assert_eq!(get(&burl, &[]).await.status, 200);
+    }
+    tender.wait_idle().await;
+    let page = client().get(tender.url("/")).send().await.unwrap().text().await.unwrap();
+    let table = page.split("<table id=\"savings\">").nth(1).expect("a savings table").split("</table>").next().unwrap();
+    assert!(
+        table.contains("<tr><td>ghcr.io</td><td class=\"num\">976.6 KiB</td><td class=\"num\">2.9 MiB</td><td class=\"num\">1.9 MiB</td><td class=\"num\">3.0×</td></tr>"),
+        "fetched once, served three times: {table}"
+    );
+    assert!(table.contains("<tr id=\"savings-total\"><th>total</th>"), "{table}");
+    let svg = page.split("<svg id=\"savings-chart\"").nth(1).expect("an inline chart").split("</svg>").next().unwrap();
+    assert!(svg.contains("class=\"fetched\"") && svg.contains("class=\"served\""), "{svg}");
+    assert!(!page.contains("<script"), "no JavaScript");
+}

@@ -389,6 +389,7 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
         }
         None => main.await.context("serving")?,
     }
+    app.tick_savings();
     if let Err(e) = app.metrics().served.save(&served_path) {
         tracing::warn!(error = %e, "could not save the served statistics");
     }
@@ -467,7 +468,8 @@ fn raise_fd_limit() {
 /// Where the served statistics are kept across restarts.
 pub const SERVED_FILE: &str = "served.json";
 
-/// Load the served statistics, then save them every 10 seconds.
+/// Load the served statistics (and the savings kept with them), then save them every 10
+/// seconds, the savings brought up to date first.
 fn spawn_served_saver(app: Arc<AppState>, path: PathBuf) {
     if let Err(e) = app.metrics().served.load(&path) {
         tracing::warn!(error = %e, path = %path.display(), "could not read the served statistics; starting from zero");
@@ -478,6 +480,7 @@ fn spawn_served_saver(app: Arc<AppState>, path: PathBuf) {
         loop {
             tick.tick().await;
             let (app, path) = (app.clone(), path.clone());
+            app.tick_savings();
             let saved = tokio::task::spawn_blocking(move || app.metrics().served.save(&path)).await;
             if let Ok(Err(e)) = saved {
                 tracing::warn!(error = %e, "could not save the served statistics");
