@@ -121,7 +121,7 @@ fn should_render_the_status_page_in_headless_chromium() {
 
     let shot = tender_e2e::paths::tender_bin().parent().unwrap().parent().unwrap().join("status-page.png");
     let _ = std::fs::remove_file(&shot);
-    let args = vec![format!("--screenshot={}", shot.display()), "--window-size=1100,800".to_string()];
+    let args = vec![format!("--screenshot={}", shot.display()), "--window-size=1100,1500".to_string()];
     let out = headless(profile.path(), &args, &url);
     assert!(out.status.success(), "chromium screenshot failed: {}", String::from_utf8_lossy(&out.stderr));
     let png = std::fs::read(&shot).expect("a screenshot was written");
