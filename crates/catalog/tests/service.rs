@@ -75,6 +75,7 @@ fn mirror(data: &Path, factory: &str) -> Arc<Mirror> {
         stale_max_age: None,
         ns_param: None,
         client_identity: None,
+        offline: false,
     };
     let factory = Arc::new(Upstream::new(up, settings.clone(), metrics).unwrap());
     Mirror::with_image_factory(Vec::new(), None, factory, flights, settings)

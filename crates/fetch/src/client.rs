@@ -283,7 +283,12 @@ impl Upstream {
 
     /// State, last success, last error with its cause, stale answers served.
     pub fn health_report(&self) -> crate::health::Health {
-        self.health.report(self.name(), self.metrics.stale_served.get_or_create(&self.policy.label()).get())
+        let mut h =
+            self.health.report(self.name(), self.metrics.stale_served.get_or_create(&self.policy.label()).get());
+        if self.settings.offline {
+            h.state = crate::health::State::Offline;
+        }
+        h
     }
 
     /// Count an answer served stale because this upstream was unreachable.
@@ -295,7 +300,8 @@ impl Upstream {
     /// and return its health. Any answer below 500 but 429 counts as up (a registry answers
     /// `/v2/` with 401 when it wants a token).
     pub async fn probe(&self, path: &str) -> crate::health::Health {
-        for endpoint in &self.settings.endpoints {
+        let endpoints = if self.settings.offline { &[][..] } else { &self.settings.endpoints[..] };
+        for endpoint in endpoints {
             let Ok(url) = self.join(endpoint, path) else { continue };
             if let Ok(r) = self.send(&Method::GET, &url, &HeaderMap::new(), None).await {
                 if usable(r.status()) {
@@ -357,6 +363,13 @@ impl Upstream {
         headers: HeaderMap,
         scope: Option<&str>,
     ) -> Result<reqwest::Response, FetchError> {
+        if self.settings.offline {
+            return Err(FetchError::new(
+                FetchErrorKind::Offline,
+                self.name(),
+                format!("{} is offline (offline: true): only what tender holds is served", self.name()),
+            ));
+        }
         let mut last: Option<FetchError> = None;
         for endpoint in &self.settings.endpoints {
             let url = self

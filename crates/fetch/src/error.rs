@@ -30,6 +30,8 @@ pub enum FetchErrorKind {
     TooLarge,
     /// Our own side failed: disk full, I/O.
     Local,
+    /// The upstream is configured `offline`: it was not asked.
+    Offline,
 }
 
 /// An error on the way to or from an upstream.
@@ -77,6 +79,7 @@ impl FetchError {
             | FetchErrorKind::Refused
             | FetchErrorKind::Unverifiable
             | FetchErrorKind::TooLarge
+            | FetchErrorKind::Offline
             | FetchErrorKind::Local => false,
         }
     }
@@ -88,6 +91,12 @@ impl FetchError {
             self.kind,
             FetchErrorKind::Connect | FetchErrorKind::Timeout | FetchErrorKind::Body | FetchErrorKind::TooManyRequests
         ) || (self.kind == FetchErrorKind::Status && self.status.is_none_or(|s| s >= 500))
+    }
+
+    /// Whether the upstream could not be asked (down, or configured offline): a cached tag or
+    /// listing may then be served stale.
+    pub fn is_unreachable(&self) -> bool {
+        self.is_upstream_down() || self.kind == FetchErrorKind::Offline
     }
 
     pub(crate) fn from_reqwest(upstream: &str, e: &reqwest::Error) -> FetchError {

@@ -115,6 +115,8 @@ pub enum State {
     Unknown,
     Up,
     Down,
+    /// Configured `offline`: never asked.
+    Offline,
 }
 
 impl State {
@@ -123,6 +125,7 @@ impl State {
             State::Unknown => "unknown",
             State::Up => "up",
             State::Down => "down",
+            State::Offline => "offline",
         }
     }
 }

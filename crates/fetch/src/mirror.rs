@@ -588,11 +588,14 @@ impl Mirror {
     /// TLS, timeout, 5xx, 429; an upstream that answered wins), within `staleMaxAge` (and only a
     /// manifest known in that upstream). A refusal by the limit says so.
     fn stale_or(&self, up: &Upstream, e: FetchError, record: Option<&TagRecord>) -> Result<ManifestHit, FetchError> {
-        let Some(r) = record.filter(|_| e.is_upstream_down()) else {
+        let Some(r) = record.filter(|_| e.is_unreachable()) else {
             return Err(e);
         };
         let (age, limit) = (r.age_secs(), self.stale_limit(up));
-        if !limit.allows(age) {
+        // An upstream configured offline is never asked: its last mapping is the answer, at any
+        // age, and nothing about it is stale.
+        let offline = e.kind == FetchErrorKind::Offline;
+        if !offline && !limit.allows(age) {
             let mut e = e;
             e.message = format!(
                 "{}; the last known digest of {}:{} is {age}s old, older than staleMaxAge ({limit})",
@@ -603,10 +606,12 @@ impl Mirror {
         let known = self.flights.store().is_known_in(&r.digest, &r.upstream).unwrap_or(false);
         if let Some(mut hit) = known.then(|| self.stored_manifest(&r.digest, CacheResult::Stale)).transpose()?.flatten()
         {
-            tracing::warn!(upstream = %e.upstream, repository = %r.repository, tag = %r.tag, age_secs = age,
-                error = %e, "upstream unreachable: serving the last known digest");
-            hit.stale_age = Some(age);
-            up.record_stale();
+            if !offline {
+                tracing::warn!(upstream = %e.upstream, repository = %r.repository, tag = %r.tag, age_secs = age,
+                    error = %e, "upstream unreachable: serving the last known digest");
+                hit.stale_age = Some(age);
+                up.record_stale();
+            }
             return Ok(hit);
         }
         Err(e)
@@ -710,20 +715,23 @@ impl Mirror {
                 }
                 return Err(e);
             }
-            Err(e) if e.is_upstream_down() => {
+            Err(e) if e.is_unreachable() => {
                 let Some(r) = store.listing_get(up.name(), &request).map_err(|e| local(up, e))? else {
                     return Err(e);
                 };
                 let (age, limit) = (r.age_secs(), self.stale_limit(up));
-                if !limit.allows(age) {
+                let offline = e.kind == FetchErrorKind::Offline;
+                if !offline && !limit.allows(age) {
                     let mut e = e;
                     e.message =
                         format!("{}; the last good answer is {age}s old, older than staleMaxAge ({limit})", e.message);
                     return Err(e);
                 }
-                tracing::warn!(upstream = %up.name(), %request, age_secs = age, error = %e,
-                    "upstream unreachable: serving the last good listing");
-                up.record_stale();
+                if !offline {
+                    tracing::warn!(upstream = %up.name(), %request, age_secs = age, error = %e,
+                        "upstream unreachable: serving the last good listing");
+                    up.record_stale();
+                }
                 if r.not_found {
                     return Err(FetchError::new(
                         FetchErrorKind::NotFound,
@@ -732,7 +740,7 @@ impl Mirror {
                     )
                     .with_status(404));
                 }
-                stale_age = Some(age);
+                stale_age = (!offline).then_some(age);
                 (r.content_type, r.link, r.filters_applied, Bytes::from(r.body), CacheResult::Stale)
             }
             Err(e) => return Err(e),

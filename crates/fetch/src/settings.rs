@@ -44,6 +44,9 @@ pub struct UpstreamSettings {
     pub max_object_size: Option<u64>,
     /// `staleMaxAge` of this upstream; `None`: the global one.
     pub stale_max_age: Option<StaleLimit>,
+    /// `offline: true` (or `serve --offline`): never contacted. Its name still routes; what is
+    /// stored is served, a miss is a 404 at once, a cached tag resolves from its last mapping.
+    pub offline: bool,
     /// Reached through a parent tender: every `/v2/<name>/...` request carries `ns=<this>`.
     pub ns_param: Option<String>,
     /// Client certificate and key (PEM) presented to the endpoints (a parent with mutual TLS).

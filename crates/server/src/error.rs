@@ -36,7 +36,7 @@ impl ApiError {
             Subject::Repository => ErrorCode::NameUnknown,
         };
         let mut out = match e.kind {
-            FetchErrorKind::NotFound => ApiError::new(unknown, e.to_string()),
+            FetchErrorKind::NotFound | FetchErrorKind::Offline => ApiError::new(unknown, e.to_string()),
             // Registries answer 401/403 for repositories that do not exist as well.
             FetchErrorKind::Unauthorized => {
                 ApiError::new(unknown, format!("{e} (the repository may not exist, or the upstream needs credentials)"))

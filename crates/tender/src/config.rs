@@ -45,6 +45,9 @@ pub struct RawConfig {
     pub parent: RawParent,
     #[serde(default)]
     pub storage: RawStorage,
+    /// Every upstream and the Image Factory offline (`serve --offline`).
+    #[serde(default)]
+    pub offline: bool,
 }
 
 /// Where committed objects live besides the data directory.
@@ -148,6 +151,9 @@ pub struct RawUpstream {
     pub library_prefix: Option<bool>,
     pub max_object_size: Option<String>,
     pub stale_max_age: Option<String>,
+    /// Never contacted: what tender holds is served, a miss is a 404 at once.
+    #[serde(default)]
+    pub offline: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -196,6 +202,8 @@ pub struct Overrides {
     pub parent_client_key: Option<PathBuf>,
     pub parent_username: Option<String>,
     pub parent_password_file: Option<PathBuf>,
+    /// `--offline`: every upstream and the Image Factory.
+    pub offline: bool,
 }
 
 /// Tiered caches: the parent tenders (tried in order) and how to reach them.
@@ -278,6 +286,8 @@ pub struct Settings {
     pub parent: Option<ParentSettings>,
     /// `storage.s3`: the bucket shared with other replicas.
     pub storage: Option<tender_bucket::BucketSettings>,
+    /// `offline: true` or `--offline`: no upstream, the Image Factory included, is contacted.
+    pub offline: bool,
 }
 
 /// A configuration error: names the key and the fix.
@@ -542,6 +552,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             stale_max_age: stale_limit(name, &key("staleMaxAge"), &u.stale_max_age)?,
             ns_param: None,
             client_identity: None,
+            offline: u.offline || raw.offline || o.offline,
         });
     }
 
@@ -624,6 +635,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         None => None,
     };
     Ok(Settings {
+        offline: raw.offline || o.offline,
         parent,
         storage,
         tls,
@@ -1047,6 +1059,18 @@ mod tests {
         let (name, raw) = read(None).unwrap();
         assert_eq!(resolve(&name, raw, &Overrides::default()).unwrap().fetch.stale_max_age, StaleLimit::Never);
         check_err("fetch:\n  staleMaxAge: forever\n", &Overrides::default(), &["fetch.staleMaxAge", "never"]);
+    }
+
+    #[test]
+    fn should_take_offline_per_upstream_for_all_and_from_the_flag() {
+        let yaml = "upstreams:\n  - name: a.io\n    url: https://a.io\n    offline: true\n  - name: b.io\n    url: https://b.io\n";
+        let s = resolve("t", parse("t", yaml).unwrap(), &Overrides::default()).unwrap();
+        assert!(s.upstreams[0].offline && !s.upstreams[1].offline && !s.offline);
+        let all = format!("offline: true\n{yaml}");
+        let s = resolve("t", parse("t", &all).unwrap(), &Overrides::default()).unwrap();
+        assert!(s.upstreams.iter().all(|u| u.offline) && s.offline);
+        let s = resolve("t", parse("t", yaml).unwrap(), &Overrides { offline: true, ..Overrides::default() }).unwrap();
+        assert!(s.upstreams.iter().all(|u| u.offline) && s.offline, "--offline");
     }
 
     #[test]

@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// File holding the password of --parent-username
     #[arg(long, value_name = "FILE", requires = "parent_username")]
     pub parent_password_file: Option<PathBuf>,
+    /// Contact no upstream and no Image Factory: serve what the data directory holds (cached
+    /// or imported), answer a miss with 404 at once (as `offline: true` on every upstream)
+    #[arg(long)]
+    pub offline: bool,
 }
 
 impl ServeArgs {
@@ -107,6 +111,7 @@ impl ServeArgs {
             parent_client_key: self.parent_client_key.clone(),
             parent_username: self.parent_username.clone(),
             parent_password_file: self.parent_password_file.clone(),
+            offline: self.offline,
         }
     }
 
@@ -159,6 +164,7 @@ pub(crate) fn build_mirror(
         stale_max_age: None,
         ns_param: None,
         client_identity: parent.and_then(|p| p.client_identity.clone()),
+        offline: settings.offline,
     };
     let factory = Upstream::new(factory, factory_fetch, metrics.clone())
         .map_err(|e| Failure::usage(format!("imageFactory: {}", e.message)))?;
@@ -255,6 +261,7 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
             stale_max_age: None,
             ns_param: Some(n.clone()),
             client_identity: p.client_identity.clone(),
+            offline: false,
         })
         .collect();
     settings.default_upstream = view.default_upstream;

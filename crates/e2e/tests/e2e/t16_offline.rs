@@ -63,3 +63,42 @@ fn should_keep_pulls_by_tag_working_with_the_upstream_stopped_past_a_short_stale
     });
     assert!(warned, "a WARN line with the cause chain");
 }
+
+/// Issue 21 item 3: `tender serve --offline` contacts no upstream. What the data directory
+/// holds is served as if pulled through (skopeo pulls the image by tag, byte-exact); a miss is
+/// a 404 at once, with an upstream that would never answer (a silent listener) configured, and
+/// the health says `offline`.
+#[test]
+fn should_serve_what_it_holds_offline_and_answer_a_miss_at_once() {
+    let bed = Bed::new("offline-flag", Sizes::SMALL);
+    write_config(&bed.path("online.yaml"), &[("ghcr.io", &bed.registry.url())], "");
+    let online = Tender::start(&bed.path("online.yaml"), &bed.path("data"), &bed.path("online.log"));
+    skopeo_pull(&online, TAG, &oci(&bed.path("pulled-online")));
+    assert_eq!(online.terminate(Duration::from_secs(10)).code(), Some(0));
+
+    // The same data directory, its upstream now an address that accepts and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("http://{}", silent.local_addr().unwrap());
+    write_config(&bed.path("offline.yaml"), &[("ghcr.io", &silent_url)], "");
+    let offline =
+        Tender::start_with(&bed.path("offline.yaml"), &bed.path("data"), &bed.path("offline.log"), &["--offline"]);
+    skopeo_pull(&offline, TAG, &oci(&bed.path("pulled-offline")));
+    let addr = offline.hostport().parse().unwrap();
+    let r = http::request(addr, "GET", PATH, &[]).unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.header("x-tender-stale").is_none(), "an offline upstream's answer is not stale");
+
+    let started = std::time::Instant::now();
+    let miss = http::get(addr, "/v2/ghcr.io/siderolabs/installer/manifests/v9.9.9").unwrap();
+    assert_eq!(miss.status(), 404, "{}", miss.text());
+    assert!(miss.text().contains("offline"), "{}", miss.text());
+    let blob = format!("/v2/ghcr.io/siderolabs/installer/blobs/sha256:{}", "0".repeat(64));
+    assert_eq!(http::get(addr, &blob).unwrap().status(), 404);
+    assert!(started.elapsed() < Duration::from_secs(2), "no connect or first-byte timeout: {:?}", started.elapsed());
+    silent.set_nonblocking(true).unwrap();
+    assert!(silent.accept().is_err(), "the upstream was never contacted");
+
+    let health: serde_json::Value = serde_json::from_str(&http::get(addr, "/api/v1/health").unwrap().text()).unwrap();
+    assert_eq!(health["upstreams"][0]["state"], "offline", "{health}");
+    assert_eq!(health["staleServed"], 0, "{health}");
+}

@@ -511,6 +511,7 @@ pub fn upstream_settings(name: &str, url: &str) -> UpstreamSettings {
         stale_max_age: None,
         ns_param: None,
         client_identity: None,
+        offline: false,
     }
 }
 
