@@ -143,6 +143,8 @@ pub struct Fill {
     object: String,
     /// Kept even when nobody reads it (a prefetch, a catalog import): never cancelled as abandoned.
     keep: std::sync::atomic::AtomicBool,
+    /// Not yet taken by the request that started the fill ([`Fill::take_start`]).
+    start: std::sync::atomic::AtomicBool,
     /// The spool file, opened once: readers use this handle, never the path, so the rename
     /// into the store cannot race with a reader opening it.
     file: Arc<File>,
@@ -927,6 +929,7 @@ impl Fill {
             key: key.to_string(),
             object: object.to_string(),
             keep: std::sync::atomic::AtomicBool::new(false),
+            start: std::sync::atomic::AtomicBool::new(true),
             file: Arc::new(writer.read_handle()?),
             state,
             info,
@@ -972,6 +975,12 @@ impl Fill {
 
     pub fn state(&self) -> FillState {
         self.state.borrow().clone()
+    }
+
+    /// Whether this call is the first to ask since the fill was created: the request that
+    /// started it (its access line says miss however fast a small fill verified meanwhile).
+    pub fn take_start(&self) -> bool {
+        self.start.swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Every byte is in and verified (the commit may still be under way): as good as stored.

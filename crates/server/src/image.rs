@@ -130,7 +130,9 @@ async fn serve(
         Claim::Filling(fill) => {
             // A fill whose content already verified (its commit is under way) holds every byte:
             // for this request it is as good as stored.
-            info.cache = Some(if fill.is_verified() { CacheResult::Hit } else { CacheResult::Miss }.as_str());
+            // The request that started the fill is its miss, however fast a small fill verified.
+            let hit = !fill.take_start() && fill.is_verified();
+            info.cache = Some(if hit { CacheResult::Hit } else { CacheResult::Miss }.as_str());
             object::filling(fill, &describe, headers, version, Subject::Blob).await
         }
     }
