@@ -276,7 +276,8 @@ impl Mirror {
             Reference::Tag(t) => {
                 let record = store.tag_get(up.name(), repo.as_str(), t.as_str()).map_err(|e| local(up, e))?;
                 if let Some(r) = &record {
-                    if r.age_secs() < self.settings.tag_ttl.as_secs() {
+                    // An imported tag is authoritative: never asked of the upstream.
+                    if r.imported || r.age_secs() < self.settings.tag_ttl.as_secs() {
                         if let Some(hit) = self.stored_known_manifest(up, &r.digest, CacheResult::Hit)? {
                             return Ok(hit);
                         }
@@ -573,6 +574,7 @@ impl Mirror {
                     media_type: media_type.clone(),
                     size: body.len() as u64,
                     fetched_at: tender_store_now(),
+                    imported: false,
                 })
                 .map_err(|e| local(up, e))?;
         }

@@ -4,11 +4,13 @@
 
 pub mod digest;
 pub mod error;
+pub mod image;
 pub mod media;
 pub mod name;
 pub mod route;
 
 pub use digest::{Algorithm, Digest, DigestError, Hasher};
 pub use error::ErrorCode;
+pub use image::ImageRef;
 pub use name::{NameError, Reference, RepoName, Tag};
 pub use route::{Route, RouteError, RouteKind};

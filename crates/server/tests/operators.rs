@@ -95,6 +95,7 @@ fn seed(tender: &Tender, age: u64) -> Digest {
             media_type: MEDIA.into(),
             size: MANIFEST.len() as u64,
             fetched_at: tender_store::now_secs() - age,
+            imported: false,
         })
         .unwrap();
     digest

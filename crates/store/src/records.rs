@@ -22,8 +22,13 @@ pub struct TagRecord {
     pub digest: Digest,
     pub media_type: String,
     pub size: u64,
-    /// Seconds since the Unix epoch when the upstream confirmed this mapping.
+    /// Seconds since the Unix epoch when the upstream confirmed this mapping (or, imported,
+    /// when the bundle was imported).
     pub fetched_at: u64,
+    /// Registered by `tender import`: authoritative, resolved without asking the upstream at
+    /// any age, until a later import or `tender tag rm` changes it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub imported: bool,
 }
 
 impl TagRecord {
@@ -110,6 +115,15 @@ impl Store {
         let path = self.tag_path(&record.upstream, &record.repository, &record.tag);
         let bytes = serde_json::to_vec(record).map_err(|e| self.err(io::Error::other(e)))?;
         write_atomic(&path, &bytes).map_err(|e| self.err(e))
+    }
+
+    /// Remove a tag record (`tender tag rm`). `Ok(false)`: there was none.
+    pub fn tag_remove(&self, upstream: &str, repository: &str, tag: &str) -> Result<bool, StoreError> {
+        match fs::remove_file(self.tag_path(upstream, repository, tag)) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(self.err(e)),
+        }
     }
 
     fn listing_path(&self, upstream: &str, request: &str) -> PathBuf {

@@ -1,0 +1,619 @@
+//! Importing a bundle into a store, in three phases:
+//!
+//! 1. **Content.** Every blob is hashed while it is read (a directory's files, or a tar's members
+//!    as they stream by) and committed under its digest only if it matches; one that does not
+//!    refuses the bundle. Committing early is harmless: an object nobody knows in an upstream,
+//!    with no tag, trust record or pin, is served to no one.
+//! 2. **Verification.** `index.json` is walked: every image manifest's config and layers, and at
+//!    least one manifest of every index, must be in the bundle or already stored (a delta relies
+//!    on what an earlier import stored); names must route to a configured upstream; an OS
+//!    image's trust record may not contradict one this store already holds.
+//! 3. **Registration**, only when the whole bundle verified: manifest records, the upstream each
+//!    object is known in, pins, then the tags (authoritative: `imported`) and trust records.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::Path;
+
+use serde::Serialize;
+use tender_catalog::asset::AssetPath;
+use tender_oci::{media, Algorithm, Digest, ImageRef, Reference, RepoName};
+use tender_store::{ManifestMeta, Store, StoreError, TagRecord, TrustRecord};
+
+use crate::layout::{self, Descriptor, Document, INDEX_FILE, LAYOUT_FILE, MAX_DOCUMENT_BYTES};
+
+/// Where an image name is served from: the upstream a client's request for it routes to.
+pub trait Router {
+    /// `(upstream name, repository in that upstream)`, or why the name has no upstream.
+    fn route(&self, image: &ImageRef) -> Result<(String, RepoName), String>;
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ImportOptions {
+    /// `--registry`: the registry (and, for a bare tag, repository) of names that lack one.
+    pub registry: Option<String>,
+    /// Refuse a bundle larger than this many bytes of members.
+    pub max_bytes: Option<u64>,
+    /// Keep what was imported out of eviction (an air-gapped site cannot fetch it again).
+    pub pin: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The bundle is wrong: nothing of it became visible.
+    #[error("bundle refused: {0}")]
+    Refused(String),
+    #[error("bundle refused: larger than the import limit of {0} bytes")]
+    TooLarge(u64),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("reading the bundle: {0}")]
+    Io(#[from] io::Error),
+}
+
+fn refused(message: impl Into<String>) -> ImportError {
+    ImportError::Refused(message.into())
+}
+
+/// What an import registered.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportReport {
+    /// sha256 of the bundle's `index.json`, as `tender export` printed it.
+    pub index_digest: String,
+    /// A delta: the index digest of the bundle it builds on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta_of: Option<String>,
+    /// Blobs the bundle held, all verified; of them, not stored before.
+    pub blobs: u64,
+    pub new_blobs: u64,
+    pub bytes: u64,
+    pub images: Vec<ImportedImage>,
+    pub assets: Vec<ImportedAsset>,
+    /// Entries with no name to register (their content is stored, not visible).
+    pub unnamed: Vec<String>,
+    /// Members that are not part of an OCI layout, skipped.
+    pub ignored: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportedImage {
+    /// `ghcr.io/siderolabs/kubelet:v1.35.0`, or `registry/repository@digest` for an untagged one.
+    pub name: String,
+    pub upstream: String,
+    pub digest: String,
+    pub media_type: String,
+    /// Manifests and blobs of its graph that are stored.
+    pub objects: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportedAsset {
+    pub path: String,
+    pub digest: String,
+    pub size: u64,
+}
+
+/// Phase 1: members as they arrive.
+struct Intake<'a> {
+    store: &'a Store,
+    /// Verified blobs of the bundle and their sizes.
+    verified: HashMap<Digest, u64>,
+    new_blobs: u64,
+    bytes: u64,
+    index: Option<Vec<u8>>,
+    layout: Option<Vec<u8>>,
+    ignored: Vec<String>,
+    max_bytes: Option<u64>,
+    seq: u64,
+}
+
+/// Ignored member names reported, at most.
+const MAX_IGNORED: usize = 20;
+
+fn read_small(reader: &mut dyn Read, limit: u64, what: &str) -> Result<Vec<u8>, ImportError> {
+    let mut buf = Vec::new();
+    reader.take(limit + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit {
+        return Err(refused(format!("{what} is larger than {limit} bytes")));
+    }
+    Ok(buf)
+}
+
+impl<'a> Intake<'a> {
+    fn new(store: &'a Store, max_bytes: Option<u64>) -> Intake<'a> {
+        Intake {
+            store,
+            verified: HashMap::new(),
+            new_blobs: 0,
+            bytes: 0,
+            index: None,
+            layout: None,
+            ignored: Vec::new(),
+            max_bytes,
+            seq: 0,
+        }
+    }
+
+    fn member(&mut self, name: &str, size: u64, reader: &mut dyn Read) -> Result<(), ImportError> {
+        self.bytes += size;
+        if let Some(max) = self.max_bytes.filter(|m| self.bytes > *m) {
+            return Err(ImportError::TooLarge(max));
+        }
+        let name = layout::normalize(name);
+        match name {
+            INDEX_FILE => self.index = Some(read_small(reader, MAX_DOCUMENT_BYTES, INDEX_FILE)?),
+            LAYOUT_FILE => self.layout = Some(read_small(reader, 4096, LAYOUT_FILE)?),
+            _ => match layout::blob_digest(name) {
+                Some(d) => self.blob(&d, size, reader)?,
+                None => {
+                    if self.ignored.len() < MAX_IGNORED {
+                        self.ignored.push(name.to_string());
+                    }
+                }
+            },
+        }
+        Ok(())
+    }
+
+    /// Hash a blob; commit it when it is new and matches.
+    fn blob(&mut self, digest: &Digest, size: u64, reader: &mut dyn Read) -> Result<(), ImportError> {
+        let mut buf = vec![0u8; 1 << 20];
+        if self.verified.contains_key(digest) || self.store.object_len(digest) == Some(size) {
+            // Stored already (or twice in the bundle): verified, not written again.
+            let mut hasher = digest.algorithm().hasher();
+            let mut len = 0u64;
+            loop {
+                let n = reader.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+                len += n as u64;
+            }
+            let got = hasher.finalize();
+            if got != *digest || len != size {
+                return Err(refused(format!("{}: its content hashes to {got}", layout::blob_path(digest))));
+            }
+            self.verified.insert(*digest, size);
+            return Ok(());
+        }
+        self.seq += 1;
+        let key = format!("import:{digest}#{}#{}", std::process::id(), self.seq);
+        let mut spool = self.store.create_spool(&key, digest.algorithm())?;
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    spool.discard();
+                    return Err(e.into());
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            if let Err(e) = spool.append(&buf[..n]) {
+                spool.discard();
+                return Err(ImportError::Io(e));
+            }
+        }
+        let sealed = spool.seal()?;
+        let len = sealed.len;
+        match self.store.commit(sealed, digest) {
+            Ok(_) => {}
+            Err(StoreError::DigestMismatch { actual, .. }) => {
+                return Err(refused(format!("{}: its content hashes to {actual}", layout::blob_path(digest))));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        if len != size {
+            return Err(refused(format!("{}: {len} bytes where {size} were announced", layout::blob_path(digest))));
+        }
+        self.verified.insert(*digest, size);
+        self.new_blobs += 1;
+        Ok(())
+    }
+}
+
+/// Phase 1 over a directory layout.
+fn read_dir(dir: &Path, intake: &mut Intake<'_>) -> Result<(), ImportError> {
+    for name in [LAYOUT_FILE, INDEX_FILE] {
+        match File::open(dir.join(name)) {
+            Ok(mut f) => {
+                let len = f.metadata()?.len();
+                intake.member(name, len, &mut f)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let blobs = match fs::read_dir(dir.join("blobs")) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut files = Vec::new();
+    for alg in blobs {
+        let alg = alg?;
+        if !alg.file_type()?.is_dir() {
+            continue;
+        }
+        let a = alg.file_name().to_string_lossy().into_owned();
+        for f in fs::read_dir(alg.path())? {
+            let f = f?;
+            files.push((format!("blobs/{a}/{}", f.file_name().to_string_lossy()), f.path()));
+        }
+    }
+    files.sort();
+    for (name, path) in files {
+        let mut f = File::open(&path)?;
+        let meta = f.metadata()?;
+        if !meta.is_file() {
+            continue;
+        }
+        intake.member(&name, meta.len(), &mut f)?;
+    }
+    Ok(())
+}
+
+/// Phase 1 over a tar stream. A member cut short, a damaged header or a read error refuses
+/// the bundle.
+fn read_tar(reader: &mut dyn Read, intake: &mut Intake<'_>) -> Result<(), ImportError> {
+    let damaged = |e: io::Error| refused(format!("the tar is truncated or damaged: {e}"));
+    let mut archive = tar::Archive::new(reader);
+    for entry in archive.entries().map_err(damaged)? {
+        let mut entry = entry.map_err(damaged)?;
+        if !matches!(entry.header().entry_type(), tar::EntryType::Regular | tar::EntryType::Continuous) {
+            continue;
+        }
+        let name = entry.path().map_err(damaged)?.to_string_lossy().into_owned();
+        let size = entry.size();
+        match intake.member(&name, size, &mut entry) {
+            Ok(()) => {}
+            Err(ImportError::Io(e)) => return Err(damaged(e)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// One index entry, verified.
+struct Planned {
+    entry: Descriptor,
+    digest: Digest,
+    media_type: String,
+    /// Stored manifests of the graph: digest, media type, size.
+    manifests: Vec<(Digest, String, u64)>,
+    /// Every stored object of the graph (manifests and blobs).
+    objects: Vec<Digest>,
+    what: Kind,
+}
+
+enum Kind {
+    Image { name: String, upstream: String, repository: RepoName, tag: Option<String> },
+    Asset { asset: AssetPath, layer: Digest, size: u64 },
+    Unnamed,
+}
+
+/// Phase 2 state: what is available, by digest.
+struct Verifier<'a> {
+    store: &'a Store,
+    verified: &'a HashMap<Digest, u64>,
+}
+
+/// Deepest nesting of indexes walked.
+const MAX_DEPTH: usize = 8;
+
+impl Verifier<'_> {
+    /// Whether `d` of `size` bytes is in the bundle or stored; a size that disagrees refuses.
+    fn available(&self, d: &Digest, size: u64, context: &str) -> Result<bool, ImportError> {
+        let have = self.verified.get(d).copied().or_else(|| self.store.object_len(d));
+        match have {
+            Some(n) if n == size => Ok(true),
+            Some(n) => Err(refused(format!("{context}: {d} is {n} bytes where its descriptor says {size}"))),
+            None => Ok(false),
+        }
+    }
+
+    /// Walk a descriptor's graph into `planned`. `Ok(false)`: absent and not required.
+    fn walk(
+        &self,
+        desc: &Descriptor,
+        required: bool,
+        context: &str,
+        planned: &mut (Vec<(Digest, String, u64)>, Vec<Digest>),
+        depth: usize,
+    ) -> Result<bool, ImportError> {
+        if depth > MAX_DEPTH {
+            return Err(refused(format!("{context}: indexes nested deeper than {MAX_DEPTH}")));
+        }
+        let d: Digest =
+            desc.digest.parse().map_err(|e| refused(format!("{context}: bad digest {:?}: {e}", desc.digest)))?;
+        if !self.available(&d, desc.size, context)? {
+            if required {
+                return Err(refused(format!(
+                    "{context}: {} {d} is referenced but neither in the bundle nor stored",
+                    if desc.media_type.is_empty() { "content" } else { &desc.media_type }
+                )));
+            }
+            return Ok(false);
+        }
+        if !planned.1.contains(&d) {
+            planned.1.push(d);
+        }
+        if !media::is_manifest(&desc.media_type) {
+            return Ok(true);
+        }
+        if planned.0.iter().any(|(m, _, _)| *m == d) {
+            return Ok(true);
+        }
+        if desc.size > MAX_DOCUMENT_BYTES {
+            return Err(refused(format!("{context}: manifest {d} is larger than {MAX_DOCUMENT_BYTES} bytes")));
+        }
+        let bytes = self.store.read_object(&d)?.ok_or_else(|| refused(format!("{context}: {d} vanished")))?;
+        let media_type = media::verified_media_type(Some(&desc.media_type), &bytes)
+            .filter(|t| media::is_manifest(t))
+            .ok_or_else(|| refused(format!("{context}: {d} is not a manifest")))?;
+        let doc: Document = serde_json::from_slice(&bytes)
+            .map_err(|e| refused(format!("{context}: manifest {d} does not parse: {e}")))?;
+        planned.0.push((d, media_type.clone(), desc.size));
+        let inner = format!("{context} > {d}");
+        if media::is_index(&media_type) {
+            let mut present = 0;
+            for child in &doc.manifests {
+                if self.walk(child, false, &inner, planned, depth + 1)? {
+                    present += 1;
+                }
+            }
+            if present == 0 && !doc.manifests.is_empty() {
+                return Err(refused(format!("{inner}: none of the index's manifests is in the bundle or stored")));
+            }
+        } else {
+            if let Some(config) = &doc.config {
+                self.walk(config, true, &inner, planned, depth + 1)?;
+            }
+            for layer in &doc.layers {
+                // A non-distributable layer (with `urls`) may be absent, as registries allow.
+                self.walk(layer, layer.urls.is_empty(), &inner, planned, depth + 1)?;
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// The name an entry is registered under, if any.
+fn entry_name(entry: &Descriptor, registry: Option<&str>) -> Result<Option<ImageRef>, String> {
+    if let Some(full) = entry.annotation(layout::CONTAINERD_NAME) {
+        return ImageRef::parse(full).map(Some);
+    }
+    if let Some(name) = entry.annotation(layout::REF_NAME) {
+        let name = name.trim();
+        let bare_tag = !name.contains(['/', ':', '@']);
+        if bare_tag {
+            return match registry {
+                Some(r) => ImageRef::parse(&format!("{}:{name}", r.trim_end_matches('/'))).map(Some),
+                None => Err(format!(
+                    "the entry {} is named only by the tag {name:?}; give --registry REGISTRY/REPOSITORY to import it",
+                    entry.digest
+                )),
+            };
+        }
+        let first = name.split('/').next().unwrap_or("");
+        let has_host = name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+        return match (registry, has_host) {
+            (Some(r), false) => ImageRef::parse(&format!("{}/{name}", r.trim_end_matches('/'))).map(Some),
+            _ => ImageRef::parse(name).map(Some),
+        };
+    }
+    if let Some(repo) = entry.annotation(layout::REPOSITORY) {
+        return ImageRef::parse(&format!("{repo}@{}", entry.digest)).map(Some);
+    }
+    Ok(None)
+}
+
+/// Phase 2 over what phase 1 read.
+fn plan(
+    intake: &Intake<'_>,
+    router: &dyn Router,
+    options: &ImportOptions,
+) -> Result<(Document, Digest, Vec<Planned>), ImportError> {
+    let layout_bytes =
+        intake.layout.as_ref().ok_or_else(|| refused("no oci-layout file: not an OCI image layout (or cut short)"))?;
+    if !layout::layout_version_ok(layout_bytes) {
+        return Err(refused("oci-layout does not name image layout version 1.x"));
+    }
+    let index_bytes =
+        intake.index.as_ref().ok_or_else(|| refused("no index.json: not an OCI image layout (or cut short)"))?;
+    let index_digest = Algorithm::Sha256.digest(index_bytes);
+    let index: Document =
+        serde_json::from_slice(index_bytes).map_err(|e| refused(format!("index.json does not parse: {e}")))?;
+    let verifier = Verifier { store: intake.store, verified: &intake.verified };
+    let mut out = Vec::new();
+    for entry in &index.manifests {
+        let context = entry
+            .annotation(layout::REF_NAME)
+            .or_else(|| entry.annotation(layout::FACTORY_PATH))
+            .map_or_else(|| entry.digest.clone(), str::to_string);
+        let mut graph = (Vec::new(), Vec::new());
+        verifier.walk(entry, true, &context, &mut graph, 0)?;
+        let digest: Digest = entry.digest.parse().map_err(|e| refused(format!("{context}: {e}")))?;
+        let Some((_, media_type, _)) = graph.0.iter().find(|(d, _, _)| *d == digest).cloned() else {
+            return Err(refused(format!("{context}: the entry {digest} is not a manifest")));
+        };
+        let what = if let Some(path) = entry.annotation(layout::FACTORY_PATH) {
+            asset_kind(intake.store, &verifier, path, entry, &digest)?
+        } else {
+            match entry_name(entry, options.registry.as_deref()).map_err(|e| refused(format!("{context}: {e}")))? {
+                Some(image) => {
+                    if let Reference::Digest(d) = &image.reference {
+                        if *d != digest {
+                            return Err(refused(format!("{context}: named {d} but the entry is {digest}")));
+                        }
+                    }
+                    let (upstream, repository) = router.route(&image).map_err(|e| {
+                        refused(format!("{image}: {e}; add its registry to the upstreams of the config"))
+                    })?;
+                    let tag = match &image.reference {
+                        Reference::Tag(t) => Some(t.to_string()),
+                        Reference::Digest(_) => None,
+                    };
+                    Kind::Image { name: image.to_string(), upstream, repository, tag }
+                }
+                None => Kind::Unnamed,
+            }
+        };
+        out.push(Planned { entry: entry.clone(), digest, media_type, manifests: graph.0, objects: graph.1, what });
+    }
+    Ok((index, index_digest, out))
+}
+
+/// An OS image entry: one layer, the asset; its trust record may not contradict this store's.
+fn asset_kind(
+    store: &Store,
+    verifier: &Verifier<'_>,
+    path: &str,
+    entry: &Descriptor,
+    digest: &Digest,
+) -> Result<Kind, ImportError> {
+    let asset = AssetPath::parse(path).map_err(|e| refused(format!("{path}: {e}")))?;
+    let bytes = store.read_object(digest)?.ok_or_else(|| refused(format!("{path}: {digest} vanished")))?;
+    let doc: Document = serde_json::from_slice(&bytes).map_err(|e| refused(format!("{path}: {e}")))?;
+    let [layer] = doc.layers.as_slice() else {
+        return Err(refused(format!("{path}: an OS image manifest has exactly one layer")));
+    };
+    let layer_digest: Digest = layer.digest.parse().map_err(|e| refused(format!("{path}: {e}")))?;
+    if layer_digest.algorithm() != Algorithm::Sha256 {
+        return Err(refused(format!("{path}: an OS image is addressed by sha256")));
+    }
+    if !verifier.available(&layer_digest, layer.size, path)? {
+        return Err(refused(format!("{path}: {layer_digest} is neither in the bundle nor stored")));
+    }
+    if let Some(trust) =
+        entry.annotation(layout::TRUST_SHA256).or_else(|| doc.annotations.get(layout::TRUST_SHA256).map(String::as_str))
+    {
+        if trust != layer_digest.to_string() {
+            return Err(refused(format!("{path}: the trust annotation {trust} is not the layer {layer_digest}")));
+        }
+    }
+    if let Some(t) = store.trust_get(&asset.key())? {
+        if t.digest != layer_digest {
+            return Err(refused(format!(
+                "{path}: this tender trusts {} for it since its first fetch, the bundle holds {layer_digest}; \
+                 `tender catalog trust --reset` first if the new bytes are right",
+                t.digest
+            )));
+        }
+    }
+    Ok(Kind::Asset { asset, layer: layer_digest, size: layer.size })
+}
+
+/// Phase 3: make the verified bundle visible.
+fn register(
+    store: &Store,
+    planned: &[Planned],
+    options: &ImportOptions,
+    report: &mut ImportReport,
+) -> Result<(), ImportError> {
+    let now = tender_store::now_secs();
+    for p in planned {
+        for (d, media_type, size) in &p.manifests {
+            store.meta_put(d, &ManifestMeta { media_type: media_type.clone(), size: *size })?;
+        }
+        if options.pin {
+            for d in &p.objects {
+                store.pin(d, "import")?;
+            }
+        }
+        match &p.what {
+            Kind::Image { name, upstream, repository, tag } => {
+                for d in &p.objects {
+                    store.record_known(d, upstream)?;
+                }
+                if let Some(tag) = tag {
+                    store.tag_put(&TagRecord {
+                        upstream: upstream.clone(),
+                        repository: repository.to_string(),
+                        tag: tag.clone(),
+                        digest: p.digest,
+                        media_type: p.media_type.clone(),
+                        size: p.entry.size,
+                        fetched_at: now,
+                        imported: true,
+                    })?;
+                }
+                report.images.push(ImportedImage {
+                    name: name.clone(),
+                    upstream: upstream.clone(),
+                    digest: p.digest.to_string(),
+                    media_type: p.media_type.clone(),
+                    objects: p.objects.len(),
+                });
+            }
+            Kind::Asset { asset, layer, size } => {
+                if store.trust_get(&asset.key())?.is_none() {
+                    store.trust_put(&TrustRecord { key: asset.key(), digest: *layer, size: *size, first_seen: now })?;
+                }
+                report.assets.push(ImportedAsset { path: asset.path(), digest: layer.to_string(), size: *size });
+            }
+            Kind::Unnamed => report.unnamed.push(p.digest.to_string()),
+        }
+    }
+    Ok(())
+}
+
+fn finish(intake: Intake<'_>, router: &dyn Router, options: &ImportOptions) -> Result<ImportReport, ImportError> {
+    let (index, index_digest, planned) = plan(&intake, router, options)?;
+    let mut report = ImportReport {
+        index_digest: index_digest.to_string(),
+        delta_of: index.annotations.get(layout::SINCE).cloned(),
+        blobs: intake.verified.len() as u64,
+        new_blobs: intake.new_blobs,
+        bytes: intake.verified.values().sum(),
+        ignored: intake.ignored.clone(),
+        ..ImportReport::default()
+    };
+    register(intake.store, &planned, options, &mut report)?;
+    Ok(report)
+}
+
+/// Import a directory layout.
+pub fn import_dir(
+    dir: &Path,
+    store: &Store,
+    router: &dyn Router,
+    options: &ImportOptions,
+) -> Result<ImportReport, ImportError> {
+    let mut intake = Intake::new(store, options.max_bytes);
+    read_dir(dir, &mut intake)?;
+    finish(intake, router, options)
+}
+
+/// Import a tar stream (a file, or a request body).
+pub fn import_tar(
+    reader: &mut dyn Read,
+    store: &Store,
+    router: &dyn Router,
+    options: &ImportOptions,
+) -> Result<ImportReport, ImportError> {
+    let mut intake = Intake::new(store, options.max_bytes);
+    read_tar(reader, &mut intake)?;
+    finish(intake, router, options)
+}
+
+/// Import a bundle at `path`: a directory, or a tar file.
+pub fn import_path(
+    path: &Path,
+    store: &Store,
+    router: &dyn Router,
+    options: &ImportOptions,
+) -> Result<ImportReport, ImportError> {
+    if path.is_dir() {
+        import_dir(path, store, router, options)
+    } else {
+        let mut f = io::BufReader::with_capacity(1 << 20, File::open(path)?);
+        import_tar(&mut f, store, router, options)
+    }
+}

@@ -1,0 +1,13 @@
+//! Bundles: one OCI image layout (a directory, or a tar) that carries images and OS images across
+//! an air gap. `tender export` writes them ([`write`]); `tender import` and
+//! `POST /api/v1/admin/import` verify everything in them before any of it becomes visible
+//! ([`import`]); `tender bundle ls` lists them ([`list`]).
+
+pub mod import;
+pub mod layout;
+pub mod list;
+pub mod write;
+
+pub use import::{import_dir, import_path, import_tar, ImportError, ImportOptions, ImportReport, Router};
+pub use layout::{Descriptor, Document};
+pub use write::{blobs_of, is_tar, BundleWriter, Written};

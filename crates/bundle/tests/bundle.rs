@@ -1,0 +1,287 @@
+//! Bundles written with `BundleWriter` and imported into a store: what becomes visible, and that
+//! nothing does when a bundle is wrong.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs;
+use std::path::Path;
+
+use tender_bundle::layout::{self, Descriptor, Document};
+use tender_bundle::{import_path, BundleWriter, ImportError, ImportOptions, Router};
+use tender_oci::{media, Algorithm, Digest, ImageRef, RepoName};
+use tender_store::{OpenMode, Store};
+
+/// Routes `ghcr.io` and `docker.io` (as the upstreams of those names); anything else has none.
+struct TwoUpstreams;
+
+impl Router for TwoUpstreams {
+    fn route(&self, image: &ImageRef) -> Result<(String, RepoName), String> {
+        match image.registry.as_str() {
+            "ghcr.io" | "docker.io" => Ok((image.registry.clone(), image.repository.clone())),
+            other => Err(format!("{other} is not an upstream")),
+        }
+    }
+}
+
+struct Blob {
+    digest: Digest,
+    bytes: Vec<u8>,
+    media_type: &'static str,
+}
+
+fn blob(bytes: &[u8], media_type: &'static str) -> Blob {
+    Blob { digest: Algorithm::Sha256.digest(bytes), bytes: bytes.to_vec(), media_type }
+}
+
+impl Blob {
+    fn descriptor(&self) -> Descriptor {
+        Descriptor::new(self.media_type, &self.digest, self.bytes.len() as u64)
+    }
+}
+
+/// A two-platform image: an index, the amd64 manifest, its config and layer; the arm64
+/// manifest exists only as the index's second entry (not exported).
+struct Image {
+    index: Blob,
+    manifest: Blob,
+    config: Blob,
+    layer: Blob,
+}
+
+fn image(seed: &str) -> Image {
+    let config = blob(
+        format!("{{\"architecture\":\"amd64\",\"os\":\"linux\",\"seed\":\"{seed}\"}}").as_bytes(),
+        "application/vnd.oci.image.config.v1+json",
+    );
+    let layer =
+        blob(format!("layer bytes of {seed}").repeat(1000).as_bytes(), "application/vnd.oci.image.layer.v1.tar+gzip");
+    let manifest_doc = serde_json::json!({
+        "schemaVersion": 2, "mediaType": media::OCI_MANIFEST,
+        "config": config.descriptor(), "layers": [layer.descriptor()],
+    });
+    let manifest = blob(&serde_json::to_vec(&manifest_doc).unwrap(), media::OCI_MANIFEST);
+    let other = Algorithm::Sha256.digest(format!("arm64 of {seed}").as_bytes());
+    let index_doc = serde_json::json!({
+        "schemaVersion": 2, "mediaType": media::OCI_INDEX,
+        "manifests": [
+            {"mediaType": media::OCI_MANIFEST, "digest": manifest.digest.to_string(), "size": manifest.bytes.len(), "platform": {"os": "linux", "architecture": "amd64"}},
+            {"mediaType": media::OCI_MANIFEST, "digest": other.to_string(), "size": 500, "platform": {"os": "linux", "architecture": "arm64"}},
+        ],
+    });
+    let index = blob(&serde_json::to_vec(&index_doc).unwrap(), media::OCI_INDEX);
+    Image { index, manifest, config, layer }
+}
+
+fn write_bundle(path: &Path, images: &[(&str, &Image)], skip: HashSet<Digest>, since: Option<&str>) -> Digest {
+    let mut w = BundleWriter::create(path, skip).unwrap();
+    let mut entries = Vec::new();
+    for (name, img) in images {
+        for b in [&img.layer, &img.config, &img.manifest, &img.index] {
+            w.add_bytes(&b.digest, &b.bytes).unwrap();
+        }
+        entries.push(img.index.descriptor().with(layout::REF_NAME, *name));
+    }
+    let mut annotations = BTreeMap::new();
+    if let Some(s) = since {
+        annotations.insert(layout::SINCE.to_string(), s.to_string());
+    }
+    w.finish(&Document::index(entries, annotations)).unwrap().index_digest.unwrap()
+}
+
+fn store(dir: &Path) -> Store {
+    Store::open(dir, OpenMode::Exclusive).unwrap()
+}
+
+fn options() -> ImportOptions {
+    ImportOptions { pin: true, ..ImportOptions::default() }
+}
+
+/// Nothing of `img` is visible as `ghcr.io/a/b:<tag>`: no tag, no known record, no pin.
+fn assert_invisible(store: &Store, img: &Image, tag: &str) {
+    assert!(store.tag_get("ghcr.io", "a/b", tag).unwrap().is_none(), "tag registered");
+    for b in [&img.index, &img.manifest, &img.config, &img.layer] {
+        assert!(!store.is_known_in(&b.digest, "ghcr.io").unwrap(), "{} known", b.digest);
+        assert!(!store.is_pinned(&b.digest), "{} pinned", b.digest);
+    }
+}
+
+#[test]
+fn should_import_a_bundle_as_authoritative_tags_known_in_their_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image("one");
+    for name in ["bundle", "bundle.tar"] {
+        let path = dir.path().join(name);
+        let index_digest = write_bundle(&path, &[("ghcr.io/a/b:v1", &img)], HashSet::new(), None);
+        let s = store(&dir.path().join(format!("data-{name}")));
+        let report = import_path(&path, &s, &TwoUpstreams, &options()).unwrap();
+        assert_eq!(report.index_digest, index_digest.to_string());
+        assert_eq!((report.blobs, report.new_blobs), (4, 4));
+        assert_eq!(report.images.len(), 1);
+        assert_eq!(report.images[0].name, "ghcr.io/a/b:v1");
+        let tag = s.tag_get("ghcr.io", "a/b", "v1").unwrap().unwrap();
+        assert!(tag.imported && tag.digest == img.index.digest && tag.media_type == media::OCI_INDEX);
+        for b in [&img.index, &img.manifest, &img.config, &img.layer] {
+            assert!(s.is_known_in(&b.digest, "ghcr.io").unwrap());
+            assert!(s.is_pinned(&b.digest));
+            assert_eq!(s.read_object(&b.digest).unwrap().unwrap(), b.bytes);
+        }
+        assert_eq!(s.meta_get(&img.manifest.digest).unwrap().unwrap().media_type, media::OCI_MANIFEST);
+        // Importing again changes nothing and stores nothing new.
+        let again = import_path(&path, &s, &TwoUpstreams, &options()).unwrap();
+        assert_eq!(again.new_blobs, 0);
+    }
+}
+
+#[test]
+fn should_refuse_a_flipped_byte_and_register_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image("flip");
+    let path = dir.path().join("bundle");
+    write_bundle(&path, &[("ghcr.io/a/b:v1", &img)], HashSet::new(), None);
+    let layer_path = path.join(layout::blob_path(&img.layer.digest));
+    let mut bytes = fs::read(&layer_path).unwrap();
+    bytes[100] ^= 0x01;
+    fs::write(&layer_path, bytes).unwrap();
+    let s = store(&dir.path().join("data"));
+    let e = import_path(&path, &s, &TwoUpstreams, &options()).unwrap_err();
+    assert!(matches!(e, ImportError::Refused(_)), "{e}");
+    assert!(e.to_string().contains(&img.layer.digest.hex()), "{e}");
+    assert_invisible(&s, &img, "v1");
+    assert!(s.object_len(&img.layer.digest).is_none(), "the wrong bytes were stored");
+}
+
+#[test]
+fn should_refuse_a_truncated_tar_and_register_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image("cut");
+    let path = dir.path().join("bundle.tar");
+    write_bundle(&path, &[("ghcr.io/a/b:v1", &img)], HashSet::new(), None);
+    let bytes = fs::read(&path).unwrap();
+    for cut in [bytes.len() / 3, bytes.len() / 2, bytes.len() - 2048] {
+        let cut_path = dir.path().join(format!("cut-{cut}.tar"));
+        fs::write(&cut_path, &bytes[..cut]).unwrap();
+        let s = store(&dir.path().join(format!("data-{cut}")));
+        let e = import_path(&cut_path, &s, &TwoUpstreams, &options()).unwrap_err();
+        assert!(matches!(e, ImportError::Refused(_)), "cut at {cut}: {e}");
+        assert_invisible(&s, &img, "v1");
+    }
+}
+
+#[test]
+fn should_refuse_a_dangling_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image("dangling");
+    let path = dir.path().join("bundle");
+    let mut w = BundleWriter::create(&path, HashSet::new()).unwrap();
+    for b in [&img.config, &img.manifest, &img.index] {
+        w.add_bytes(&b.digest, &b.bytes).unwrap();
+    }
+    w.finish(&Document::index(vec![img.index.descriptor().with(layout::REF_NAME, "ghcr.io/a/b:v1")], BTreeMap::new()))
+        .unwrap();
+    let s = store(&dir.path().join("data"));
+    let e = import_path(&path, &s, &TwoUpstreams, &options()).unwrap_err().to_string();
+    assert!(e.contains("neither in the bundle nor stored") && e.contains(&img.layer.digest.to_string()), "{e}");
+    assert_invisible(&s, &img, "v1");
+}
+
+#[test]
+fn should_import_a_delta_only_on_top_of_its_base() {
+    let dir = tempfile::tempdir().unwrap();
+    let (one, two) = (image("base"), image("next"));
+    let base = dir.path().join("base.tar");
+    let base_digest = write_bundle(&base, &[("ghcr.io/a/b:v1", &one)], HashSet::new(), None);
+    let skip = tender_bundle::blobs_of(&base).unwrap();
+    assert_eq!(skip.len(), 4);
+    let delta = dir.path().join("delta.tar");
+    write_bundle(&delta, &[("ghcr.io/a/b:v1", &one), ("ghcr.io/a/b:v2", &two)], skip, Some(&base_digest.to_string()));
+    assert_eq!(tender_bundle::blobs_of(&delta).unwrap().len(), 4, "only the new image's blobs");
+
+    let fresh = store(&dir.path().join("fresh"));
+    let e = import_path(&delta, &fresh, &TwoUpstreams, &options()).unwrap_err().to_string();
+    assert!(e.contains("neither in the bundle nor stored"), "a delta alone: {e}");
+    assert_invisible(&fresh, &two, "v2");
+
+    let s = store(&dir.path().join("data"));
+    import_path(&base, &s, &TwoUpstreams, &options()).unwrap();
+    let report = import_path(&delta, &s, &TwoUpstreams, &options()).unwrap();
+    assert_eq!(report.delta_of.as_deref(), Some(base_digest.to_string().as_str()));
+    assert_eq!(report.new_blobs, 4);
+    assert_eq!(s.tag_get("ghcr.io", "a/b", "v2").unwrap().unwrap().digest, two.index.digest);
+    assert_eq!(s.tag_get("ghcr.io", "a/b", "v1").unwrap().unwrap().digest, one.index.digest);
+}
+
+#[test]
+fn should_name_entries_from_bare_tags_only_with_a_registry_and_refuse_unrouted_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image("names");
+    let path = dir.path().join("bundle");
+    write_bundle(&path, &[("v3", &img)], HashSet::new(), None);
+    let s = store(&dir.path().join("data"));
+    let e = import_path(&path, &s, &TwoUpstreams, &options()).unwrap_err().to_string();
+    assert!(e.contains("--registry"), "{e}");
+    let with = ImportOptions { registry: Some("ghcr.io/a/b".into()), ..options() };
+    import_path(&path, &s, &TwoUpstreams, &with).unwrap();
+    assert!(s.tag_get("ghcr.io", "a/b", "v3").unwrap().unwrap().imported);
+
+    let other = image("unrouted");
+    let path = dir.path().join("unrouted");
+    write_bundle(&path, &[("quay.io/a/b:v1", &other)], HashSet::new(), None);
+    let e = import_path(&path, &s, &TwoUpstreams, &options()).unwrap_err().to_string();
+    assert!(e.contains("quay.io is not an upstream"), "{e}");
+}
+
+fn asset_bundle(path: &Path, asset: &[u8]) -> Digest {
+    let layer = blob(asset, layout::ASSET_LAYER_MEDIA);
+    let empty = blob(layout::EMPTY_JSON, layout::EMPTY_MEDIA);
+    let factory_path = format!("/image/{}/v1.12.0/nocloud-amd64.raw.xz", "a".repeat(64));
+    let doc = serde_json::json!({
+        "schemaVersion": 2, "mediaType": media::OCI_MANIFEST, "artifactType": layout::OS_IMAGE_ARTIFACT,
+        "config": empty.descriptor(), "layers": [layer.descriptor()],
+        "annotations": {layout::FACTORY_PATH: factory_path, layout::TRUST_SHA256: layer.digest.to_string()},
+    });
+    let manifest = blob(&serde_json::to_vec(&doc).unwrap(), media::OCI_MANIFEST);
+    let mut w = BundleWriter::create(path, HashSet::new()).unwrap();
+    for b in [&layer, &empty, &manifest] {
+        w.add_bytes(&b.digest, &b.bytes).unwrap();
+    }
+    let entry = manifest.descriptor().with(layout::FACTORY_PATH, factory_path);
+    w.finish(&Document::index(vec![entry], BTreeMap::new())).unwrap();
+    layer.digest
+}
+
+#[test]
+fn should_register_an_os_image_trust_record_and_refuse_a_contradicting_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(&dir.path().join("data"));
+    let digest = asset_bundle(&dir.path().join("a1"), b"disk image one");
+    let report = import_path(&dir.path().join("a1"), &s, &TwoUpstreams, &options()).unwrap();
+    assert_eq!(report.assets.len(), 1);
+    let key = format!("image:{}/v1.12.0/nocloud-amd64.raw.xz", "a".repeat(64));
+    assert_eq!(s.trust_get(&key).unwrap().unwrap().digest, digest);
+    assert!(s.is_pinned(&digest));
+
+    asset_bundle(&dir.path().join("a2"), b"disk image two");
+    let e = import_path(&dir.path().join("a2"), &s, &TwoUpstreams, &options()).unwrap_err().to_string();
+    assert!(e.contains("trusts") && e.contains("--reset"), "{e}");
+    assert_eq!(s.trust_get(&key).unwrap().unwrap().digest, digest, "the first trust record stands");
+}
+
+#[test]
+fn should_list_names_platforms_and_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image("ls");
+    let path = dir.path().join("bundle.tar");
+    write_bundle(&path, &[("ghcr.io/a/b:v1", &img)], HashSet::new(), None);
+    asset_bundle(&dir.path().join("asset"), b"an os image");
+    let l = tender_bundle::list::list(&path).unwrap();
+    assert_eq!(l.entries.len(), 1);
+    let e = &l.entries[0];
+    assert_eq!((e.name.as_str(), e.kind.as_str()), ("ghcr.io/a/b:v1", "index"));
+    assert_eq!(e.platforms, ["linux/amd64"]);
+    assert_eq!(e.absent, 1, "the arm64 manifest is not in the bundle");
+    let total: u64 = [&img.index, &img.manifest, &img.config, &img.layer].iter().map(|b| b.bytes.len() as u64).sum();
+    assert_eq!(e.bytes, total);
+    let a = tender_bundle::list::list(&dir.path().join("asset")).unwrap();
+    assert_eq!(a.entries[0].kind, "os-image");
+    assert!(a.entries[0].name.starts_with("/image/"));
+}
