@@ -16,7 +16,7 @@ use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tender_catalog::asset::AssetPath;
 use tender_oci::{media, Algorithm, Digest, ImageRef, Reference, RepoName};
 use tender_store::{ManifestMeta, Store, StoreError, TagRecord, TrustRecord};
@@ -57,7 +57,7 @@ fn refused(message: impl Into<String>) -> ImportError {
 }
 
 /// What an import registered.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ImportReport {
     /// sha256 of the bundle's `index.json`, as `tender export` printed it.
@@ -77,7 +77,7 @@ pub struct ImportReport {
     pub ignored: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ImportedImage {
     /// `ghcr.io/siderolabs/kubelet:v1.35.0`, or `registry/repository@digest` for an untagged one.
@@ -89,7 +89,7 @@ pub struct ImportedImage {
     pub objects: usize,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ImportedAsset {
     pub path: String,

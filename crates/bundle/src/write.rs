@@ -149,7 +149,8 @@ impl BundleWriter {
         Ok(())
     }
 
-    fn skipped(&mut self, digest: &Digest) {
+    /// Count a blob that is not written (already in, or in the older bundle) as a delta's.
+    pub fn skipped(&mut self, digest: &Digest) {
         if self.skip.contains(digest) && self.written.insert(*digest) {
             self.summary.skipped += 1;
         }

@@ -18,6 +18,8 @@ pub struct Admin {
     pub token: AdminToken,
     /// `cache.maxSize`: what `POST /api/v1/admin/gc` evicts down to unless the request names a size.
     pub gc_cap: Option<u64>,
+    /// `admin.maxImportSize`: the largest bundle `POST /api/v1/admin/import` takes.
+    pub import_cap: u64,
 }
 
 fn error(status: StatusCode, message: String) -> Response {

@@ -8,6 +8,7 @@ pub mod auth;
 mod conns;
 pub mod error;
 mod image;
+pub mod import;
 pub mod limits;
 pub mod listen;
 pub mod metrics;
@@ -237,7 +238,9 @@ pub fn router_for(app: Arc<AppState>, surface: Surface) -> Router {
                 .route("/api/v1/admin/catalog/sync", axum::routing::post(admin::catalog_sync))
                 .route("/api/v1/admin/gc", axum::routing::post(admin::gc))
                 .route("/api/v1/admin/fsck", axum::routing::post(admin::fsck))
-                .route("/api/v1/admin/fills/{id}", axum::routing::delete(admin::cancel_fill));
+                .route("/api/v1/admin/fills/{id}", axum::routing::delete(admin::cancel_fill))
+                .route("/api/v1/admin/import", axum::routing::post(import::import))
+                .route("/api/v1/admin/tags", axum::routing::delete(import::remove_tag));
         }
     }
     let mut r = r.fallback(not_found);

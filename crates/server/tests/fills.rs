@@ -39,8 +39,10 @@ async fn should_show_a_fill_in_progress_and_cancel_it_for_an_admin() {
     let blob = random_bytes(2_000_000, 31);
     let d = fake.add_blob(blob.clone());
     *fake.state.steady.lock().unwrap() = Some(Fault::SlowDrip(200_000));
-    let security =
-        Security { admin: Some(Admin { token: AdminToken::new(ADMIN), gc_cap: None }), ..Security::default() };
+    let security = Security {
+        admin: Some(Admin { token: AdminToken::new(ADMIN), gc_cap: None, import_cap: 1 << 30 }),
+        ..Security::default()
+    };
     let ups = vec![upstream_settings("ghcr.io", &fake.url())];
     let tender = Tender::start_full(ups, None, fast_settings(), security, None, Surface::All).await;
 

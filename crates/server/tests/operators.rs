@@ -225,7 +225,7 @@ async fn should_probe_an_upstream_now_with_the_admin_token_only() {
     use tender_server::auth::AdminToken;
     let fake = FakeUpstream::start().await;
     let security = tender_server::Security {
-        admin: Some(Admin { token: AdminToken::new("admin-secret"), gc_cap: None }),
+        admin: Some(Admin { token: AdminToken::new("admin-secret"), gc_cap: None, import_cap: 1 << 30 }),
         ..tender_server::Security::default()
     };
     let tender = Tender::start_full(

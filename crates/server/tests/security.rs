@@ -262,8 +262,10 @@ async fn should_offer_admin_endpoints_only_with_a_token_and_only_to_its_holder()
     let resp = client().post(plain.url("/api/v1/admin/gc")).bearer_auth(ADMIN).send().await.unwrap();
     assert_eq!(resp.status(), 404, "no admin token configured: the endpoint does not exist");
 
-    let security =
-        Security { admin: Some(Admin { token: AdminToken::new(ADMIN), gc_cap: Some(0) }), ..Security::default() };
+    let security = Security {
+        admin: Some(Admin { token: AdminToken::new(ADMIN), gc_cap: Some(0), import_cap: 1 << 30 }),
+        ..Security::default()
+    };
     let tender = secured(&fake, security).await;
     assert_eq!(get(&tender.url(&format!("/v2/ghcr.io/a/b/blobs/{d}")), &[]).await.status, 200);
     tender.wait_idle().await;

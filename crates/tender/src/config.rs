@@ -111,6 +111,7 @@ pub struct RawAuth {
 pub struct RawAdmin {
     pub token_file: Option<PathBuf>,
     pub listen: Option<String>,
+    pub max_import_size: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -245,6 +246,8 @@ impl std::fmt::Debug for AuthSettings {
 pub struct AdminSettings {
     pub token: Option<String>,
     pub listen: Option<SocketAddr>,
+    /// `admin.maxImportSize`: the largest bundle `POST /api/v1/admin/import` takes.
+    pub max_import_size: u64,
 }
 
 impl std::fmt::Debug for AdminSettings {
@@ -252,6 +255,7 @@ impl std::fmt::Debug for AdminSettings {
         f.debug_struct("AdminSettings")
             .field("token", &self.token.as_ref().map(|_| "<set>"))
             .field("listen", &self.listen)
+            .field("max_import_size", &self.max_import_size)
             .finish()
     }
 }
@@ -736,8 +740,17 @@ fn resolve_admin(name: &str, raw: &RawAdmin, o: &Overrides) -> Result<AdminSetti
             origin_err(name, o.admin_listen.is_some(), "--admin-listen", "admin.listen", m)
         })?),
     };
-    Ok(AdminSettings { token, listen })
+    let max_import_size = match &raw.max_import_size {
+        None => DEFAULT_MAX_IMPORT_SIZE,
+        Some(s) => parse_size(s).filter(|n| *n > 0).ok_or_else(|| {
+            origin_err(name, false, "", "admin.maxImportSize", format!("{s:?} is not a size like 64GiB"))
+        })?,
+    };
+    Ok(AdminSettings { token, listen, max_import_size })
 }
+
+/// `admin.maxImportSize` unless set: a Talos release with its images is a few GiB.
+pub const DEFAULT_MAX_IMPORT_SIZE: u64 = 64 << 30;
 
 fn resolve_parent(name: &str, raw: &RawParent, o: &Overrides) -> Result<Option<ParentSettings>, ConfigError> {
     let err = |key: &str, m: String| ConfigError { source_name: name.to_string(), key: key.to_string(), message: m };

@@ -11,6 +11,8 @@ mod datadir;
 mod docs_check;
 mod docs_cmd;
 mod exit;
+mod export;
+mod import_cmd;
 mod maint;
 mod prefetch;
 mod probe;
@@ -56,6 +58,14 @@ enum Command {
     Probe(probe::ProbeArgs),
     /// Warm the cache with images and OS images before workers need them
     Prefetch(Box<prefetch::PrefetchArgs>),
+    /// Write images and OS images to one OCI image layout bundle (prefetch's selection), to carry across an air gap
+    Export(Box<export::ExportArgs>),
+    /// Verify a bundle and register its images and OS images (tags authoritative) in a tender
+    Import(Box<import_cmd::ImportArgs>),
+    /// Bundles: ls
+    Bundle(import_cmd::BundleArgs),
+    /// Tags: rm (an imported tag stops being authoritative)
+    Tag(import_cmd::TagArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     Completions(docs_cmd::CompletionsArgs),
     /// Print the man page, or write one per command into a directory
@@ -81,6 +91,10 @@ fn main() -> ExitCode {
         Command::Stats(args) => stats::run(args),
         Command::Probe(args) => probe::run(args),
         Command::Prefetch(args) => prefetch::run(*args),
+        Command::Export(args) => export::run(*args),
+        Command::Import(args) => import_cmd::run_import(*args),
+        Command::Bundle(args) => import_cmd::run_bundle(args),
+        Command::Tag(args) => import_cmd::run_tag(args),
         Command::Completions(args) => docs_cmd::completions(&args),
         Command::Man(args) => docs_cmd::man(&args),
     };

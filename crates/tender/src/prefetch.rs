@@ -128,7 +128,7 @@ pub struct PrefetchArgs {
 
 /// An image platform, `os/arch[/variant]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Platform {
+pub(crate) struct Platform {
     os: String,
     arch: String,
     variant: Option<String>,
@@ -179,7 +179,7 @@ impl Platform {
 
 /// One thing to warm.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Item {
+pub(crate) enum Item {
     Image(ImageRef),
     OsImage(AssetPath),
 }
@@ -291,13 +291,13 @@ fn collect_items(args: &PrefetchArgs, platforms: &[Platform]) -> anyhow::Result<
 
 /// Why something could not be warmed, and whether trying again later could help.
 #[derive(Debug, Clone)]
-struct Failed {
-    transient: bool,
-    message: String,
+pub(crate) struct Failed {
+    pub(crate) transient: bool,
+    pub(crate) message: String,
 }
 
 impl Failed {
-    fn definite(message: impl Into<String>) -> Failed {
+    pub(crate) fn definite(message: impl Into<String>) -> Failed {
         Failed { transient: false, message: message.into() }
     }
 
@@ -311,7 +311,7 @@ impl Failed {
     }
 
     /// A non-success status from the server.
-    fn status(what: &str, status: StatusCode) -> Failed {
+    pub(crate) fn status(what: &str, status: StatusCode) -> Failed {
         let code = status.as_u16();
         let message = format!("{what}: the server answered {status}");
         if code >= 500 || code == 408 || code == 429 {
@@ -321,7 +321,7 @@ impl Failed {
         }
     }
 
-    fn transport(what: &str, e: &reqwest::Error) -> Failed {
+    pub(crate) fn transport(what: &str, e: &reqwest::Error) -> Failed {
         let mut m = format!("{what}: {e}");
         let mut source = std::error::Error::source(e);
         while let Some(s) = source {
@@ -334,14 +334,24 @@ impl Failed {
 }
 
 /// What warming one item did.
-#[derive(Debug, Default, Clone)]
-struct Done {
+#[derive(Default, Clone)]
+pub(crate) struct Done {
     /// Manifests and blobs (or the OS image) now in the cache.
     objects: usize,
     bytes: u64,
     /// Of those, already stored before this run (known with --data only).
     already: usize,
-    platforms: Vec<String>,
+    pub(crate) platforms: Vec<String>,
+    /// An image's manifests and blobs, as walked.
+    pub(crate) graph: Option<Graph>,
+}
+
+/// An image as walked: its manifest or index, the chosen platforms' manifests, their blobs.
+#[derive(Clone)]
+pub(crate) struct Graph {
+    pub(crate) top: Manifest,
+    pub(crate) children: Vec<Manifest>,
+    pub(crate) blobs: Vec<Blob>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -350,7 +360,7 @@ struct Done {
 /// One progress bar per item on a terminal; plain lines otherwise; nothing with `--quiet`. Every
 /// item also counts into the run's [`Totals`].
 #[derive(Clone)]
-struct Progress {
+pub(crate) struct Progress {
     bar: Option<ProgressBar>,
     label: String,
     show: Show,
@@ -360,7 +370,7 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(multi: Option<&MultiProgress>, label: String, show: Show, totals: Arc<Totals>) -> Progress {
+    pub(crate) fn new(multi: Option<&MultiProgress>, label: String, show: Show, totals: Arc<Totals>) -> Progress {
         let bar = multi.map(|m| {
             let style =
                 ProgressStyle::with_template("{msg:50!} {bar:30} {bytes:>10}/{total_bytes:<10} {bytes_per_sec}")
@@ -452,15 +462,16 @@ struct ManifestDoc {
 }
 
 /// A manifest as fetched.
-struct Manifest {
-    digest: Digest,
-    media_type: String,
-    bytes: Bytes,
+#[derive(Clone)]
+pub(crate) struct Manifest {
+    pub(crate) digest: Digest,
+    pub(crate) media_type: String,
+    pub(crate) bytes: Bytes,
     /// Served from the store without a transfer (known with --data only).
     already: bool,
 }
 
-fn is_index(media_type: &str) -> bool {
+pub(crate) fn is_index(media_type: &str) -> bool {
     media_type.eq_ignore_ascii_case(media::OCI_INDEX) || media_type.eq_ignore_ascii_case(media::DOCKER_LIST)
 }
 
@@ -470,9 +481,9 @@ fn parse_digest(what: &str, d: &str) -> Result<Digest, Failed> {
 
 /// A blob to fetch.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Blob {
-    digest: Digest,
-    size: u64,
+pub(crate) struct Blob {
+    pub(crate) digest: Digest,
+    pub(crate) size: u64,
 }
 
 /// The index entries for the requested platforms, in the order asked (the first match of each).
@@ -501,7 +512,7 @@ fn select_platforms(img: &ImageRef, index: &IndexDoc, platforms: &[Platform]) ->
 }
 
 /// Config and layers of an image manifest.
-fn manifest_blobs(img: &ImageRef, m: &Manifest) -> Result<Vec<Blob>, Failed> {
+pub(crate) fn manifest_blobs(img: &ImageRef, m: &Manifest) -> Result<Vec<Blob>, Failed> {
     if is_index(&m.media_type) {
         return Err(Failed::definite(format!("{img}: manifest {} is an index inside an index", m.digest)));
     }
@@ -517,19 +528,19 @@ fn manifest_blobs(img: &ImageRef, m: &Manifest) -> Result<Vec<Blob>, Failed> {
 // ---------------------------------------------------------------------------------------------
 // Where the bytes go: a running server, or the fetch layer on a data directory
 
-enum Mode {
+pub(crate) enum Mode {
     Server(ServerBackend),
     Local(LocalBackend),
 }
 
 /// Where the bytes go, and how often a transient failure is tried again.
-struct Backend {
-    mode: Mode,
+pub(crate) struct Backend {
+    pub(crate) mode: Mode,
     retries: u32,
 }
 
 /// What fetching one object did.
-struct Got {
+pub(crate) struct Got {
     bytes: u64,
     already: bool,
 }
@@ -554,7 +565,7 @@ impl Backend {
         }
     }
 
-    async fn manifest(&self, img: &ImageRef, reference: &Reference) -> Result<Manifest, Failed> {
+    pub(crate) async fn manifest(&self, img: &ImageRef, reference: &Reference) -> Result<Manifest, Failed> {
         self.retrying(|| async {
             match &self.mode {
                 Mode::Server(s) => s.manifest(img, reference).await,
@@ -564,7 +575,7 @@ impl Backend {
         .await
     }
 
-    async fn blob(&self, img: &ImageRef, blob: &Blob, progress: &Progress) -> Result<Got, Failed> {
+    pub(crate) async fn blob(&self, img: &ImageRef, blob: &Blob, progress: &Progress) -> Result<Got, Failed> {
         self.retrying(|| async {
             match &self.mode {
                 Mode::Server(s) => s.blob(img, blob, progress).await,
@@ -574,7 +585,7 @@ impl Backend {
         .await
     }
 
-    async fn os_image(&self, asset: &AssetPath, progress: &Progress) -> Result<Got, Failed> {
+    pub(crate) async fn os_image(&self, asset: &AssetPath, progress: &Progress) -> Result<Got, Failed> {
         self.retrying(|| async {
             match &self.mode {
                 Mode::Server(s) => s.os_image(asset, progress).await,
@@ -585,13 +596,13 @@ impl Backend {
     }
 }
 
-struct ServerBackend {
-    client: TenderClient,
-    base: Url,
+pub(crate) struct ServerBackend {
+    pub(crate) client: TenderClient,
+    pub(crate) base: Url,
 }
 
 impl ServerBackend {
-    async fn get(&self, what: &str, path: &str, accept: Option<&str>) -> Result<reqwest::Response, Failed> {
+    pub(crate) async fn get(&self, what: &str, path: &str, accept: Option<&str>) -> Result<reqwest::Response, Failed> {
         let url = client::join(&self.base, path);
         let mut headers = HeaderMap::new();
         if let Some(a) = accept.and_then(|a| HeaderValue::from_str(a).ok()) {
@@ -680,9 +691,9 @@ impl ServerBackend {
     }
 }
 
-struct LocalBackend {
-    mirror: Arc<Mirror>,
-    store: Arc<Store>,
+pub(crate) struct LocalBackend {
+    pub(crate) mirror: Arc<Mirror>,
+    pub(crate) store: Arc<Store>,
     pin: bool,
     /// Longest wait for one fill (the fill's own deadline, plus a margin).
     wait_limit: Duration,
@@ -699,7 +710,7 @@ fn container(c: Compression) -> Container {
 }
 
 impl LocalBackend {
-    fn route(&self, img: &ImageRef) -> Result<(Arc<Upstream>, RepoName), Failed> {
+    pub(crate) fn route(&self, img: &ImageRef) -> Result<(Arc<Upstream>, RepoName), Failed> {
         self.mirror
             .route(Some(&img.registry), &img.repository)
             .map_err(|e| Failed::definite(format!("{img}: {e}; add it to the upstreams of the --config file")))
@@ -828,6 +839,7 @@ async fn warm_image(
     progress.object_done();
     let mut done = Done { objects: 1, already: usize::from(top.already), ..Done::default() };
     let mut manifests = Vec::new();
+    let top_kept = top.clone();
     if is_index(&top.media_type) {
         let index: IndexDoc = serde_json::from_slice(&top.bytes)
             .map_err(|e| Failed::definite(format!("{img}: the index is not valid JSON: {e}")))?;
@@ -885,6 +897,8 @@ async fn warm_image(
             if failures.len() > 1 { format!(" (and {} more blob(s))", failures.len() - 1) } else { String::new() };
         return Err(Failed { transient, message: format!("{}{more}", first.message) });
     }
+    let children = if is_index(&top_kept.media_type) { manifests } else { Vec::new() };
+    done.graph = Some(Graph { top: top_kept, children, blobs });
     Ok(done)
 }
 
@@ -902,7 +916,7 @@ async fn warm(
             progress.objects(1);
             let g = backend.os_image(asset, progress).await?;
             progress.object_done();
-            Ok(Done { objects: 1, bytes: g.bytes, already: usize::from(g.already), platforms: vec![] })
+            Ok(Done { objects: 1, bytes: g.bytes, already: usize::from(g.already), ..Done::default() })
         }
     }
 }
@@ -950,7 +964,16 @@ fn server_backend(args: &PrefetchArgs, url: &str) -> anyhow::Result<Backend> {
     Ok(Backend { mode: Mode::Server(ServerBackend { client, base }), retries: args.retries })
 }
 
-pub fn run(args: PrefetchArgs) -> anyhow::Result<ExitCode> {
+/// A prefetch (or export) ready to run: what to fetch, and where.
+pub(crate) struct Run {
+    pub(crate) items: Vec<Item>,
+    pub(crate) platforms: Vec<Platform>,
+    pub(crate) backend: Backend,
+    pub(crate) runtime: tokio::runtime::Runtime,
+}
+
+/// Check the arguments and build the backend; nothing is fetched yet.
+pub(crate) fn start(args: &PrefetchArgs) -> anyhow::Result<Run> {
     let mut platforms = Vec::new();
     for p in &args.platforms {
         platforms.push(p.parse::<Platform>().map_err(Failure::usage)?);
@@ -963,34 +986,39 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<ExitCode> {
             "the client options (--ca, --username, --token-file, …) go with --server, not --data",
         ));
     }
-    let items = collect_items(&args, &platforms)?;
+    let items = collect_items(args, &platforms)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("tender-prefetch")
         .build()
         .context("starting the async runtime")?;
     let backend = match &client::server_or_env(&args.server, args.data.is_some()) {
-        Some(url) => server_backend(&args, url)?,
+        Some(url) => server_backend(args, url)?,
         None if args.data.is_none() => {
             return Err(Failure::usage("give --server URL (or TENDER_SERVER) or --data DIR"));
         }
         None => {
             init_logging();
-            local_backend(&args)?
+            local_backend(args)?
         }
     };
+    Ok(Run { items, platforms, backend, runtime })
+}
+
+/// Warm every item (progress on stderr, labelled `verb`), print the summary.
+pub(crate) fn warm_all(run: &Run, args: &PrefetchArgs, verb: &'static str) -> Vec<(Item, Result<Done, Failed>)> {
     let show = Show::choose(args.quiet);
     let multi = show.multi();
-    let totals = Totals::new("prefetch", multi.as_ref());
+    let totals = Totals::new(verb, multi.as_ref());
     if show == Show::Lines {
         totals.spawn_ticker(args.progress_interval);
     }
     let jobs = Semaphore::new(args.jobs);
     let started = Instant::now();
-    let outcomes: Vec<(Item, Result<Done, Failed>)> = runtime.block_on(async {
-        let work = items.iter().map(|item| {
+    let outcomes: Vec<(Item, Result<Done, Failed>)> = run.runtime.block_on(async {
+        let work = run.items.iter().map(|item| {
             let progress = Progress::new(multi.as_ref(), item.to_string(), show, totals.clone());
-            let (backend, platforms, jobs) = (&backend, &platforms, &jobs);
+            let (backend, platforms, jobs) = (&run.backend, &run.platforms, &jobs);
             async move {
                 let r = warm(backend, item, platforms, jobs, &progress).await;
                 match &r {
@@ -1003,17 +1031,29 @@ pub fn run(args: PrefetchArgs) -> anyhow::Result<ExitCode> {
         futures::future::join_all(work).await
     });
     totals.finish(show);
-    print_summary(&outcomes, started.elapsed(), matches!(backend.mode, Mode::Local(_)));
+    print_summary(&outcomes, started.elapsed(), matches!(run.backend.mode, Mode::Local(_)));
+    outcomes
+}
+
+/// The error for the failed items, if any: transient (exit 3) when all failures were.
+pub(crate) fn verdict(outcomes: &[(Item, Result<Done, Failed>)], what: &str) -> anyhow::Result<()> {
     let failed: Vec<&Failed> = outcomes.iter().filter_map(|(_, r)| r.as_ref().err()).collect();
     if failed.is_empty() {
-        return Ok(ExitCode::SUCCESS);
+        return Ok(());
     }
-    let message = format!("{} of {} item(s) not warmed", failed.len(), outcomes.len());
+    let message = format!("{} of {} item(s) not {what}", failed.len(), outcomes.len());
     if failed.iter().all(|f| f.transient) {
         Err(Failure::transient(format!("{message}; all failures were transient, try again")))
     } else {
         Err(Failure::problem(message))
     }
+}
+
+pub fn run(args: PrefetchArgs) -> anyhow::Result<ExitCode> {
+    let run = start(&args)?;
+    let outcomes = warm_all(&run, &args, "prefetch");
+    verdict(&outcomes, "warmed")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_summary(outcomes: &[(Item, Result<Done, Failed>)], took: Duration, local: bool) {

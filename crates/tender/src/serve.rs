@@ -324,6 +324,7 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
         admin: settings.admin.token.as_deref().map(|t| tender_server::admin::Admin {
             token: tender_server::auth::AdminToken::new(t),
             gc_cap: settings.cache_max_size,
+            import_cap: settings.admin.max_import_size,
         }),
         limits: settings.limits.clone(),
     };

@@ -1,0 +1,123 @@
+//! Bundles into a running tender: `POST /api/v1/admin/import` (a tar streamed in the body,
+//! verified with the same rules as `tender import --data`) and `DELETE /api/v1/admin/tags`
+//! (`tender tag rm --server`).
+
+use std::io;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::TryStreamExt as _;
+use tender_bundle::{ImportError, ImportOptions, Router};
+use tender_fetch::Mirror;
+use tender_oci::{ImageRef, Reference, RepoName};
+
+use crate::auth::require_admin;
+use crate::AppState;
+
+/// Names route the way a client's request would: the upstream a pull of the name reaches.
+pub struct Routes<'a>(pub &'a Mirror);
+
+impl Router for Routes<'_> {
+    fn route(&self, image: &ImageRef) -> Result<(String, RepoName), String> {
+        self.0
+            .route(Some(&image.registry), &image.repository)
+            .map(|(up, repo)| (up.name().to_string(), repo))
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportQuery {
+    /// `--registry`: the registry (and repository, for a bare tag) of names without one.
+    registry: Option<String>,
+    /// `pin=false`: leave what was imported evictable.
+    pin: Option<bool>,
+}
+
+/// `POST /api/v1/admin/import[?registry=NAME][&pin=false]`: the body is a bundle as a tar
+/// (`tender import --server` streams a directory as one). 200 with what was registered; 422
+/// when the bundle is refused (nothing of it became visible); 413 over `admin.maxImportSize`.
+pub async fn import(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<ImportQuery>,
+    body: Body,
+) -> Response {
+    if let Some(refused) = require_admin(&app, &headers) {
+        return refused;
+    }
+    let cap = app.security.admin.as_ref().map_or(0, |a| a.import_cap);
+    let announced = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > cap) {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the bundle is larger than admin.maxImportSize ({cap} bytes)"),
+        );
+    }
+    let mirror = app.mirror().clone();
+    let options = ImportOptions { registry: q.registry, max_bytes: Some(cap), pin: q.pin.unwrap_or(true) };
+    let reader = tokio_util::io::StreamReader::new(body.into_data_stream().map_err(io::Error::other));
+    let handle = tokio::runtime::Handle::current();
+    let result = tokio::task::spawn_blocking(move || {
+        let mut sync = tokio_util::io::SyncIoBridge::new_with_handle(reader, handle);
+        let store = mirror.flights().store().clone();
+        tender_bundle::import_tar(&mut sync, &store, &Routes(&mirror), &options)
+    })
+    .await;
+    match result {
+        Ok(Ok(report)) => {
+            tracing::info!(index = %report.index_digest, images = report.images.len(), assets = report.assets.len(),
+                new_blobs = report.new_blobs, "bundle imported");
+            (StatusCode::OK, Json(report)).into_response()
+        }
+        Ok(Err(e @ ImportError::Refused(_))) => {
+            tracing::warn!(error = %e, "bundle refused");
+            error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
+        }
+        Ok(Err(e @ ImportError::TooLarge(_))) => error(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
+        Ok(Err(ImportError::Io(e))) => error(StatusCode::BAD_REQUEST, format!("reading the bundle: {e}")),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("the import failed unexpectedly: {e}")),
+    }
+}
+
+#[derive(serde::Deserialize)]
+pub struct TagQuery {
+    /// `ghcr.io/siderolabs/kubelet:v1.35.0`
+    name: String,
+}
+
+/// `DELETE /api/v1/admin/tags?name=IMAGE:TAG`: forget what a tag points to (an imported tag
+/// stops being authoritative; the next pull asks the upstream). 404 when there was no record.
+pub async fn remove_tag(State(app): State<Arc<AppState>>, headers: HeaderMap, Query(q): Query<TagQuery>) -> Response {
+    if let Some(refused) = require_admin(&app, &headers) {
+        return refused;
+    }
+    match remove(&app.mirror(), &q.name) {
+        Ok(true) => (StatusCode::OK, Json(serde_json::json!({ "removed": q.name }))).into_response(),
+        Ok(false) => error(StatusCode::NOT_FOUND, format!("no tag record for {}", q.name)),
+        Err(e) => error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+/// Remove the tag record `name` routes to. `Ok(false)`: there was none.
+pub fn remove(mirror: &Mirror, name: &str) -> Result<bool, String> {
+    let image = ImageRef::parse(name)?;
+    let Reference::Tag(tag) = &image.reference else {
+        return Err(format!("{name}: name a tag, not a digest"));
+    };
+    let (upstream, repo) = Routes(mirror).route(&image)?;
+    mirror.flights().store().tag_remove(&upstream, repo.as_str(), tag.as_str()).map_err(|e| e.to_string())
+}

@@ -1,0 +1,367 @@
+//! `tender export`: carry a release across an air gap as one OCI image layout.
+//!
+//! The selection is `tender prefetch`'s: the items are first warmed exactly as prefetch warms
+//! them (fetched once, verified, through a running tender or in-process on a data directory),
+//! then written to the bundle from the store (`--data`: copied from the verified objects) or
+//! through the server (`--server`: hashed again on the way). Each image is one `index.json`
+//! entry named by `org.opencontainers.image.ref.name` (and containerd's name annotation) with
+//! only the requested platforms' manifests and blobs; its referrers found by the referrers API
+//! or the tag schemes (`sha256-<hex>`, cosign's `.sig` / `.att`) come along. An OS image is an
+//! OCI artifact (one layer, the asset) carrying its Image Factory path and its trust digest.
+//! `--since OLD` leaves out the blobs OLD holds: a delta, importable on top of OLD.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use anyhow::Context as _;
+use futures::TryStreamExt as _;
+use indicatif::HumanBytes;
+use reqwest::StatusCode;
+use tender_bundle::layout::{self, Descriptor, Document};
+use tender_bundle::BundleWriter;
+use tender_catalog::asset::AssetPath;
+use tender_fetch::mirror::ListingKind;
+use tender_oci::{media, Algorithm, Digest, ImageRef, Reference, Tag};
+
+use crate::client;
+use crate::exit::Failure;
+use crate::prefetch::{self, Blob, Failed, Item, Manifest, Mode, PrefetchArgs, Progress, Run};
+use crate::progress::{Show, Totals};
+
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// Where to write the bundle: a directory, or one tar file when PATH ends in .tar (must not exist)
+    #[arg(long, value_name = "PATH")]
+    pub out: PathBuf,
+    /// An earlier bundle (directory or tar): write only the blobs it lacks, plus a complete index
+    #[arg(long, value_name = "OLD_BUNDLE")]
+    pub since: Option<PathBuf>,
+    /// What to export: exactly `tender prefetch`'s selection and options
+    #[command(flatten)]
+    pub select: PrefetchArgs,
+}
+
+/// Deepest nesting of referrer indexes followed.
+const MAX_DEPTH: usize = 4;
+
+/// Counts for the summary.
+#[derive(Default)]
+struct Counts {
+    images: usize,
+    referrers: usize,
+    assets: usize,
+}
+
+pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
+    if std::fs::symlink_metadata(&args.out).is_ok() {
+        return Err(Failure::usage(format!("--out {}: exists; name a new path", args.out.display())));
+    }
+    let (skip, since_digest) = match &args.since {
+        Some(old) => {
+            let listing = tender_bundle::list::list(old)
+                .map_err(|e| Failure::usage(format!("--since {}: not a bundle: {e}", old.display())))?;
+            let blobs = tender_bundle::blobs_of(old).with_context(|| format!("reading --since {}", old.display()))?;
+            (blobs, Some(listing.index_digest))
+        }
+        None => (HashSet::new(), None),
+    };
+    let run = prefetch::start(&args.select)?;
+    let outcomes = prefetch::warm_all(&run, &args.select, "export");
+    prefetch::verdict(&outcomes, "fetched; nothing written")?;
+
+    let show = Show::choose(args.select.quiet);
+    let totals = Totals::new("export", None);
+    let progress = Progress::new(None, "bundle".into(), show, totals);
+    let mut writer =
+        BundleWriter::create(&args.out, skip).with_context(|| format!("creating the bundle {}", args.out.display()))?;
+    let mut entries = Vec::new();
+    let mut counts = Counts::default();
+    for (item, outcome) in &outcomes {
+        let Ok(done) = outcome else { continue };
+        match item {
+            Item::Image(img) => {
+                let graph = done.graph.as_ref().ok_or_else(|| Failure::problem(format!("{img}: nothing walked")))?;
+                let mut manifests = vec![graph.top.clone()];
+                manifests.extend(graph.children.iter().cloned());
+                for m in &manifests {
+                    writer.add_bytes(&m.digest, &m.bytes).with_context(|| format!("{img}: writing {}", m.digest))?;
+                }
+                for b in &graph.blobs {
+                    copy_blob(&run, &mut writer, img, b, &progress)?;
+                }
+                let name = img.to_string();
+                let mut entry = Descriptor::new(&graph.top.media_type, &graph.top.digest, graph.top.bytes.len() as u64)
+                    .with(layout::REF_NAME, name.clone())
+                    .with(layout::CONTAINERD_NAME, name);
+                if prefetch::is_index(&graph.top.media_type) {
+                    entry = entry.with(layout::PLATFORMS, done.platforms.join(","));
+                }
+                entries.push(entry);
+                counts.images += 1;
+                for m in &manifests {
+                    for r in referrers(&run, img, &m.digest)? {
+                        export_graph(&run, &mut writer, &r.image, &r.manifest, &progress, 0)?;
+                        let mut entry =
+                            Descriptor::new(&r.manifest.media_type, &r.manifest.digest, r.manifest.bytes.len() as u64);
+                        entry = match &r.image.reference {
+                            Reference::Tag(_) => entry
+                                .with(layout::REF_NAME, r.image.to_string())
+                                .with(layout::CONTAINERD_NAME, r.image.to_string()),
+                            Reference::Digest(_) => {
+                                entry.with(layout::REPOSITORY, format!("{}/{}", r.image.registry, r.image.repository))
+                            }
+                        };
+                        if !entries
+                            .iter()
+                            .any(|e: &Descriptor| e.digest == entry.digest && e.annotations == entry.annotations)
+                        {
+                            entries.push(entry);
+                            counts.referrers += 1;
+                        }
+                    }
+                }
+            }
+            Item::OsImage(asset) => {
+                entries.push(export_asset(&run, &mut writer, asset, &progress)?);
+                counts.assets += 1;
+            }
+        }
+    }
+    let mut annotations = BTreeMap::new();
+    annotations.insert(layout::CREATED.to_string(), humantime::format_rfc3339_seconds(SystemTime::now()).to_string());
+    if let Some(d) = &since_digest {
+        annotations.insert(layout::SINCE.to_string(), d.clone());
+    }
+    let written = writer
+        .finish(&Document::index(entries, annotations))
+        .with_context(|| format!("finishing the bundle {}", args.out.display()))?;
+    let delta = match (&args.since, &since_digest) {
+        (Some(old), Some(d)) => {
+            format!("; a delta on {} ({d}): {} blob(s) it holds left out", old.display(), written.skipped)
+        }
+        _ => String::new(),
+    };
+    println!(
+        "export: wrote {}: {} image(s), {} referrer(s), {} OS image(s); {} blob(s), {}{delta}",
+        args.out.display(),
+        counts.images,
+        counts.referrers,
+        counts.assets,
+        written.blobs,
+        HumanBytes(written.bytes)
+    );
+    if let Some(d) = written.index_digest {
+        println!("index: {d}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Copy one blob into the bundle: from the store (verified when it was committed), or through
+/// the server (hashed on the way).
+fn copy_blob(
+    run: &Run,
+    writer: &mut BundleWriter,
+    img: &ImageRef,
+    blob: &Blob,
+    progress: &Progress,
+) -> anyhow::Result<()> {
+    if !writer.wants(&blob.digest) {
+        // Already written, or in the --since bundle: no transfer.
+        writer.skipped(&blob.digest);
+        return Ok(());
+    }
+    let what = format!("{img}: blob {}", blob.digest);
+    match &run.backend.mode {
+        Mode::Local(local) => {
+            run.runtime.block_on(run.backend.blob(img, blob, progress)).map_err(failure)?;
+            let path = local.store.object_path(&blob.digest);
+            writer.add_verified_file(&blob.digest, &path).with_context(|| format!("{what}: copying"))?;
+        }
+        Mode::Server(server) => {
+            let path = format!("/v2/{}/blobs/{}?ns={}", img.repository, blob.digest, img.registry);
+            let resp = run.runtime.block_on(server.get(&what, &path, None)).map_err(failure)?;
+            let stream = resp.bytes_stream().map_err(io::Error::other);
+            let reader = tokio_util::io::StreamReader::new(stream);
+            let mut sync = tokio_util::io::SyncIoBridge::new_with_handle(reader, run.runtime.handle().clone());
+            writer.add_reader(&blob.digest, blob.size, &mut sync).with_context(|| format!("{what}: writing"))?;
+        }
+    }
+    Ok(())
+}
+
+fn failure(f: Failed) -> anyhow::Error {
+    if f.transient {
+        Failure::transient(f.message)
+    } else {
+        Failure::problem(f.message)
+    }
+}
+
+/// A referrer to carry along: the manifest, and the name it is found under.
+struct Referrer {
+    image: ImageRef,
+    manifest: Manifest,
+}
+
+/// The referrers of `digest` in `img`'s repository: the referrers API's answer and the tag
+/// schemes (`sha256-<hex>` of OCI's fallback, cosign's `.sig` and `.att`). A 404 is none.
+fn referrers(run: &Run, img: &ImageRef, digest: &Digest) -> anyhow::Result<Vec<Referrer>> {
+    let mut out: Vec<Referrer> = Vec::new();
+    for d in referrers_api(run, img, digest)? {
+        let image = ImageRef { reference: Reference::Digest(d), tag_hint: None, ..img.clone() };
+        match run.runtime.block_on(run.backend.manifest(&image, &Reference::Digest(d))) {
+            Ok(manifest) => out.push(Referrer { image, manifest }),
+            Err(f) if !f.transient => tracing::warn!(referrer = %d, error = %f.message, "referrer not exported"),
+            Err(f) => return Err(failure(f)),
+        }
+    }
+    let fallback = format!("{}-{}", digest.algorithm().name(), digest.hex());
+    for suffix in ["", ".sig", ".att"] {
+        let Ok(tag) = format!("{fallback}{suffix}").parse::<Tag>() else { continue };
+        let image = ImageRef { reference: Reference::Tag(tag.clone()), tag_hint: None, ..img.clone() };
+        match run.runtime.block_on(run.backend.manifest(&image, &Reference::Tag(tag))) {
+            Ok(manifest) => {
+                if !out.iter().any(|r| r.manifest.digest == manifest.digest && r.image == image) {
+                    out.push(Referrer { image, manifest });
+                }
+            }
+            Err(f) if !f.transient => {}
+            Err(f) => return Err(failure(f)),
+        }
+    }
+    Ok(out)
+}
+
+/// The manifests the referrers API lists for `digest` (none where it answers 404).
+fn referrers_api(run: &Run, img: &ImageRef, digest: &Digest) -> anyhow::Result<Vec<Digest>> {
+    let body = match &run.backend.mode {
+        Mode::Server(server) => {
+            let path = format!("/v2/{}/referrers/{digest}?ns={}", img.repository, img.registry);
+            let what = format!("{img}: referrers of {digest}");
+            let url = client::join(&server.base, &path);
+            let resp = run.runtime.block_on(server.client.request(reqwest::Method::GET, url).send());
+            match resp {
+                Ok(r) if r.status() == StatusCode::OK => {
+                    run.runtime.block_on(r.bytes()).map_err(|e| failure(Failed::transport(&what, &e)))?.to_vec()
+                }
+                Ok(r) if r.status().is_server_error() => return Err(failure(Failed::status(&what, r.status()))),
+                Ok(_) => return Ok(Vec::new()),
+                Err(e) => return Err(failure(Failed::transport(&what, &e))),
+            }
+        }
+        Mode::Local(local) => {
+            let (up, repo) = local.route(img).map_err(failure)?;
+            let listing = run.runtime.block_on(local.mirror.listing(
+                &up,
+                &repo,
+                &ListingKind::Referrers(*digest),
+                &[],
+                &repo,
+                None,
+            ));
+            match listing {
+                Ok(l) => l.body.to_vec(),
+                Err(e) if e.is_retryable() || e.is_upstream_down() => {
+                    return Err(Failure::transient(format!("{img}: referrers of {digest}: {e}")));
+                }
+                Err(_) => return Ok(Vec::new()),
+            }
+        }
+    };
+    let doc: Document = serde_json::from_slice(&body).unwrap_or_default();
+    Ok(doc.manifests.iter().filter_map(|d| d.digest.parse().ok()).collect())
+}
+
+/// Write a referrer's whole graph: every manifest of an index, every blob.
+fn export_graph(
+    run: &Run,
+    writer: &mut BundleWriter,
+    img: &ImageRef,
+    manifest: &Manifest,
+    progress: &Progress,
+    depth: usize,
+) -> anyhow::Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(Failure::problem(format!("{img}: referrer indexes nested deeper than {MAX_DEPTH}")));
+    }
+    writer
+        .add_bytes(&manifest.digest, &manifest.bytes)
+        .with_context(|| format!("{img}: writing {}", manifest.digest))?;
+    if prefetch::is_index(&manifest.media_type) {
+        let doc: Document = serde_json::from_slice(&manifest.bytes)
+            .map_err(|e| Failure::problem(format!("{img}: index {}: {e}", manifest.digest)))?;
+        for child in doc.manifests {
+            let Ok(d) = child.digest.parse::<Digest>() else { continue };
+            let m = run.runtime.block_on(run.backend.manifest(img, &Reference::Digest(d))).map_err(failure)?;
+            export_graph(run, writer, img, &m, progress, depth + 1)?;
+        }
+        return Ok(());
+    }
+    for b in prefetch::manifest_blobs(img, manifest).map_err(failure)? {
+        copy_blob(run, writer, img, &b, progress)?;
+    }
+    Ok(())
+}
+
+/// An OS image as an OCI artifact: the empty config, one layer (the asset, sha256 of its trust
+/// record), the Image Factory path.
+fn export_asset(
+    run: &Run,
+    writer: &mut BundleWriter,
+    asset: &AssetPath,
+    progress: &Progress,
+) -> anyhow::Result<Descriptor> {
+    let what = asset.path();
+    let (digest, size) = match &run.backend.mode {
+        Mode::Local(local) => {
+            run.runtime.block_on(run.backend.os_image(asset, progress)).map_err(failure)?;
+            let trust = local
+                .store
+                .trust_get(&asset.key())?
+                .ok_or_else(|| Failure::problem(format!("{what}: no trust record after its fetch")))?;
+            writer
+                .add_verified_file(&trust.digest, &local.store.object_path(&trust.digest))
+                .with_context(|| format!("{what}: copying"))?;
+            (trust.digest, trust.size)
+        }
+        Mode::Server(server) => {
+            let resp = run.runtime.block_on(server.get(&what, &what, None)).map_err(failure)?;
+            let digest = resp
+                .headers()
+                .get(reqwest::header::ETAG)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim_matches('"').parse::<Digest>().ok())
+                .filter(|d| d.algorithm() == Algorithm::Sha256)
+                .ok_or_else(|| Failure::problem(format!("{what}: the server named no sha256 ETag for it")))?;
+            let size =
+                resp.content_length().ok_or_else(|| Failure::problem(format!("{what}: the server sent no length")))?;
+            let stream = resp.bytes_stream().map_err(io::Error::other);
+            let reader = tokio_util::io::StreamReader::new(stream);
+            let mut sync = tokio_util::io::SyncIoBridge::new_with_handle(reader, run.runtime.handle().clone());
+            writer.add_reader(&digest, size, &mut sync).with_context(|| format!("{what}: writing"))?;
+            (digest, size)
+        }
+    };
+    let empty = Algorithm::Sha256.digest(layout::EMPTY_JSON);
+    writer.add_bytes(&empty, layout::EMPTY_JSON)?;
+    let layer = Descriptor::new(layout::ASSET_LAYER_MEDIA, &digest, size).with(layout::TITLE, asset.asset.clone());
+    let doc = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": media::OCI_MANIFEST,
+        "artifactType": layout::OS_IMAGE_ARTIFACT,
+        "config": Descriptor::new(layout::EMPTY_MEDIA, &empty, layout::EMPTY_JSON.len() as u64),
+        "layers": [layer],
+        "annotations": { layout::FACTORY_PATH: what, layout::TRUST_SHA256: digest.to_string() },
+    });
+    let bytes = serde_json::to_vec(&doc)?;
+    let manifest = Algorithm::Sha256.digest(&bytes);
+    writer.add_bytes(&manifest, &bytes)?;
+    let mut entry = Descriptor::new(media::OCI_MANIFEST, &manifest, bytes.len() as u64)
+        .with(layout::FACTORY_PATH, what)
+        .with(layout::TRUST_SHA256, digest.to_string());
+    entry.artifact_type = Some(layout::OS_IMAGE_ARTIFACT.to_string());
+    Ok(entry)
+}

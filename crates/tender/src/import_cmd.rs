@@ -1,0 +1,375 @@
+//! `tender import`, `tender bundle ls` and `tender tag rm`: the receiving side of an air gap.
+//!
+//! `import` verifies a bundle with tender-bundle's rules (every blob hashed, every reference
+//! resolved, names routed) and only then registers its tags, trust records and pins: into the
+//! data directory of a stopped tender (`--data`), or through a running one
+//! (`--server`, `POST /api/v1/admin/import`, a directory streamed as a tar).
+
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use indicatif::HumanBytes;
+use tender_bundle::{ImportError, ImportOptions, ImportReport};
+use tender_fetch::{FetchMetrics, Flights};
+use tender_store::{OpenMode, Store};
+
+use crate::client::{join, parse_base_url, server_or_env, ClientArgs, ClientOptions};
+use crate::config;
+use crate::exit::Failure;
+
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// The bundle: an OCI image layout directory, or a tar of one (tender export, skopeo
+    /// copy oci:, Talos' image cache)
+    #[arg(value_name = "PATH")]
+    pub path: PathBuf,
+    /// The data directory of a stopped tender to import into
+    #[arg(long, value_name = "DIR", conflicts_with = "server")]
+    pub data: Option<PathBuf>,
+    /// Config file naming the upstreams names route to (with --data) [default: the embedded default]
+    #[arg(long, value_name = "FILE", requires = "data")]
+    pub config: Option<PathBuf>,
+    /// A running tender to import into (POST /api/v1/admin/import); pass its admin token with
+    /// --token-file [env: TENDER_SERVER, TENDER_ADMIN_TOKEN_FILE]
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// Registry of names without one: REGISTRY for `repo:tag`, REGISTRY/REPOSITORY for a bare tag
+    #[arg(long, value_name = "NAME")]
+    pub registry: Option<String>,
+    /// Leave what was imported evictable (default: pinned, as an air-gapped site cannot fetch it again)
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Print the report as JSON
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BundleArgs {
+    #[command(subcommand)]
+    pub command: BundleCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BundleCommand {
+    /// List what a bundle holds: names, platforms, OS images, sizes
+    Ls {
+        /// The bundle: a directory or a tar
+        #[arg(value_name = "PATH")]
+        path: PathBuf,
+        /// Print the listing as JSON
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TagArgs {
+    #[command(subcommand)]
+    pub command: TagCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TagCommand {
+    /// Forget what tags point to: an imported tag stops being authoritative, the next pull asks
+    /// the upstream
+    Rm(TagRmArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TagRmArgs {
+    /// Tags to forget, e.g. ghcr.io/siderolabs/kubelet:v1.35.0
+    #[arg(value_name = "IMAGE:TAG", required = true)]
+    pub names: Vec<String>,
+    /// The data directory of a stopped tender
+    #[arg(long, value_name = "DIR", conflicts_with = "server")]
+    pub data: Option<PathBuf>,
+    /// Config file naming the upstreams (with --data) [default: the embedded default]
+    #[arg(long, value_name = "FILE", requires = "data")]
+    pub config: Option<PathBuf>,
+    /// A running tender (DELETE /api/v1/admin/tags); its admin token with --token-file
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// The store and routing of a stopped tender's data directory.
+fn open_local(data: &Path, cfg: Option<&Path>) -> anyhow::Result<Arc<tender_fetch::Mirror>> {
+    let (name, raw) = config::read(cfg).map_err(|e| Failure::usage(e.to_string()))?;
+    let overrides = config::Overrides { data: Some(data.to_path_buf()), ..config::Overrides::default() };
+    let settings = config::resolve(&name, raw, &overrides).map_err(|e| Failure::usage(e.to_string()))?;
+    crate::datadir::check(&settings.data).map_err(Failure::problem)?;
+    crate::datadir::own_files();
+    let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
+    crate::datadir::close_logged(&settings.data, &settings.catalog);
+    let metrics = FetchMetrics::default();
+    let flights = Flights::new(Arc::new(store), settings.fetch.clone(), metrics.clone());
+    crate::serve::build_mirror(&settings, flights, &metrics)
+}
+
+use std::sync::Arc;
+
+pub fn run_import(args: ImportArgs) -> anyhow::Result<ExitCode> {
+    if !args.path.exists() {
+        return Err(Failure::usage(format!("{}: no such bundle", args.path.display())));
+    }
+    let options = ImportOptions { registry: args.registry.clone(), max_bytes: None, pin: !args.no_pin };
+    let report = match server_or_env(&args.server, args.data.is_some()) {
+        Some(url) => import_through(&url, &args, &options)?,
+        None => {
+            let Some(data) = &args.data else {
+                return Err(Failure::usage("give --data DIR (a stopped tender) or --server URL (a running one)"));
+            };
+            if args.client.is_set() {
+                return Err(Failure::usage("the client options (--ca, --token-file, …) go with --server, not --data"));
+            }
+            let mirror = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(async { open_local(data, args.config.as_deref()) })?;
+            let store = mirror.flights().store().clone();
+            match tender_bundle::import_path(&args.path, &store, &tender_server::import::Routes(&mirror), &options) {
+                Ok(r) => r,
+                Err(e @ (ImportError::Refused(_) | ImportError::TooLarge(_))) => {
+                    return Err(Failure::problem(e.to_string()))
+                }
+                Err(e) => return Err(anyhow::Error::new(e).context(format!("importing {}", args.path.display()))),
+            }
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&args.path, &report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_report(path: &Path, r: &ImportReport) {
+    let mut out = io::stdout().lock();
+    for i in &r.images {
+        let _ = writeln!(out, "{:<10}{} ({}, {} objects, via {})", "imported", i.name, i.digest, i.objects, i.upstream);
+    }
+    for a in &r.assets {
+        let _ = writeln!(out, "{:<10}{} ({}, {})", "imported", a.path, a.digest, HumanBytes(a.size));
+    }
+    for u in &r.unnamed {
+        let _ = writeln!(out, "{:<10}{u}: no name in the bundle; stored, not visible", "unnamed");
+    }
+    if !r.ignored.is_empty() {
+        let _ = writeln!(out, "{:<10}{} (not part of an OCI layout)", "ignored", r.ignored.join(", "));
+    }
+    let delta = r.delta_of.as_ref().map(|d| format!(", a delta on {d}")).unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "import: {} verified: {} blob(s), {} ({} new); {} image name(s), {} OS image(s){delta}",
+        path.display(),
+        r.blobs,
+        HumanBytes(r.bytes),
+        r.new_blobs,
+        r.images.len(),
+        r.assets.len()
+    );
+    let _ = writeln!(out, "index: {}", r.index_digest);
+}
+
+/// Stream a bundle to a running tender: a tar file as it is, a directory packed on the way.
+fn import_through(url: &str, args: &ImportArgs, options: &ImportOptions) -> anyhow::Result<ImportReport> {
+    let base = parse_base_url(url)?;
+    let mut q = url::form_urlencoded::Serializer::new(String::new());
+    if let Some(r) = &options.registry {
+        q.append_pair("registry", r);
+    }
+    if !options.pin {
+        q.append_pair("pin", "false");
+    }
+    let q = q.finish();
+    let target = join(&base, &format!("/api/v1/admin/import{}{q}", if q.is_empty() { "" } else { "?" }));
+    let client = args.client.client(&ClientOptions {
+        user_agent: concat!("tender-import/", env!("CARGO_PKG_VERSION")),
+        headers: &[],
+        connect_timeout: Duration::from_secs(10),
+        read_timeout: Some(Duration::from_secs(3600)),
+        admin: true,
+    })?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let path = args.path.clone();
+    rt.block_on(async move {
+        let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<Bytes>>(8);
+        let packer = tokio::task::spawn_blocking(move || pack(&path, tx));
+        let body = reqwest::Body::wrap_stream(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        }));
+        let resp = client
+            .request(reqwest::Method::POST, target.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/x-tar")
+            .body(body)
+            .send()
+            .await;
+        let packed = packer.await.context("packing the bundle")?;
+        let resp = resp.map_err(|e| Failure::transient(format!("{target}: {e}")))?;
+        packed.with_context(|| format!("reading {}", args.path.display()))?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| Failure::transient(format!("{target}: {e}")))?;
+        let message = || {
+            serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+                .unwrap_or_else(|| text.clone())
+        };
+        match status.as_u16() {
+            200 => serde_json::from_str(&text)
+                .map_err(|e| Failure::problem(format!("{target}: answer is not a report: {e}"))),
+            401 => Err(Failure::usage(format!(
+                "{target}: 401: the admin token is missing or wrong; pass it with --token-file"
+            ))),
+            404 => Err(Failure::usage(format!(
+                "{target}: 404: this tender has no admin endpoints; start it with --admin-token-file"
+            ))),
+            413 | 422 => Err(Failure::problem(message())),
+            s if s >= 500 => Err(Failure::transient(format!("{target}: {status}: {}", message()))),
+            _ => Err(Failure::problem(format!("{target}: {status}: {}", message()))),
+        }
+    })
+}
+
+/// Write the bundle as a tar into `tx` (a tar file is sent as it is).
+fn pack(path: &Path, tx: tokio::sync::mpsc::Sender<io::Result<Bytes>>) -> io::Result<()> {
+    struct Chunks(tokio::sync::mpsc::Sender<io::Result<Bytes>>);
+    impl io::Write for Chunks {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0
+                .blocking_send(Ok(Bytes::copy_from_slice(buf)))
+                .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the server stopped reading"))?;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let out = io::BufWriter::with_capacity(1 << 20, Chunks(tx));
+    if path.is_dir() {
+        let mut builder = tar::Builder::new(out);
+        builder.follow_symlinks(false);
+        builder.append_dir_all(".", path)?;
+        builder.into_inner()?.flush()
+    } else {
+        let mut out = out;
+        io::copy(&mut std::fs::File::open(path)?, &mut out)?;
+        out.flush()
+    }
+}
+
+pub fn run_bundle(args: BundleArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        BundleCommand::Ls { path, json } => {
+            let l = tender_bundle::list::list(&path)
+                .map_err(|e| Failure::problem(format!("{}: not a readable bundle: {e}", path.display())))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&l)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let mut out = io::stdout().lock();
+            let _ = writeln!(out, "{:<64} {:<9} {:<24} {:>10}  DIGEST", "NAME", "KIND", "PLATFORMS", "SIZE");
+            for e in &l.entries {
+                let platforms = if e.platforms.is_empty() { "-".to_string() } else { e.platforms.join(",") };
+                let _ = writeln!(
+                    out,
+                    "{:<64} {:<9} {:<24} {:>10}  {}",
+                    e.name,
+                    e.kind,
+                    platforms,
+                    HumanBytes(e.bytes).to_string(),
+                    e.digest
+                );
+            }
+            let delta = l.delta_of.as_ref().map(|d| format!("; a delta on {d}")).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "{} entr{}, {} blob(s), {}; index {}{delta}",
+                l.entries.len(),
+                if l.entries.len() == 1 { "y" } else { "ies" },
+                l.blobs,
+                HumanBytes(l.bytes),
+                l.index_digest
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+pub fn run_tag(args: TagArgs) -> anyhow::Result<ExitCode> {
+    let TagCommand::Rm(args) = args.command;
+    match server_or_env(&args.server, args.data.is_some()) {
+        Some(url) => {
+            let base = parse_base_url(&url)?;
+            let client = args.client.client(&ClientOptions {
+                user_agent: concat!("tender/", env!("CARGO_PKG_VERSION")),
+                headers: &[],
+                connect_timeout: Duration::from_secs(10),
+                read_timeout: Some(Duration::from_secs(60)),
+                admin: true,
+            })?;
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let mut missing = 0;
+            for name in &args.names {
+                let q = url::form_urlencoded::Serializer::new(String::new()).append_pair("name", name).finish();
+                let target = join(&base, &format!("/api/v1/admin/tags?{q}"));
+                let resp = rt
+                    .block_on(client.request(reqwest::Method::DELETE, target.clone()).send())
+                    .map_err(|e| Failure::transient(format!("{target}: {e}")))?;
+                match resp.status().as_u16() {
+                    200 => println!("removed   {name}"),
+                    404 => {
+                        println!("no tag    {name}");
+                        missing += 1;
+                    }
+                    401 => {
+                        return Err(Failure::usage(format!("{target}: 401: pass the admin token with --token-file")))
+                    }
+                    _ => {
+                        let status = resp.status();
+                        let text = rt.block_on(resp.text()).unwrap_or_default();
+                        return Err(Failure::problem(format!("{name}: {status}: {text}")));
+                    }
+                }
+            }
+            tag_verdict(missing)
+        }
+        None => {
+            let Some(data) = &args.data else {
+                return Err(Failure::usage("give --data DIR (a stopped tender) or --server URL (a running one)"));
+            };
+            let mirror = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(async { open_local(data, args.config.as_deref()) })?;
+            let mut missing = 0;
+            for name in &args.names {
+                match tender_server::import::remove(&mirror, name) {
+                    Ok(true) => println!("removed   {name}"),
+                    Ok(false) => {
+                        println!("no tag    {name}");
+                        missing += 1;
+                    }
+                    Err(e) => return Err(Failure::usage(e)),
+                }
+            }
+            tag_verdict(missing)
+        }
+    }
+}
+
+fn tag_verdict(missing: usize) -> anyhow::Result<ExitCode> {
+    if missing > 0 {
+        return Err(Failure::problem(format!("{missing} tag(s) had no record")));
+    }
+    Ok(ExitCode::SUCCESS)
+}
