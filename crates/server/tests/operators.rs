@@ -81,6 +81,11 @@ fn settings() -> tender_fetch::FetchSettings {
 
 /// A tag record `age` seconds old for `ghcr.io/a/b:v1`, its manifest stored and known there.
 fn seed(tender: &Tender, age: u64) -> Digest {
+    seed_as(tender, age, false)
+}
+
+/// [`seed`], the record registered by `tender import` when `imported`.
+fn seed_as(tender: &Tender, age: u64, imported: bool) -> Digest {
     let digest = Digest::of(MANIFEST);
     tender.store.put_bytes(&format!("manifest:{digest}"), MANIFEST, &digest).unwrap();
     tender.store.meta_put(&digest, &ManifestMeta { media_type: MEDIA.into(), size: MANIFEST.len() as u64 }).unwrap();
@@ -95,7 +100,7 @@ fn seed(tender: &Tender, age: u64) -> Digest {
             media_type: MEDIA.into(),
             size: MANIFEST.len() as u64,
             fetched_at: tender_store::now_secs() - age,
-            imported: false,
+            imported,
         })
         .unwrap();
     digest
@@ -166,6 +171,53 @@ async fn should_let_an_answering_upstream_win_over_the_cached_tag() {
         let health: serde_json::Value = serde_json::from_str(&text(&tender.url("/api/v1/health")).await).unwrap();
         assert_eq!(health["upstreams"][0]["state"], "up", "an upstream that answers {code} is up: {health}");
     }
+}
+
+/// An imported tag is authoritative (issue 21): however old, with `tagTtl: 0` and an upstream
+/// that answers 404 for it, it resolves to what was imported, as a hit; `tender tag rm`
+/// (the admin endpoint) ends that, and the upstream's answer counts again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn should_resolve_an_imported_tag_without_its_upstream_until_it_is_removed() {
+    let (url, _guard) = stub(Stub::Status(404)).await;
+    let security = tender_server::Security {
+        admin: Some(tender_server::admin::Admin {
+            token: tender_server::auth::AdminToken::new("admin-secret"),
+            gc_cap: None,
+            import_cap: 1 << 30,
+        }),
+        ..tender_server::Security::default()
+    };
+    let tender = Tender::start_full(
+        vec![upstream_settings("ghcr.io", &url)],
+        None,
+        settings(),
+        security,
+        None,
+        tender_server::Surface::All,
+    )
+    .await;
+    let digest = seed_as(&tender, TEN_DAYS, true);
+    let resp = client().get(tender.url("/v2/ghcr.io/a/b/manifests/v1")).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "the imported tag wins over the upstream's 404");
+    assert_eq!(resp.headers()["docker-content-digest"], digest.to_string().as_str());
+    assert!(resp.headers().get("x-tender-stale").is_none(), "an imported tag is not stale");
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), MANIFEST);
+
+    let rm = client()
+        .delete(tender.url("/api/v1/admin/tags?name=ghcr.io/a/b:v1"))
+        .bearer_auth("admin-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rm.status(), 200);
+    assert_eq!(get(&tender.url("/v2/ghcr.io/a/b/manifests/v1"), &[]).await.status, 404, "the upstream answers again");
+    let again = client()
+        .delete(tender.url("/api/v1/admin/tags?name=ghcr.io/a/b:v1"))
+        .bearer_auth("admin-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 404, "no record left");
 }
 
 /// A configured limit still applies, and the error it causes names `staleMaxAge`.

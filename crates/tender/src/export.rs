@@ -242,7 +242,7 @@ fn referrers_api(run: &Run, img: &ImageRef, digest: &Digest) -> anyhow::Result<V
             let path = format!("/v2/{}/referrers/{digest}?ns={}", img.repository, img.registry);
             let what = format!("{img}: referrers of {digest}");
             let url = client::join(&server.base, &path);
-            let resp = run.runtime.block_on(server.client.request(reqwest::Method::GET, url).send());
+            let resp = run.runtime.block_on(async { server.client.request(reqwest::Method::GET, url).send().await });
             match resp {
                 Ok(r) if r.status() == StatusCode::OK => {
                     run.runtime.block_on(r.bytes()).map_err(|e| failure(Failed::transport(&what, &e)))?.to_vec()

@@ -323,7 +323,7 @@ pub fn run_tag(args: TagArgs) -> anyhow::Result<ExitCode> {
                 let q = url::form_urlencoded::Serializer::new(String::new()).append_pair("name", name).finish();
                 let target = join(&base, &format!("/api/v1/admin/tags?{q}"));
                 let resp = rt
-                    .block_on(client.request(reqwest::Method::DELETE, target.clone()).send())
+                    .block_on(async { client.request(reqwest::Method::DELETE, target.clone()).send().await })
                     .map_err(|e| Failure::transient(format!("{target}: {e}")))?;
                 match resp.status().as_u16() {
                     200 => println!("removed   {name}"),

@@ -90,7 +90,7 @@ impl Site {
 }
 
 /// `xz -1` of `bytes`, by the xz command line tool.
-fn xz(bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn xz(bytes: &[u8]) -> Vec<u8> {
     let mut child = Command::new("xz").args(["-1", "-c"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let input = bytes.to_vec();

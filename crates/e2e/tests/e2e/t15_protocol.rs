@@ -146,12 +146,12 @@ fn should_serve_arm64_after_a_v2s2_only_client_also_with_the_upstream_stopped() 
     assert!(stale > 0, "the answers with the upstream stopped were stale ones");
 }
 
-const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-const SIGNATURE: &str = "application/vnd.example.signature.v1";
+pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub(crate) const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub(crate) const SIGNATURE: &str = "application/vnd.example.signature.v1";
 
 /// Push a blob to docker-registry (POST an upload, PUT it with the digest); its digest.
-fn push_blob(registry: &str, repo: &str, body: &[u8], work: &Path) -> String {
+pub(crate) fn push_blob(registry: &str, repo: &str, body: &[u8], work: &Path) -> String {
     push_blob_as(registry, repo, body, &sha256(body), work)
 }
 
@@ -188,7 +188,14 @@ fn push_blob_as(registry: &str, repo: &str, body: &[u8], digest: &str, work: &Pa
 }
 
 /// PUT a manifest of `media_type` under `reference`; its digest.
-fn push_manifest(registry: &str, repo: &str, reference: &str, media_type: &str, body: &str, work: &Path) -> String {
+pub(crate) fn push_manifest(
+    registry: &str,
+    repo: &str,
+    reference: &str,
+    media_type: &str,
+    body: &str,
+    work: &Path,
+) -> String {
     let digest = sha256(body.as_bytes());
     let file = work.join(format!("{}.json", hex_of(&digest)));
     std::fs::write(&file, body).unwrap();
