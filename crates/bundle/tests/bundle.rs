@@ -285,3 +285,58 @@ fn should_list_names_platforms_and_sizes() {
     assert_eq!(a.entries[0].kind, "os-image");
     assert!(a.entries[0].name.starts_with("/image/"));
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config { cases: 48, ..Default::default() })]
+
+    /// Hostile bytes: a tar bundle with bytes changed anywhere or cut anywhere never panics the
+    /// importer; it either refuses (nothing visible) or, when the change missed everything that
+    /// matters (tar padding), imports exactly the original content.
+    #[test]
+    fn should_refuse_or_import_exactly_whatever_bytes_a_tar_holds(
+        edits in proptest::collection::vec((0usize..1 << 20, 1u8..=255), 0..4),
+        cut in proptest::option::of(0usize..1 << 20),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let img = image("prop");
+        let path = dir.path().join("b.tar");
+        write_bundle(&path, &[("ghcr.io/a/b:v1", &img)], HashSet::new(), None);
+        let mut bytes = fs::read(&path).unwrap();
+        for (at, x) in &edits {
+            let i = at % bytes.len();
+            bytes[i] ^= x;
+        }
+        if let Some(c) = cut {
+            bytes.truncate(c % (bytes.len() + 1));
+        }
+        fs::write(&path, &bytes).unwrap();
+        let s = store(&dir.path().join("data"));
+        match import_path(&path, &s, &TwoUpstreams, &options()) {
+            Ok(report) => {
+                // What was registered is what the (possibly edited) index names, and whole.
+                for i in &report.images {
+                    let d: Digest = i.digest.parse().unwrap();
+                    let bytes = s.read_object(&d).unwrap().unwrap();
+                    proptest::prop_assert_eq!(Algorithm::Sha256.digest(&bytes), d);
+                    let name = ImageRef::parse(&i.name).unwrap();
+                    if let tender_oci::Reference::Tag(t) = &name.reference {
+                        let tag = s.tag_get("ghcr.io", name.repository.as_str(), t.as_str()).unwrap();
+                        proptest::prop_assert!(tag.is_some_and(|r| r.digest == d && r.imported));
+                    }
+                }
+                for b in [&img.layer, &img.config] {
+                    if s.is_known_in(&b.digest, "ghcr.io").unwrap() {
+                        proptest::prop_assert_eq!(s.read_object(&b.digest).unwrap().unwrap(), b.bytes.clone());
+                    }
+                }
+            }
+            Err(_) => {
+                proptest::prop_assert!(s.tag_get("ghcr.io", "a/b", "v1").unwrap().is_none());
+                for b in [&img.index, &img.manifest, &img.config, &img.layer] {
+                    proptest::prop_assert!(!s.is_known_in(&b.digest, "ghcr.io").unwrap());
+                    proptest::prop_assert!(!s.is_pinned(&b.digest));
+                }
+            }
+        }
+    }
+}
