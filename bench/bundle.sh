@@ -12,7 +12,7 @@
 # on the same disk. Import hashes every byte once (and writes it once); export copies store
 # objects that were verified when committed. Aim: tender >= 0.5x cp's throughput.
 #
-# Needs root (drop_caches), docker-registry, skopeo, python3, ~8 x the release size free under
+# Needs root (drop_caches), docker-registry, skopeo, python3, ~4 x the release size free under
 # $TMPDIR. Prints a Markdown table for BENCHMARKS.md (section "## Air-gap bundles").
 # env: REPS=3, KUBELET_LAYERS_MB="256 128" (per platform), INSTALLER_LAYERS_MB="512 256", BIG_MB=512
 set -euo pipefail
@@ -55,6 +55,11 @@ upstreams:
 EOF
 "$TENDER" prefetch --data "$WORK/data" --config "$WORK/tender.yaml" --quiet "${PLATFORMS[@]}" "${IMAGES[@]}" >&2
 RELEASE_BYTES=$(du -sb "$WORK/data/objects" | cut -f1)
+# The release is in the store: the upstream and the image sources go (disk), and the steps run
+# with the upstream offline, as on an air-gapped side (nothing is asked of the network).
+"$HARNESS/upstream.sh" stop "$WORK/upstream" >&2
+rm -rf "$WORK/upstream" "$WORK/images"
+echo "offline: true" >>"$WORK/tender.yaml"
 
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 # seconds taken by "$@" followed by sync

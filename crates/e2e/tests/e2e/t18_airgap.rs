@@ -110,9 +110,19 @@ struct Gapped {
 
 fn gapped(dir: &Path, name: &str) -> Gapped {
     let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    gapped_on(dir, name, silent)
+}
+
+/// The config of an air-gapped tender whose upstream and factory are `silent`'s address.
+fn gapped_config(dir: &Path, name: &str, silent: &TcpListener) -> PathBuf {
     let url = format!("http://{}", silent.local_addr().unwrap());
     let config = dir.join(format!("{name}.yaml"));
     write_config(&config, &[("ghcr.io", &url)], &format!("imageFactory: {url}\noffline: true\n"));
+    config
+}
+
+fn gapped_on(dir: &Path, name: &str, silent: TcpListener) -> Gapped {
+    let config = gapped_config(dir, name, &silent);
     let token = dir.join(format!("{name}.token"));
     std::fs::write(&token, format!("{ADMIN}\n")).unwrap();
     let tender = Tender::start_with(
@@ -415,8 +425,9 @@ fn should_refuse_wrong_bundles_register_nothing_and_import_a_delta_on_its_base()
     g.assert_never_contacted();
 }
 
-/// A layout other tools wrote: `skopeo copy docker://… oci:DIR:TAG` (a bare tag, named with
-/// --registry) and Talos' image cache layout (`talosctl images cache-create`: an OCI image
+/// A layout other tools wrote, imported with `--data` into a stopped tender that then serves
+/// it: `skopeo copy docker://… oci:DIR:TAG` (a bare tag, named with --registry) and Talos' image
+/// cache layout (`talosctl images cache-create`: an OCI image
 /// layout whose index.json names each image by its full reference in
 /// `org.opencontainers.image.ref.name`, per Talos' "Image Cache" guide), built here from the
 /// test images.
@@ -451,14 +462,24 @@ fn should_import_layouts_made_by_skopeo_and_by_talos_image_cache() {
     )
     .unwrap();
 
-    let g = gapped(dir.path(), "gapped");
-    let (code, _, err) = g.import(&skopeo_layout, &[]);
+    // Into the data directory of a stopped tender (--data), then served by it.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = gapped_config(dir.path(), "gapped", &silent);
+    let data = dir.path().join("data-gapped");
+    let import = |bundle: &Path, extra: &[&str]| {
+        let mut args = vec!["import", bundle.to_str().unwrap(), "--data", data.to_str().unwrap()];
+        args.extend_from_slice(&["--config", config.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        tender_cli(&args)
+    };
+    let (code, _, err) = import(&skopeo_layout, &[]);
     assert_eq!(code, 1, "a bare tag without --registry is refused: {err}");
     assert!(err.contains("--registry"), "{err}");
-    let (code, out, err) = g.import(&skopeo_layout, &["--registry", "ghcr.io/e2e/from-skopeo"]);
+    let (code, out, err) = import(&skopeo_layout, &["--registry", "ghcr.io/e2e/from-skopeo"]);
     assert_eq!(code, 0, "{out}{err}");
-    let (code, out, err) = g.import(&talos, &[]);
+    let (code, out, err) = import(&talos, &[]);
     assert_eq!(code, 0, "{out}{err}");
+    let g = gapped_on(dir.path(), "gapped", silent);
     for name in ["ghcr.io/e2e/from-skopeo:v7", "ghcr.io/e2e/talos-cached:v1.10.5"] {
         let dest = dir.path().join(name.replace(['/', ':'], "_"));
         skopeo_all(&g.tender.hostport(), name, &dest);
