@@ -181,6 +181,12 @@ impl S3Server {
         assert!(child.wait().expect("curl put").success(), "putting {key} into the bucket");
     }
 
+    /// Whether the bucket holds `key` (asked of the filer, so it works without signatures).
+    pub fn has(&self, key: &str) -> bool {
+        let path = format!("/buckets/{}/{key}", self.bucket);
+        crate::http::request(self.filer, "HEAD", &path, &[]).is_ok_and(|r| r.status() == 200)
+    }
+
     /// The `storage:` section of a tender config for this server, with the key files in `dir`
     /// and `extra` lines (indented under `s3:`, such as `    requestTimeout: 2s\n`).
     pub fn storage_yaml(&self, dir: &Path, prefix: &str, replica: &str, extra: &str) -> String {

@@ -15,6 +15,7 @@ mod t14_probe_tls;
 mod t15_protocol;
 mod t16_offline;
 mod t17_monitoring;
+mod t18_bucket_down;
 mod t1_lifecycle;
 mod t2_blobs;
 mod t3_skopeo;
