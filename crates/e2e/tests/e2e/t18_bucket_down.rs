@@ -175,3 +175,37 @@ fn should_probe_a_bucket_that_was_down_at_start_and_use_it_once_up() {
         s3.has(&format!("late/index/sha256/{}.json", &d[7..])).then_some(())
     });
 }
+
+#[test]
+fn should_show_a_wrong_secret_as_the_bucket_down_for_denied_and_serve_without_it() {
+    let bed = Bed::new("s3-denied", Sizes::SMALL);
+    let s3 = S3Server::start(bed.dir.path(), BUCKET);
+    let ups = [("ghcr.io", bed.registry.url())];
+    let ups: Vec<(&str, &str)> = ups.iter().map(|(n, u)| (*n, u.as_str())).collect();
+    let cfg = bed.path("c.yaml");
+    write_config(&cfg, &ups, &s3.storage_yaml(bed.dir.path(), "denied", "c", "    probeInterval: 1s\n"));
+    std::fs::write(bed.path("s3-secret-access-key"), "not-the-secret\n").unwrap();
+    let c = Tender::start(&cfg, &bed.path("c-data"), &bed.path("c.log"));
+
+    let ready = tender_e2e::http::get(c.addr, "/readyz").unwrap();
+    assert_eq!(ready.status(), 200, "a replica without its bucket still serves");
+    assert!(ready.text().contains("down (denied)"), "/readyz: {}", ready.text());
+    let metrics = tender_e2e::http::get(c.addr, "/metrics").unwrap().text();
+    for want in ["tender_bucket_up 0", "tender_bucket_down_cause{cause=\"denied\"} 1"] {
+        assert!(metrics.lines().any(|l| l == want), "{want} in:\n{metrics}");
+    }
+    let page = tender_e2e::http::get(c.addr, "/").unwrap().text();
+    assert!(page.contains("id=\"bucket\"") && page.contains("denied"), "the status page names the cause");
+    let (d, bytes) = &blobs(&bed)[1];
+    let (status, body, _) = timed_get(&c, &format!("{REPO}/{d}"), &[]).unwrap();
+    assert_eq!((status, body.len()), (200, bytes.len()), "served from the upstream");
+    // Probed again (every second here), and still down for the same cause.
+    poll_until("a second failed probe", Duration::from_secs(30), || {
+        let m = tender_e2e::http::get(c.addr, "/metrics").ok()?.text();
+        m.lines()
+            .find_map(|l| l.strip_prefix("tender_bucket_probes_total{result=\"failed\"} "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|n| *n >= 2.0)
+    });
+    assert!(!s3.has("denied/tender-bucket.json"), "nothing was written with a wrong secret");
+}
