@@ -36,7 +36,8 @@ cp "$TENDER_BIN" "$W/tender.bin"; export TENDER_BIN=$W/tender.bin
 
 stop_all() {
   for d in "$W"/t-*; do [ -d "$d" ] && "$BENCH/tender-cache.sh" stop "$d" >/dev/null 2>&1; done
-  [ -f "$W/weed.pid" ] && kill "$(cat "$W/weed.pid")" 2>/dev/null
+  # weed mini takes its time over SIGTERM; its data is thrown away anyway
+  [ -f "$W/weed.pid" ] && kill -KILL "$(cat "$W/weed.pid")" 2>/dev/null
   "$H/upstream.sh" stop "$UP" >/dev/null 2>&1 || true
 }
 cleanup() { stop_all; [ -n "${KEEP:-}" ] || rm -rf "$UP/data" "$W"/t-* "$W/img" "$W/tender.bin" "$W/weed-data"; }
