@@ -395,14 +395,15 @@ async fn readyz(State(app): State<Arc<AppState>>) -> impl IntoResponse {
     }
 }
 
-/// `up`, or `down (cause) for 42s: message`.
+/// `up`, or `down (cause) for 42s`: no error text, since `/readyz` answers without
+/// authentication (the status page shows the error to those who may see it).
 pub(crate) fn bucket_state(b: &tender_bucket::Bucket) -> String {
     match b.state() {
         tender_bucket::BucketState::Up if b.lease_enabled() || !b.settings().lease => "up".to_string(),
         tender_bucket::BucketState::Up => "up (no conditional writes: fill leases off)".to_string(),
-        tender_bucket::BucketState::Down { cause, message, since } => {
+        tender_bucket::BucketState::Down { cause, since, .. } => {
             let secs = since.elapsed().map(|d| d.as_secs()).unwrap_or(0);
-            format!("down ({}) for {secs}s: {message}", cause.as_str())
+            format!("down ({}) for {secs}s", cause.as_str())
         }
     }
 }

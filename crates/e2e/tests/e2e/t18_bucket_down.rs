@@ -107,7 +107,7 @@ fn should_serve_byte_exact_ranges_and_bodies_from_the_upstream_when_the_bucket_i
 fn should_answer_within_the_request_timeout_when_the_bucket_hangs_and_then_as_without_it() {
     let bed = Bed::new("s3-hung", Sizes::SMALL);
     let s3 = S3Server::start(bed.dir.path(), BUCKET);
-    let (_a, c, blobs) = warm(&bed, &s3, "    requestTimeout: 2s\n");
+    let (_a, c, blobs) = warm(&bed, &s3, "    requestTimeout: 2s\n    probeInterval: 1s\n");
     // The same requests through a tender with no bucket, for the cost of each without one.
     let plain = bed.start_tender("plain.log");
     s3.pause();
@@ -121,9 +121,11 @@ fn should_answer_within_the_request_timeout_when_the_bucket_hangs_and_then_as_wi
     eprintln!("first byte of the first request after the bucket hung: {first:?} (requestTimeout 2s)");
     assert!(first <= Duration::from_secs(3), "first byte after {first:?}, more than requestTimeout + 1 s");
 
-    // The breaker is open: every other blob, a HEAD and a Range, as fast as without a bucket.
+    // The breaker is open: every other blob but the last, a HEAD and a Range, as fast as
+    // without a bucket.
+    let (last, measured) = blobs[1..].split_last().unwrap();
     let (mut with, mut without) = (Vec::new(), Vec::new());
-    for (d, bytes) in &blobs[1..] {
+    for (d, bytes) in measured {
         let path = format!("{REPO}/{d}");
         let (range, want) = range_of(bytes);
         for (t, out) in [(&plain, &mut without), (&c, &mut with)] {
@@ -141,6 +143,23 @@ fn should_answer_within_the_request_timeout_when_the_bucket_hangs_and_then_as_wi
     let (w, wo) = (with[with.len() / 2], without[without.len() / 2]);
     eprintln!("HEAD + Range while the breaker is open: median {w:?}, without a bucket {wo:?} ({with:?} / {without:?})");
     assert!(w <= wo + Duration::from_millis(100), "with the bucket hung {w:?}, without a bucket {wo:?}");
+
+    // The bucket answers again: a probe closes the breaker. Then it hangs once more, under a
+    // full GET that the bucket was to serve (c remembers the last blob's index): the fill goes
+    // on from the upstream after requestTimeout, byte-exact.
+    s3.resume();
+    poll_until("a probe to find the bucket up", Duration::from_secs(40), || {
+        let r = tender_e2e::http::get(c.addr, "/readyz").ok()?;
+        r.text().contains(": up").then_some(())
+    });
+    s3.pause();
+    let (d, bytes) = last;
+    let (status, body, first) = timed_get(&c, &format!("{REPO}/{d}"), &[])
+        .unwrap_or_else(|e| panic!("full GET with the bucket hung again: {e}"));
+    assert_eq!((status, sha256(&body)), (200, d.clone()));
+    assert_eq!(body.len(), bytes.len());
+    eprintln!("first byte of a full GET from the bucket after it hung again: {first:?}");
+    assert!(first <= Duration::from_secs(3), "first byte after {first:?}, more than requestTimeout + 1 s");
     s3.resume();
 }
 
