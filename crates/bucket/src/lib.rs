@@ -20,7 +20,13 @@
 //! written before tender knew sha512 is read as is.
 //! Every read, whole or ranged, fetches whole chunks and checks each against the index before
 //! a byte of it is handed on.
+//!
+//! Every request has a deadline (`requestTimeout`, retries included); one that fails or times
+//! out opens the [`breaker`], and until a background probe ([`Bucket::spawn_prober`]) gets
+//! through every call fails at once with [`BucketError::Down`]: no request path waits on a
+//! bucket that is down.
 
+pub mod breaker;
 mod index;
 mod lease;
 mod maintenance;
@@ -28,8 +34,11 @@ mod metrics;
 mod settings;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
@@ -39,6 +48,7 @@ use sha2::{Digest as _, Sha256};
 use tender_oci::Digest;
 use tender_store::TrustRecord;
 
+pub use breaker::{BucketState, Cause};
 pub use index::ChunkIndex;
 pub use lease::{Lease, LeaseOutcome};
 pub use maintenance::{BucketFsckReport, BucketProblem};
@@ -82,6 +92,10 @@ pub enum BucketError {
     Corrupt { bucket: String, key: String, message: String },
     #[error("bucket {bucket}: {message}")]
     Setup { bucket: String, message: String },
+    #[error("bucket {bucket}: {op} {key}: no answer within {after:?} (storage.s3.requestTimeout)")]
+    Timeout { bucket: String, op: &'static str, key: String, after: Duration },
+    #[error("bucket {bucket} is down ({cause}); not asked until a probe gets through")]
+    Down { bucket: String, cause: &'static str },
     #[error("bucket {bucket}: reading {path}: {source}")]
     Local {
         bucket: String,
@@ -97,6 +111,21 @@ impl BucketError {
         matches!(self, BucketError::Corrupt { .. })
     }
 
+    /// What the error says about the bucket (why it is down), if anything.
+    pub fn cause(&self) -> Option<Cause> {
+        match self {
+            BucketError::Store { source, .. } => Cause::of(source),
+            BucketError::Timeout { .. } => Some(Cause::Timeout),
+            BucketError::Setup { .. } => Some(Cause::Error),
+            BucketError::Corrupt { .. } | BucketError::Down { .. } | BucketError::Local { .. } => None,
+        }
+    }
+
+    /// The breaker is open: the bucket was not asked.
+    pub fn is_down(&self) -> bool {
+        matches!(self, BucketError::Down { .. })
+    }
+
     /// The bucket has no such key (any more).
     pub fn is_not_found(&self) -> bool {
         matches!(self, BucketError::Store { source, .. } if matches!(**source, object_store::Error::NotFound { .. }))
@@ -110,6 +139,10 @@ pub struct Bucket {
     indexes: Mutex<HashMap<Digest, Arc<ChunkIndex>>>,
     known: Mutex<std::collections::HashSet<(Digest, String)>>,
     metrics: BucketMetrics,
+    breaker: breaker::Breaker,
+    /// The last check found conditional writes; without them the replica runs as with
+    /// `lease: false`.
+    conditional: AtomicBool,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -131,7 +164,136 @@ impl Bucket {
 
     /// A bucket over any object store (tests use the in-memory one).
     pub fn with_store(store: Arc<dyn ObjectStore>, settings: BucketSettings, metrics: BucketMetrics) -> Arc<Bucket> {
-        Arc::new(Bucket { store, settings, indexes: Mutex::new(HashMap::new()), known: Mutex::default(), metrics })
+        let breaker = breaker::Breaker::new(settings.probe_interval, &metrics);
+        metrics.conditional_writes.set(1);
+        Arc::new(Bucket {
+            store,
+            settings,
+            indexes: Mutex::new(HashMap::new()),
+            known: Mutex::default(),
+            metrics,
+            breaker,
+            conditional: AtomicBool::new(true),
+        })
+    }
+
+    /// Up, or down and why (for `/readyz`, the status page).
+    pub fn state(&self) -> BucketState {
+        self.breaker.state()
+    }
+
+    /// Whether fills take a lease: `lease: true` and the last check found conditional writes.
+    pub fn lease_enabled(&self) -> bool {
+        self.settings.lease && self.conditional.load(Ordering::Acquire)
+    }
+
+    /// Refuse at once while the breaker is open.
+    fn ensure_up(&self) -> Result<(), BucketError> {
+        if self.breaker.is_up() {
+            return Ok(());
+        }
+        let cause = match self.breaker.state() {
+            BucketState::Down { cause, .. } => cause.as_str(),
+            BucketState::Up => "recovering",
+        };
+        Err(BucketError::Down { bucket: self.settings.bucket.clone(), cause })
+    }
+
+    /// One request to the bucket: refused at once while it is down, else given
+    /// `requestTimeout`; a timeout opens the breaker. The inner result is the store's answer
+    /// (map its errors with [`Bucket::store_err`], which opens the breaker on a failure).
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        p: &ObjectPath,
+        fut: impl Future<Output = object_store::Result<T>>,
+    ) -> Result<object_store::Result<T>, BucketError> {
+        self.ensure_up()?;
+        self.timed(op, p, fut).await
+    }
+
+    /// [`Bucket::call`] without the breaker's gate (the probe's own requests).
+    async fn timed<T>(
+        &self,
+        op: &'static str,
+        p: &ObjectPath,
+        fut: impl Future<Output = object_store::Result<T>>,
+    ) -> Result<object_store::Result<T>, BucketError> {
+        let after = self.settings.request_timeout;
+        match tokio::time::timeout(after, fut).await {
+            Ok(r) => Ok(r),
+            Err(_) => {
+                self.metrics.errors.get_or_create(&vec![("op".to_string(), op.to_string())]).inc();
+                let e = BucketError::Timeout { bucket: self.settings.bucket.clone(), op, key: p.to_string(), after };
+                self.trip(Cause::Timeout, &e);
+                Err(e)
+            }
+        }
+    }
+
+    fn trip(&self, cause: Cause, e: &BucketError) {
+        if self.breaker.fail(cause, e.to_string()) {
+            tracing::warn!(bucket = %self.settings.bucket, cause = cause.as_str(), error = %e,
+                probe_in = ?self.breaker.interval(),
+                "shared bucket down: serving from local copies and upstreams without asking it until a probe gets through");
+        }
+    }
+
+    /// Probe a bucket that is down in the background, with backoff, until the bucket is
+    /// dropped; each probe is the start-up check ([`Bucket::probe`]).
+    pub fn spawn_prober(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(b) = weak.upgrade() else { return };
+                let wait = match b.breaker.next_probe() {
+                    Some(at) => at.saturating_duration_since(std::time::Instant::now()),
+                    None => b.breaker.interval(),
+                };
+                if wait.is_zero() {
+                    b.probe().await;
+                    continue;
+                }
+                drop(b);
+                tokio::time::sleep(wait).await;
+            }
+        })
+    }
+
+    /// Check the bucket as at start ([`Bucket::check`]), past the breaker: on success the
+    /// breaker closes. A bucket without conditional writes is used as with `lease: false`.
+    pub async fn probe(&self) -> bool {
+        match self.check_writes(false).await {
+            Ok(conditional) => {
+                self.metrics.probe("ok");
+                self.set_conditional(conditional);
+                if self.breaker.probe_ok() {
+                    tracing::info!(bucket = %self.settings.bucket, lease = self.lease_enabled(), "shared bucket up again");
+                }
+                true
+            }
+            Err(e) => {
+                self.metrics.probe("failed");
+                let cause = e.cause().unwrap_or(Cause::Error);
+                self.breaker.probe_failed(cause, e.to_string());
+                let next = self.breaker.next_probe().map(|t| t.saturating_duration_since(std::time::Instant::now()));
+                tracing::warn!(bucket = %self.settings.bucket, cause = cause.as_str(), error = %e, next_probe = ?next,
+                    "shared bucket still down");
+                false
+            }
+        }
+    }
+
+    fn set_conditional(&self, conditional: bool) {
+        self.metrics.conditional_writes.set(i64::from(conditional));
+        let was = self.conditional.swap(conditional, Ordering::AcqRel);
+        if was && !conditional && self.settings.lease {
+            tracing::warn!(bucket = %self.settings.bucket,
+                "the S3 server ignored If-None-Match on a second create: fill leases are off until a check finds \
+                 conditional writes (each replica may fetch a cold object once); use a server with conditional writes");
+        } else if !was && conditional && self.settings.lease {
+            tracing::info!(bucket = %self.settings.bucket, "the S3 server has conditional writes again: fill leases are on");
+        }
     }
 
     pub fn settings(&self) -> &BucketSettings {
@@ -174,7 +336,7 @@ impl Bucket {
             return Ok(true);
         }
         let p = self.known_path(d, upstream);
-        let found = match self.store.head(&p).await {
+        let found = match self.call("head", &p, self.store.head(&p)).await? {
             Ok(_) => true,
             Err(object_store::Error::NotFound { .. }) => false,
             Err(e) => return Err(self.store_err("head", &p, e)),
@@ -206,8 +368,12 @@ impl Bucket {
     /// refused (its records would be misread), an older one (format 1 had no marker) is used as
     /// is: its objects are known in no upstream.
     pub async fn check_format(&self) -> Result<(), BucketError> {
+        self.check_format_via(true).await
+    }
+
+    async fn check_format_via(&self, gated: bool) -> Result<(), BucketError> {
         let p = self.path(FORMAT_KEY);
-        match self.get_json::<BucketFormat>(&p).await? {
+        match self.get_json_via::<BucketFormat>(&p, gated).await? {
             Some(f) if f.format > BUCKET_FORMAT => Err(BucketError::Setup {
                 bucket: self.settings.bucket.clone(),
                 message: format!(
@@ -220,7 +386,7 @@ impl Bucket {
             None => {
                 let f =
                     BucketFormat { format: BUCKET_FORMAT, created_by: format!("tender {}", env!("CARGO_PKG_VERSION")) };
-                self.put_json(&p, &f, PutMode::Create).await
+                self.put_json_via(&p, &f, PutMode::Create, gated).await
             }
         }
     }
@@ -229,9 +395,21 @@ impl Bucket {
         self.path(&format!("trust/{}.json", key_hash(key)))
     }
 
+    /// A failed request, counted; one that says the bucket is unwell (not an answer about
+    /// the key: absent, already there) opens the breaker.
     fn store_err(&self, op: &'static str, key: &ObjectPath, source: object_store::Error) -> BucketError {
         self.metrics.errors.get_or_create(&vec![("op".to_string(), op.to_string())]).inc();
-        BucketError::Store { bucket: self.settings.bucket.clone(), op, key: key.to_string(), source: Box::new(source) }
+        let cause = Cause::of(&source);
+        let e = BucketError::Store {
+            bucket: self.settings.bucket.clone(),
+            op,
+            key: key.to_string(),
+            source: Box::new(source),
+        };
+        if let Some(c) = cause {
+            self.trip(c, &e);
+        }
+        e
     }
 
     fn corrupt(&self, key: &ObjectPath, message: String) -> BucketError {
@@ -241,19 +419,41 @@ impl Bucket {
 
     /// A small JSON object, or `None` when absent.
     async fn get_json<T: serde::de::DeserializeOwned>(&self, p: &ObjectPath) -> Result<Option<T>, BucketError> {
-        let got = match self.store.get(p).await {
-            Ok(g) => g,
+        self.get_json_via(p, true).await
+    }
+
+    /// `gated`: refused while the breaker is open (every request path); the probe's are not.
+    async fn get_json_via<T: serde::de::DeserializeOwned>(
+        &self,
+        p: &ObjectPath,
+        gated: bool,
+    ) -> Result<Option<T>, BucketError> {
+        let fut = async { self.store.get(p).await?.bytes().await };
+        let got = if gated { self.call("get", p, fut).await? } else { self.timed("get", p, fut).await? };
+        let bytes = match got {
+            Ok(b) => b,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(self.store_err("get", p, e)),
         };
-        let bytes = got.bytes().await.map_err(|e| self.store_err("get", p, e))?;
         serde_json::from_slice(&bytes).map(Some).map_err(|e| self.corrupt(p, format!("not a valid record: {e}")))
     }
 
     async fn put_json<T: serde::Serialize>(&self, p: &ObjectPath, value: &T, mode: PutMode) -> Result<(), BucketError> {
+        self.put_json_via(p, value, mode, true).await
+    }
+
+    async fn put_json_via<T: serde::Serialize>(
+        &self,
+        p: &ObjectPath,
+        value: &T,
+        mode: PutMode,
+        gated: bool,
+    ) -> Result<(), BucketError> {
         let bytes = serde_json::to_vec_pretty(value).map_err(|e| self.corrupt(p, e.to_string()))?;
         let opts = PutOptions { mode, ..PutOptions::default() };
-        match self.store.put_opts(p, PutPayload::from(bytes), opts).await {
+        let fut = self.store.put_opts(p, PutPayload::from(bytes), opts);
+        let put = if gated { self.call("put", p, fut).await? } else { self.timed("put", p, fut).await? };
+        match put {
             Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
             Err(e) => Err(self.store_err("put", p, e)),
         }
@@ -261,33 +461,47 @@ impl Bucket {
 
     /// Reach the bucket with the configured credentials; with leases on, make sure it refuses a
     /// second conditional create (an S3 server without conditional writes would let two replicas
-    /// fetch the same object, silently).
+    /// fetch the same object, silently). Run at start, past the breaker: a failure opens the
+    /// breaker (and [`Bucket::spawn_prober`] probes), success closes it.
     pub async fn check(&self) -> Result<(), BucketError> {
-        let probe = self.path(&format!("leases/.probe-{}-{}", self.settings.replica, rand::random::<u64>()));
-        let create = || PutOptions { mode: PutMode::Create, ..PutOptions::default() };
-        self.store
-            .put_opts(&probe, PutPayload::from_static(b"{}"), create())
-            .await
-            .map_err(|e| self.store_err("put", &probe, e))?;
-        let second = self.store.put_opts(&probe, PutPayload::from_static(b"{}"), create()).await;
-        let _ = self.store.delete(&probe).await;
-        self.check_format().await?;
-        match second {
-            Err(object_store::Error::AlreadyExists { .. }) | Err(object_store::Error::Precondition { .. }) => Ok(()),
-            _ if !self.settings.lease => Ok(()),
-            Ok(_) => Err(BucketError::Setup {
+        let conditional = self.check_writes(false).await?;
+        self.set_conditional(conditional);
+        self.breaker.probe_ok();
+        if !conditional && self.settings.lease {
+            return Err(BucketError::Setup {
                 bucket: self.settings.bucket.clone(),
                 message: "the S3 server ignored If-None-Match on a second create, so fill leases cannot work; \
                           use a server with conditional writes or set storage.s3.lease: false (then each \
                           replica may fetch a cold object once)"
                     .into(),
-            }),
+            });
+        }
+        Ok(())
+    }
+
+    /// Create a probe object twice, conditionally, and check the format marker: whether the
+    /// second create was refused (conditional writes work).
+    async fn check_writes(&self, gated: bool) -> Result<bool, BucketError> {
+        let probe = self.path(&format!("leases/.probe-{}-{}", self.settings.replica, rand::random::<u64>()));
+        let create = || PutOptions { mode: PutMode::Create, ..PutOptions::default() };
+        let put = || self.store.put_opts(&probe, PutPayload::from_static(b"{}"), create());
+        let first =
+            if gated { self.call("put", &probe, put()).await? } else { self.timed("put", &probe, put()).await? };
+        first.map_err(|e| self.store_err("put", &probe, e))?;
+        let second = self.timed("put", &probe, put()).await?;
+        let _ = self.timed("delete", &probe, self.store.delete(&probe)).await;
+        self.check_format_via(gated).await?;
+        match second {
+            Err(object_store::Error::AlreadyExists { .. }) | Err(object_store::Error::Precondition { .. }) => Ok(true),
+            Ok(_) => Ok(false),
             Err(e) => Err(self.store_err("put", &probe, e)),
         }
     }
 
-    /// The index of a committed object, if the bucket holds one.
+    /// The index of a committed object, if the bucket holds one. Refused while the bucket is
+    /// down, even when remembered: its content could not be read.
     pub async fn index(&self, d: &Digest) -> Result<Option<Arc<ChunkIndex>>, BucketError> {
+        self.ensure_up()?;
         if let Some(i) = self.indexes.lock().ok().and_then(|m| m.get(d).cloned()) {
             return Ok(Some(i));
         }
@@ -365,7 +579,11 @@ impl Bucket {
         let mut whole = d.algorithm().hasher();
         let mut chunks = Vec::new();
         let mut upload = if size > chunk {
-            Some(self.store.put_multipart(&p).await.map_err(|e| self.store_err("upload", &p, e))?)
+            Some(
+                self.call("upload", &p, self.store.put_multipart(&p))
+                    .await?
+                    .map_err(|e| self.store_err("upload", &p, e))?,
+            )
         } else {
             None
         };
@@ -381,11 +599,19 @@ impl Bucket {
             chunks.push(hex::encode(Sha256::digest(&buf)));
             match upload.as_mut() {
                 Some(u) => {
-                    pending.push_back(u.put_part(PutPayload::from(buf)));
+                    pending.push_back(self.call("upload", &p, u.put_part(PutPayload::from(buf))));
                     // Two parts in flight: enough to keep the link busy, 2 chunks of memory.
                     if pending.len() >= 2 {
-                        if let Some(Err(e)) = pending.next().await {
-                            return Err(self.abort(upload, "upload", &p, e).await);
+                        match pending.next().await {
+                            Some(Err(e)) => {
+                                drop(pending);
+                                return Err(self.abort_with(upload, e).await);
+                            }
+                            Some(Ok(Err(e))) => {
+                                drop(pending);
+                                return Err(self.abort(upload, "upload", &p, e).await);
+                            }
+                            _ => {}
                         }
                     }
                 }
@@ -393,8 +619,16 @@ impl Bucket {
             }
         }
         while let Some(r) = pending.next().await {
-            if let Err(e) = r {
-                return Err(self.abort(upload, "upload", &p, e).await);
+            match r {
+                Err(e) => {
+                    drop(pending);
+                    return Err(self.abort_with(upload, e).await);
+                }
+                Ok(Err(e)) => {
+                    drop(pending);
+                    return Err(self.abort(upload, "upload", &p, e).await);
+                }
+                Ok(Ok(_)) => {}
             }
         }
         let got = whole.finalize();
@@ -405,18 +639,17 @@ impl Bucket {
                 key: local.display().to_string(),
                 message: format!("local copy is {got}, not {d}; not uploaded (run tender fsck)"),
             };
-            if let Some(mut u) = upload {
-                let _ = u.abort().await;
-            }
-            return Err(e);
+            return Err(self.abort_with(upload, e).await);
         }
         match (upload, single) {
             (Some(mut u), _) => {
-                u.complete().await.map_err(|e| self.store_err("complete upload", &p, e))?;
+                self.call("complete upload", &p, u.complete())
+                    .await?
+                    .map_err(|e| self.store_err("complete upload", &p, e))?;
             }
             (None, buf) => {
                 let payload = PutPayload::from(buf.unwrap_or_default());
-                self.store.put(&p, payload).await.map_err(|e| self.store_err("put", &p, e))?;
+                self.call("put", &p, self.store.put(&p, payload)).await?.map_err(|e| self.store_err("put", &p, e))?;
             }
         }
         let mut index = ChunkIndex::new(size, chunk, chunks, &self.settings.replica);
@@ -440,17 +673,24 @@ impl Bucket {
         p: &ObjectPath,
         e: object_store::Error,
     ) -> BucketError {
+        self.abort_with(upload, self.store_err(op, p, e)).await
+    }
+
+    /// Abort a multipart upload (best effort, bounded: the bucket may be what failed).
+    async fn abort_with(&self, upload: Option<Box<dyn object_store::MultipartUpload>>, e: BucketError) -> BucketError {
         if let Some(mut u) = upload {
-            let _ = u.abort().await;
+            if self.breaker.is_up() {
+                let _ = tokio::time::timeout(self.settings.request_timeout, u.abort()).await;
+            }
         }
-        self.store_err(op, p, e)
+        e
     }
 
     /// One chunk, fetched and checked against the index.
     async fn chunk(&self, d: &Digest, index: &ChunkIndex, i: usize) -> Result<Bytes, BucketError> {
         let p = self.object_path(d);
         let range: Range<u64> = index.chunk_range(i);
-        let bytes = match self.store.get_range(&p, range.clone()).await {
+        let bytes = match self.call("get", &p, self.store.get_range(&p, range.clone())).await? {
             Ok(b) => b,
             Err(e) => {
                 if matches!(e, object_store::Error::NotFound { .. }) {

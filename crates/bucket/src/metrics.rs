@@ -2,6 +2,7 @@
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
@@ -19,6 +20,15 @@ pub struct BucketMetrics {
     pub errors: Family<Labels, Counter>,
     /// Fill leases won, lost (another replica fetches), and taken over after expiry.
     pub leases: Family<Labels, Counter>,
+    /// 1 while the breaker lets requests through, 0 while the bucket is down.
+    pub up: Gauge,
+    /// 1 for the cause the bucket is down for (timeout, connect, denied, error), else 0.
+    pub down_cause: Family<Labels, Gauge>,
+    /// 1 when the last check found conditional writes (fill leases work), 0 when it did not
+    /// (the replica runs as with `lease: false`).
+    pub conditional_writes: Gauge,
+    /// Background probes of a bucket that is down, by result (ok, failed).
+    pub probes: Family<Labels, Counter>,
 }
 
 impl BucketMetrics {
@@ -33,6 +43,26 @@ impl BucketMetrics {
         r.register("tender_bucket_corrupt", "Bucket chunks or records that failed verification", self.corrupt.clone());
         r.register("tender_bucket_errors", "Failed requests to the shared bucket, by operation", self.errors.clone());
         r.register("tender_bucket_leases", "Fill leases by outcome (won, waited, taken_over)", self.leases.clone());
+        r.register(
+            "tender_bucket_up",
+            "1 while the shared bucket answers, 0 while its breaker is open",
+            self.up.clone(),
+        );
+        r.register(
+            "tender_bucket_down_cause",
+            "1 for the cause the shared bucket is down for (timeout, connect, denied, error)",
+            self.down_cause.clone(),
+        );
+        r.register(
+            "tender_bucket_conditional_writes",
+            "1 when the last check found conditional writes (fill leases on), 0 when not (leases off)",
+            self.conditional_writes.clone(),
+        );
+        r.register("tender_bucket_probes", "Probes of a shared bucket that is down, by result", self.probes.clone());
+    }
+
+    pub(crate) fn probe(&self, result: &str) {
+        self.probes.get_or_create(&vec![("result".to_string(), result.to_string())]).inc();
     }
 
     pub(crate) fn lease(&self, outcome: &str) {

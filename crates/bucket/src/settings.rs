@@ -46,7 +46,16 @@ pub struct BucketSettings {
     pub lease_ttl: Duration,
     /// This replica's name in leases and indexes.
     pub replica: String,
+    /// The most one bucket request may take, its retries included; past it the request fails
+    /// and the breaker opens (the client is served from elsewhere).
     pub request_timeout: Duration,
+    /// The most a connection to the bucket may take to open.
+    pub connect_timeout: Duration,
+    /// Retries of a failed request within `request_timeout` (the S3 client's backoff).
+    pub retries: usize,
+    /// The first wait before probing a bucket that is down; doubled after each failed probe,
+    /// up to 16 times this.
+    pub probe_interval: Duration,
 }
 
 impl BucketSettings {
@@ -63,6 +72,9 @@ impl BucketSettings {
             lease_ttl: Duration::from_secs(30),
             replica: "tender".into(),
             request_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(5),
+            retries: 2,
+            probe_interval: Duration::from_secs(5),
         }
     }
 
@@ -73,11 +85,11 @@ impl BucketSettings {
             .with_virtual_hosted_style_request(!self.path_style)
             .with_conditional_put(S3ConditionalPut::ETagMatch)
             .with_client_options(
-                ClientOptions::new().with_timeout(self.request_timeout).with_connect_timeout(Duration::from_secs(10)),
+                ClientOptions::new().with_timeout(self.request_timeout).with_connect_timeout(self.connect_timeout),
             )
             .with_retry(RetryConfig {
-                max_retries: 4,
-                retry_timeout: Duration::from_secs(60),
+                max_retries: self.retries,
+                retry_timeout: self.request_timeout,
                 ..RetryConfig::default()
             });
         if let Some(e) = &self.endpoint {

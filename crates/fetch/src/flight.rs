@@ -220,6 +220,7 @@ impl Flights {
         let bucket = self.shared.as_ref()?;
         match shared::lookup(bucket, &self.store, expect, None).await {
             Ok(found) => found,
+            Err(e) if e.is_down() => None,
             Err(e) => {
                 tracing::warn!(error = %e, "shared bucket lookup failed");
                 None

@@ -36,15 +36,11 @@ pub fn source_label(bucket: &Bucket) -> String {
     format!("bucket:{}", bucket.name())
 }
 
+/// A bucket copy's error as a fill sees it. Never retried: gone since its index was read, or
+/// down (the bucket client already retried within `requestTimeout`, and the breaker is open
+/// now), the fill goes on from the upstream at once; only corrupt bytes are their own kind.
 pub(crate) fn fetch_error(bucket: &Bucket, e: BucketError) -> FetchError {
-    let kind = if e.is_corrupt() {
-        FetchErrorKind::Corrupt
-    } else if e.is_not_found() {
-        // Gone since its index was read: no use retrying the bucket.
-        FetchErrorKind::NotFound
-    } else {
-        FetchErrorKind::Connect
-    };
+    let kind = if e.is_corrupt() { FetchErrorKind::Corrupt } else { FetchErrorKind::NotFound };
     FetchError::new(kind, &source_label(bucket), e.to_string())
 }
 
@@ -97,12 +93,13 @@ pub(crate) async fn plan(
         match lookup(bucket, store, expect, known_in).await {
             Ok(Some(found)) => return Plan::Bucket(found),
             Ok(None) => {}
+            Err(e) if e.is_down() => return Plan::Upstream(None),
             Err(e) => {
                 tracing::warn!(key, error = %e, "shared bucket unavailable; fetching from upstream");
                 return Plan::Upstream(None);
             }
         }
-        if !bucket.settings().lease {
+        if !bucket.lease_enabled() {
             return Plan::Upstream(None);
         }
         match bucket.lease(key).await {
@@ -128,6 +125,7 @@ pub(crate) async fn plan(
                 }
                 tokio::time::sleep(pause).await;
             }
+            Err(e) if e.is_down() => return Plan::Upstream(None),
             Err(e) => {
                 tracing::warn!(key, error = %e, "fill lease unavailable; fetching from upstream");
                 return Plan::Upstream(None);
@@ -164,6 +162,10 @@ pub(crate) async fn publish(
         };
         match result {
             Ok(()) => break,
+            Err(e) if e.is_down() => {
+                tracing::info!(%digest, error = %e, "not uploaded to the shared bucket (down); the object stays on this replica only");
+                break;
+            }
             Err(e) if !e.is_corrupt() && attempt < 4 => {
                 let wait = Duration::from_millis(500).saturating_mul(2u32.saturating_pow(attempt));
                 tracing::warn!(%digest, attempt, error = %e, "upload to the shared bucket failed; retrying");

@@ -87,7 +87,9 @@ async fn serve(
             if let Some(t) = &found.trust {
                 describe.last_modified = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(t.first_seen));
             }
-            if let Some(resp) = object::shared(bucket, &found, &describe, headers, head) {
+            let (m, path, k, c) = (mirror.clone(), asset.path(), key.clone(), container(asset.compression()));
+            let fallback = object::Fallback { store: store.clone(), claim: Box::new(move || m.asset(&path, &k, c)) };
+            if let Some(resp) = object::shared(bucket, &found, &describe, headers, head, fallback) {
                 info.cache = Some(CacheResult::Shared.as_str());
                 info.digest = Some(found.digest.to_string());
                 return resp;

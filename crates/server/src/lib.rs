@@ -383,14 +383,31 @@ async fn metrics_handler(
         .into_response()
 }
 
-/// Ready while the data directory is usable; an upstream being down does not make tender
-/// unready, since everything stored keeps serving.
+/// Ready while the data directory is usable; an upstream or the shared bucket being down does
+/// not make tender unready, since everything stored keeps serving (and the upstreams fill what
+/// the bucket would have). The body names the bucket's state.
 async fn readyz(State(app): State<Arc<AppState>>) -> impl IntoResponse {
-    let root = app.mirror().flights().store().root().to_path_buf();
+    let mirror = app.mirror();
+    let root = mirror.flights().store().root().to_path_buf();
+    let bucket =
+        mirror.flights().shared().map(|b| format!("bucket {}: {}\n", b.name(), bucket_state(b))).unwrap_or_default();
     if root.join("objects").is_dir() {
-        (StatusCode::OK, "ready\n")
+        (StatusCode::OK, format!("ready\n{bucket}"))
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "data directory unavailable\n")
+        (StatusCode::SERVICE_UNAVAILABLE, format!("data directory unavailable\n{bucket}"))
+    }
+}
+
+/// `up`, or `down (cause) for 42s`: no error text, since `/readyz` answers without
+/// authentication (the status page shows the error to those who may see it).
+pub(crate) fn bucket_state(b: &tender_bucket::Bucket) -> String {
+    match b.state() {
+        tender_bucket::BucketState::Up if b.lease_enabled() || !b.settings().lease => "up".to_string(),
+        tender_bucket::BucketState::Up => "up (no conditional writes: fill leases off)".to_string(),
+        tender_bucket::BucketState::Down { cause, since, .. } => {
+            let secs = since.elapsed().map(|d| d.as_secs()).unwrap_or(0);
+            format!("down ({}) for {secs}s", cause.as_str())
+        }
     }
 }
 

@@ -270,7 +270,9 @@ async fn blob(
         return object::stored(file, len, *digest, &describe, headers, head);
     }
     if let Some((bucket, found)) = &shared {
-        if let Some(resp) = object::shared(bucket, found, &describe, headers, head) {
+        let (m, up2, repo2, d) = (mirror.clone(), up.clone(), repo.clone(), *digest);
+        let fallback = object::Fallback { store: store.clone(), claim: Box::new(move || m.blob(&up2, &repo2, &d)) };
+        if let Some(resp) = object::shared(bucket, found, &describe, headers, head, fallback) {
             info.cache = Some(CacheResult::Shared.as_str());
             return resp;
         }

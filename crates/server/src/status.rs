@@ -152,6 +152,9 @@ pub async fn page(
         );
     }
     h.push_str("</table>");
+    if let Some(b) = mirror.flights().shared() {
+        h.push_str(&bucket_section(b, viewer));
+    }
     h.push_str(&fills_section(&crate::fills_of(&app, viewer), now));
     if let Some(c) = catalog {
         h.push_str(&c);
@@ -182,6 +185,40 @@ pub async fn page(
          <a href=\"/readyz\">readiness</a></p></body></html>",
     );
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], h)
+}
+
+/// The shared bucket: up, or down with its cause (and, for a viewer who sees everything, the
+/// error), as `tender_bucket_up` and `tender_bucket_down_cause` show it.
+fn bucket_section(b: &tender_bucket::Bucket, viewer: crate::Viewer) -> String {
+    let (class, word, detail) = match b.state() {
+        tender_bucket::BucketState::Up => {
+            let leases = if b.lease_enabled() {
+                "fill leases on"
+            } else if b.settings().lease {
+                "fill leases off: the server has no conditional writes"
+            } else {
+                "fill leases off (lease: false)"
+            };
+            ("up", "up".to_string(), leases.to_string())
+        }
+        tender_bucket::BucketState::Down { cause, message, since } => {
+            let secs = since.elapsed().map(|d| d.as_secs()).unwrap_or(0);
+            let message = match viewer {
+                crate::Viewer::All => esc(&message),
+                crate::Viewer::Anonymous => "(shown to authenticated clients)".to_string(),
+            };
+            let detail = format!(
+                "<span class=\"cause\">{}</span> for {secs} s, probed in the background: {message}",
+                cause.as_str()
+            );
+            ("down", "down".to_string(), detail)
+        }
+    };
+    format!(
+        "<h2>Shared bucket</h2><table id=\"bucket\"><tr><th>bucket</th><th>state</th><th>detail</th></tr>\
+         <tr><td>{}</td><td class=\"{class}\">{word}</td><td>{detail}</td></tr></table>",
+        esc(b.name())
+    )
 }
 
 /// Bytes fetched from each upstream against bytes served to workers from it, the saving, and

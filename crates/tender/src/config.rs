@@ -73,6 +73,9 @@ pub struct RawS3 {
     pub lease_ttl: Option<String>,
     pub replica: Option<String>,
     pub request_timeout: Option<String>,
+    pub connect_timeout: Option<String>,
+    pub retries: Option<u32>,
+    pub probe_interval: Option<String>,
 }
 
 /// Another tender that every upstream request goes to (tiered caches).
@@ -868,6 +871,26 @@ fn resolve_s3(name: &str, raw: &RawS3) -> Result<tender_bucket::BucketSettings, 
         return Err(err("storage.s3.leaseTtl", "must be at least 3s (the holder renews every third of it)".into()));
     }
     s.request_timeout = duration(name, "storage.s3.requestTimeout", &raw.request_timeout, s.request_timeout)?;
+    // The default never outlasts a shorter requestTimeout; a configured one may not.
+    s.connect_timeout = duration(name, "storage.s3.connectTimeout", &raw.connect_timeout, s.connect_timeout)?;
+    if raw.connect_timeout.is_none() {
+        s.connect_timeout = s.connect_timeout.min(s.request_timeout);
+    } else if s.connect_timeout > s.request_timeout {
+        return Err(err("storage.s3.connectTimeout", "must not be longer than storage.s3.requestTimeout".into()));
+    }
+    if let Some(r) = raw.retries {
+        if r > 10 {
+            return Err(err(
+                "storage.s3.retries",
+                format!("{r} is more than 10; each retry waits within requestTimeout"),
+            ));
+        }
+        s.retries = r as usize;
+    }
+    s.probe_interval = duration(name, "storage.s3.probeInterval", &raw.probe_interval, s.probe_interval)?;
+    if s.probe_interval < Duration::from_millis(100) {
+        return Err(err("storage.s3.probeInterval", "must be at least 100ms".into()));
+    }
     s.replica = match &raw.replica {
         Some(r) => r.clone(),
         None => std::env::var("HOSTNAME")
@@ -1084,6 +1107,36 @@ mod tests {
         assert!(s.upstreams.iter().all(|u| u.offline) && s.offline);
         let s = resolve("t", parse("t", yaml).unwrap(), &Overrides { offline: true, ..Overrides::default() }).unwrap();
         assert!(s.upstreams.iter().all(|u| u.offline) && s.offline, "--offline");
+    }
+
+    /// Issue 19: the bucket's deadlines, retries and probe interval.
+    #[test]
+    fn should_resolve_the_bucket_breaker_keys_with_defaults_bounded_by_the_request_timeout() {
+        let base = "storage:\n  s3:\n    endpoint: http://127.0.0.1:9000\n    bucket: fleet\n    replica: r\n";
+        let load = |extra: &str| {
+            let yaml = format!("{base}{extra}");
+            resolve("t", parse("t", &yaml).unwrap(), &Overrides::default()).unwrap().storage.unwrap()
+        };
+        let s = load("");
+        assert_eq!(
+            (s.request_timeout, s.connect_timeout, s.retries, s.probe_interval),
+            (Duration::from_secs(60), Duration::from_secs(5), 2, Duration::from_secs(5))
+        );
+        let s = load("    requestTimeout: 2s\n    retries: 0\n    probeInterval: 500ms\n");
+        assert_eq!(
+            (s.request_timeout, s.connect_timeout, s.retries, s.probe_interval),
+            (Duration::from_secs(2), Duration::from_secs(2), 0, Duration::from_millis(500)),
+            "the default connect timeout never outlasts the request timeout"
+        );
+        let none = Overrides::default();
+        check_err(
+            &format!("{base}    requestTimeout: 2s\n    connectTimeout: 3s\n"),
+            &none,
+            &["storage.s3.connectTimeout"],
+        );
+        check_err(&format!("{base}    retries: 11\n"), &none, &["storage.s3.retries"]);
+        check_err(&format!("{base}    probeInterval: 10ms\n"), &none, &["storage.s3.probeInterval"]);
+        check_err(&format!("{base}    probeInterval: often\n"), &none, &["storage.s3.probeInterval", "not a duration"]);
     }
 
     #[test]

@@ -270,8 +270,9 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
 }
 
 /// The bucket of `storage.s3`, checked: one that cannot keep the lease promise (no conditional
-/// writes) refuses the start; one that cannot be reached now is used once it can (fills go
-/// upstream meanwhile).
+/// writes) refuses the start; one that cannot be reached now is probed in the background and
+/// used once a probe gets through (the probe checks conditional writes again; without them
+/// the replica runs as with `lease: false`). Fills go upstream meanwhile.
 pub(crate) async fn open_bucket(
     settings: &Settings,
     metrics: tender_bucket::BucketMetrics,
@@ -282,10 +283,10 @@ pub(crate) async fn open_bucket(
         Ok(()) => tracing::info!(bucket = %s.bucket, endpoint = ?s.endpoint, prefix = %s.prefix, replica = %s.replica,
             lease = s.lease, chunk_size = s.chunk_size, "shared bucket ready"),
         Err(e @ tender_bucket::BucketError::Setup { .. }) => return Err(Failure::usage(e.to_string())),
-        Err(e) => {
-            tracing::error!(error = %e, "shared bucket unreachable at start; fills go to upstream until it answers")
-        }
+        Err(e) => tracing::error!(error = %e, probe_every = ?s.probe_interval,
+            "shared bucket unreachable at start; serving without it and probing it in the background"),
     }
+    bucket.spawn_prober();
     Ok(Some(bucket))
 }
 

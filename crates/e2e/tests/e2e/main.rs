@@ -16,6 +16,7 @@ mod t15_protocol;
 mod t16_offline;
 mod t17_monitoring;
 mod t18_airgap;
+mod t19_bucket_down;
 mod t1_lifecycle;
 mod t2_blobs;
 mod t3_skopeo;

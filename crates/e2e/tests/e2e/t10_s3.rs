@@ -1,4 +1,4 @@
-//! Replicas on shared S3 storage: two tenders on one bucket of a real S3 server (moto) in
+//! Replicas on shared S3 storage: two tenders on one bucket of a real S3 server (SeaweedFS) in
 //! front of docker-registry. Clients spread over both replicas cost one upstream fetch per
 //! blob in total (the fill lease); a replica killed mid-fill is taken over by the other once
 //! its lease expires; a corrupted object in the bucket is found by `tender fsck --bucket` and
@@ -43,14 +43,13 @@ fn no_secret_in(log: &std::path::Path) {
 fn should_share_a_bucket_between_replicas_and_never_serve_a_corrupt_object() {
     proc::need(&["skopeo"]);
     let bed = Bed::new("s3-share", Sizes::SMALL);
-    let s3 = S3Server::start(&bed.path("moto.log"));
-    s3.create_bucket(BUCKET);
+    let s3 = S3Server::start(bed.dir.path(), BUCKET);
     let upstream = [("ghcr.io", bed.registry.url())];
     let ups: Vec<(&str, &str)> = upstream.iter().map(|(n, u)| (*n, u.as_str())).collect();
     let mut replicas = Vec::new();
     for name in ["a", "b", "c"] {
         let cfg = bed.path(&format!("{name}.yaml"));
-        write_config(&cfg, &ups, &s3.storage_yaml(bed.dir.path(), BUCKET, "fleet", name));
+        write_config(&cfg, &ups, &s3.storage_yaml(bed.dir.path(), "fleet", name, ""));
         replicas.push(cfg);
     }
     let a = Tender::start(&replicas[0], &bed.path("a-data"), &bed.path("a.log"));
@@ -95,7 +94,7 @@ fn should_share_a_bucket_between_replicas_and_never_serve_a_corrupt_object() {
     // Bit rot in the bucket: fsck --bucket finds it, and no replica serves it.
     let mut bad = bytes.clone();
     bad[1000] ^= 0x01;
-    s3.put(BUCKET, &format!("fleet/objects/sha256/{}", &blob[7..]), &bad);
+    s3.put(&format!("fleet/objects/sha256/{}", &blob[7..]), &bad);
     let fsck = tender::run(["fsck", "--bucket", "--config", replicas[2].to_str().unwrap()]);
     let out = String::from_utf8_lossy(&fsck.stdout);
     assert_eq!(
@@ -134,8 +133,7 @@ fn should_share_a_bucket_between_replicas_and_never_serve_a_corrupt_object() {
 #[test]
 fn should_take_over_the_fill_of_a_replica_killed_mid_fill() {
     let dir = TestDir::new("s3-kill");
-    let s3 = S3Server::start(&dir.path().join("moto.log"));
-    s3.create_bucket(BUCKET);
+    let s3 = S3Server::start(dir.path(), BUCKET);
     const SIZE: usize = 40 << 20;
     let body = Arc::new(noise(SIZE));
     let digest = sha256(&body);
@@ -143,7 +141,7 @@ fn should_take_over_the_fill_of_a_replica_killed_mid_fill() {
     let mut cfgs = Vec::new();
     for name in ["a", "b"] {
         let cfg = dir.path().join(format!("{name}.yaml"));
-        write_config(&cfg, &[("ghcr.io", &upstream.url())], &s3.storage_yaml(dir.path(), BUCKET, "kill", name));
+        write_config(&cfg, &[("ghcr.io", &upstream.url())], &s3.storage_yaml(dir.path(), "kill", name, ""));
         cfgs.push(cfg);
     }
     let (a_data, b_data) = (dir.path().join("a-data"), dir.path().join("b-data"));

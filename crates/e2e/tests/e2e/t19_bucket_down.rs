@@ -1,0 +1,230 @@
+//! A replica whose shared bucket (SeaweedFS) fails: killed (connections refused) or paused with
+//! SIGSTOP (connections accepted, never answered). Clients get byte-exact bodies, never a cut;
+//! the first request after the bucket hangs costs at most `requestTimeout` more, and the ones
+//! after it cost what they cost without a bucket (the breaker is open). A replica started while
+//! the bucket was down probes it and uses it once it is up.
+
+use std::time::{Duration, Instant};
+
+use sha2::{Digest as _, Sha256};
+use tender_e2e::http::Conn;
+use tender_e2e::registry::Sizes;
+use tender_e2e::s3::S3Server;
+use tender_e2e::tender::{self, write_config, Tender};
+use tender_e2e::{poll_until, TestDir};
+
+use crate::Bed;
+
+const BUCKET: &str = "tender-e2e";
+const REPO: &str = "/v2/ghcr.io/siderolabs/kubelet/blobs";
+
+/// A GET: status, body, and the time from sending it to the first body byte (or to the head,
+/// for an empty body). A cut body is an error.
+fn timed_get(t: &Tender, path: &str, headers: &[(&str, &str)]) -> std::io::Result<(u16, Vec<u8>, Duration)> {
+    let start = Instant::now();
+    let mut first = None;
+    let mut body = Vec::new();
+    let head = Conn::open(t.addr)?.request_to("GET", path, headers, &mut |b| {
+        first.get_or_insert_with(|| start.elapsed());
+        body.extend_from_slice(b);
+    })?;
+    Ok((head.status, body, first.unwrap_or_else(|| start.elapsed())))
+}
+
+/// The kubelet image's blobs (both platforms), with their bytes.
+fn blobs(bed: &Bed) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for m in ["KUBELET_AMD64", "KUBELET_ARM64"] {
+        for d in bed.images.config_and_layers(bed.images.var(m)) {
+            let bytes = std::fs::read(bed.images.blob_path(&d)).unwrap();
+            out.push((d, bytes));
+        }
+    }
+    out
+}
+
+/// Replica `a` fills every blob (and uploads it); replica `c`, started after, answers a HEAD of
+/// each from the bucket, so it holds each blob's index and no local copy.
+fn warm(bed: &Bed, s3: &S3Server, extra: &str) -> (Tender, Tender, Vec<(String, Vec<u8>)>) {
+    let ups = [("ghcr.io", bed.registry.url())];
+    let ups: Vec<(&str, &str)> = ups.iter().map(|(n, u)| (*n, u.as_str())).collect();
+    let (a_cfg, c_cfg) = (bed.path("a.yaml"), bed.path("c.yaml"));
+    write_config(&a_cfg, &ups, &s3.storage_yaml(bed.dir.path(), "fleet", "a", ""));
+    write_config(&c_cfg, &ups, &s3.storage_yaml(bed.dir.path(), "fleet", "c", extra));
+    let a = Tender::start(&a_cfg, &bed.path("a-data"), &bed.path("a.log"));
+    let blobs = blobs(bed);
+    for (d, bytes) in &blobs {
+        let (status, body, _) = timed_get(&a, &format!("{REPO}/{d}"), &[]).unwrap();
+        assert_eq!((status, body.len()), (200, bytes.len()), "{d} through a");
+    }
+    let c = Tender::start(&c_cfg, &bed.path("c-data"), &bed.path("c.log"));
+    for (d, _) in &blobs {
+        let path = format!("{REPO}/{d}");
+        poll_until("c to find the blob in the bucket", Duration::from_secs(60), || {
+            let r = Conn::open(c.addr).ok()?.request("HEAD", &path, &[]).ok()?;
+            (r.status() == 200 && c.access().iter().any(|x| x.cache == "shared" && x.path == path)).then_some(())
+        });
+    }
+    (a, c, blobs)
+}
+
+fn range_of(bytes: &[u8]) -> (String, Vec<u8>) {
+    let end = bytes.len().min(1100);
+    let start = end.saturating_sub(1000);
+    (format!("bytes={start}-{}", end - 1), bytes[start..end].to_vec())
+}
+
+fn sha256(b: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(b)))
+}
+
+#[test]
+fn should_serve_byte_exact_ranges_and_bodies_from_the_upstream_when_the_bucket_is_killed() {
+    let bed = Bed::new("s3-killed", Sizes::SMALL);
+    let mut s3 = S3Server::start(bed.dir.path(), BUCKET);
+    let (_a, c, blobs) = warm(&bed, &s3, "");
+    s3.kill();
+    for (i, (d, bytes)) in blobs.iter().enumerate() {
+        let path = format!("{REPO}/{d}");
+        if i % 2 == 0 {
+            let (range, want) = range_of(bytes);
+            let (status, body, _) = timed_get(&c, &path, &[("Range", &range)])
+                .unwrap_or_else(|e| panic!("Range {range} of {d} with the bucket down: {e}"));
+            assert_eq!(status, 206, "{d}");
+            assert!(body == want, "{d}: {range} is not the blob's bytes ({} bytes)", body.len());
+        } else {
+            let (status, body, _) =
+                timed_get(&c, &path, &[]).unwrap_or_else(|e| panic!("GET {d} with the bucket down: {e}"));
+            assert_eq!((status, sha256(&body)), (200, d.clone()));
+        }
+    }
+    let log = tender::tail(&c.log, 400);
+    assert!(log.contains("shared bucket down"), "c logs the bucket failure:\n{log}");
+    assert!(log.contains("shared bucket failed while serving a range"), "c logs the fallback:\n{log}");
+}
+
+#[test]
+fn should_answer_within_the_request_timeout_when_the_bucket_hangs_and_then_as_without_it() {
+    let bed = Bed::new("s3-hung", Sizes::SMALL);
+    let s3 = S3Server::start(bed.dir.path(), BUCKET);
+    let (_a, c, blobs) = warm(&bed, &s3, "    requestTimeout: 2s\n    probeInterval: 1s\n");
+    // The same requests through a tender with no bucket, for the cost of each without one.
+    let plain = bed.start_tender("plain.log");
+    s3.pause();
+
+    let (d, bytes) = &blobs[0];
+    let (range, want) = range_of(bytes);
+    let (status, body, first) = timed_get(&c, &format!("{REPO}/{d}"), &[("Range", &range)])
+        .unwrap_or_else(|e| panic!("first Range after the bucket hung: {e}"));
+    assert_eq!(status, 206);
+    assert!(body == want, "the first range after the hang is the blob's bytes ({} bytes)", body.len());
+    eprintln!("first byte of the first request after the bucket hung: {first:?} (requestTimeout 2s)");
+    assert!(first <= Duration::from_secs(3), "first byte after {first:?}, more than requestTimeout + 1 s");
+
+    // The breaker is open: every other blob but the last, a HEAD and a Range, as fast as
+    // without a bucket.
+    let (last, measured) = blobs[1..].split_last().unwrap();
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for (d, bytes) in measured {
+        let path = format!("{REPO}/{d}");
+        let (range, want) = range_of(bytes);
+        for (t, out) in [(&plain, &mut without), (&c, &mut with)] {
+            let start = Instant::now();
+            let r = Conn::open(t.addr).unwrap().request("HEAD", &path, &[]).unwrap();
+            assert_eq!(r.status(), 200, "HEAD {d}");
+            let (status, body, _) = timed_get(t, &path, &[("Range", &range)]).unwrap();
+            assert_eq!(status, 206);
+            assert!(body == want, "{d}: {range} is not the blob's bytes");
+            out.push(start.elapsed());
+        }
+    }
+    with.sort();
+    without.sort();
+    let (w, wo) = (with[with.len() / 2], without[without.len() / 2]);
+    eprintln!("HEAD + Range while the breaker is open: median {w:?}, without a bucket {wo:?} ({with:?} / {without:?})");
+    assert!(w <= wo + Duration::from_millis(100), "with the bucket hung {w:?}, without a bucket {wo:?}");
+
+    // The bucket answers again: a probe closes the breaker. Then it hangs once more, under a
+    // full GET that the bucket was to serve (c remembers the last blob's index): the fill goes
+    // on from the upstream after requestTimeout, byte-exact.
+    s3.resume();
+    poll_until("a probe to find the bucket up", Duration::from_secs(40), || {
+        let r = tender_e2e::http::get(c.addr, "/readyz").ok()?;
+        r.text().contains(": up").then_some(())
+    });
+    s3.pause();
+    let (d, bytes) = last;
+    let (status, body, first) = timed_get(&c, &format!("{REPO}/{d}"), &[])
+        .unwrap_or_else(|e| panic!("full GET with the bucket hung again: {e}"));
+    assert_eq!((status, sha256(&body)), (200, d.clone()));
+    assert_eq!(body.len(), bytes.len());
+    eprintln!("first byte of a full GET from the bucket after it hung again: {first:?}");
+    assert!(first <= Duration::from_secs(3), "first byte after {first:?}, more than requestTimeout + 1 s");
+    s3.resume();
+}
+
+#[test]
+fn should_probe_a_bucket_that_was_down_at_start_and_use_it_once_up() {
+    let bed = Bed::new("s3-late", Sizes::SMALL);
+    let dir = TestDir::new("s3-late-bucket");
+    let mut s3 = S3Server::unstarted(dir.path(), BUCKET);
+    let ups = [("ghcr.io", bed.registry.url())];
+    let ups: Vec<(&str, &str)> = ups.iter().map(|(n, u)| (*n, u.as_str())).collect();
+    let cfg = bed.path("c.yaml");
+    write_config(&cfg, &ups, &s3.storage_yaml(bed.dir.path(), "late", "c", ""));
+    let c = Tender::start(&cfg, &bed.path("c-data"), &bed.path("c.log"));
+    let down = tender_e2e::http::get(c.addr, "/readyz").unwrap();
+    assert_eq!(down.status(), 200, "a replica without its bucket still serves");
+
+    s3.start_again();
+    poll_until("the probe to check the bucket (its format marker)", Duration::from_secs(30), || {
+        s3.has("late/tender-bucket.json").then_some(())
+    });
+    assert!(down.text().contains("down"), "/readyz names the bucket's state: {}", down.text());
+    let ready = tender_e2e::http::get(c.addr, "/readyz").unwrap();
+    assert!(ready.text().contains(" up"), "/readyz after the probe: {}", ready.text());
+    let metrics = tender_e2e::http::get(c.addr, "/metrics").unwrap().text();
+    assert!(metrics.lines().any(|l| l.starts_with("tender_bucket_up") && l.ends_with(" 1")), "{metrics}");
+
+    // Used: a fill is uploaded.
+    let (d, bytes) = &blobs(&bed)[1];
+    let (status, body, _) = timed_get(&c, &format!("{REPO}/{d}"), &[]).unwrap();
+    assert_eq!((status, body.len()), (200, bytes.len()));
+    poll_until("the fill to reach the bucket", Duration::from_secs(30), || {
+        s3.has(&format!("late/index/sha256/{}.json", &d[7..])).then_some(())
+    });
+}
+
+#[test]
+fn should_show_a_wrong_secret_as_the_bucket_down_for_denied_and_serve_without_it() {
+    let bed = Bed::new("s3-denied", Sizes::SMALL);
+    let s3 = S3Server::start(bed.dir.path(), BUCKET);
+    let ups = [("ghcr.io", bed.registry.url())];
+    let ups: Vec<(&str, &str)> = ups.iter().map(|(n, u)| (*n, u.as_str())).collect();
+    let cfg = bed.path("c.yaml");
+    write_config(&cfg, &ups, &s3.storage_yaml(bed.dir.path(), "denied", "c", "    probeInterval: 1s\n"));
+    std::fs::write(bed.path("s3-secret-access-key"), "not-the-secret\n").unwrap();
+    let c = Tender::start(&cfg, &bed.path("c-data"), &bed.path("c.log"));
+
+    let ready = tender_e2e::http::get(c.addr, "/readyz").unwrap();
+    assert_eq!(ready.status(), 200, "a replica without its bucket still serves");
+    assert!(ready.text().contains("down (denied)"), "/readyz: {}", ready.text());
+    let metrics = tender_e2e::http::get(c.addr, "/metrics").unwrap().text();
+    for want in ["tender_bucket_up 0", "tender_bucket_down_cause{cause=\"denied\"} 1"] {
+        assert!(metrics.lines().any(|l| l == want), "{want} in:\n{metrics}");
+    }
+    let page = tender_e2e::http::get(c.addr, "/").unwrap().text();
+    assert!(page.contains("id=\"bucket\"") && page.contains("denied"), "the status page names the cause");
+    let (d, bytes) = &blobs(&bed)[1];
+    let (status, body, _) = timed_get(&c, &format!("{REPO}/{d}"), &[]).unwrap();
+    assert_eq!((status, body.len()), (200, bytes.len()), "served from the upstream");
+    // Probed again (every second here), and still down for the same cause.
+    poll_until("a second failed probe", Duration::from_secs(30), || {
+        let m = tender_e2e::http::get(c.addr, "/metrics").ok()?.text();
+        m.lines()
+            .find_map(|l| l.strip_prefix("tender_bucket_probes_total{result=\"failed\"} "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|n| *n >= 2.0)
+    });
+    assert!(!s3.has("denied/tender-bucket.json"), "nothing was written with a wrong secret");
+}
