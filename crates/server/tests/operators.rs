@@ -106,6 +106,18 @@ fn seed_as(tender: &Tender, age: u64, imported: bool) -> Digest {
     digest
 }
 
+/// Admin endpoints on, with the token `admin-secret`.
+fn admin_security() -> tender_server::Security {
+    tender_server::Security {
+        admin: Some(tender_server::admin::Admin {
+            token: tender_server::auth::AdminToken::new("admin-secret"),
+            gc_cap: None,
+            import_cap: 1 << 30,
+        }),
+        ..tender_server::Security::default()
+    }
+}
+
 async fn text(url: &str) -> String {
     String::from_utf8(get(url, &[]).await.body.unwrap().to_vec()).unwrap()
 }
@@ -273,18 +285,12 @@ async fn should_show_health_only_of_upstreams_the_viewer_may_see() {
 /// health; it needs the admin token, and names only configured upstreams.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn should_probe_an_upstream_now_with_the_admin_token_only() {
-    use tender_server::admin::Admin;
-    use tender_server::auth::AdminToken;
     let fake = FakeUpstream::start().await;
-    let security = tender_server::Security {
-        admin: Some(Admin { token: AdminToken::new("admin-secret"), gc_cap: None, import_cap: 1 << 30 }),
-        ..tender_server::Security::default()
-    };
     let tender = Tender::start_full(
         vec![upstream_settings("ghcr.io", &fake.url())],
         None,
         settings(),
-        security,
+        admin_security(),
         None,
         tender_server::Surface::All,
     )

@@ -8,6 +8,7 @@
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -27,16 +28,8 @@ pub struct ImportArgs {
     /// copy oci:, Talos' image cache)
     #[arg(value_name = "PATH")]
     pub path: PathBuf,
-    /// The data directory of a stopped tender to import into
-    #[arg(long, value_name = "DIR", conflicts_with = "server")]
-    pub data: Option<PathBuf>,
-    /// Config file naming the upstreams names route to (with --data) [default: the embedded default]
-    #[arg(long, value_name = "FILE", requires = "data")]
-    pub config: Option<PathBuf>,
-    /// A running tender to import into (POST /api/v1/admin/import); pass its admin token with
-    /// --token-file [env: TENDER_SERVER, TENDER_ADMIN_TOKEN_FILE]
-    #[arg(long, value_name = "URL")]
-    pub server: Option<String>,
+    #[command(flatten)]
+    pub target: Target,
     /// Registry of names without one: REGISTRY for `repo:tag`, REGISTRY/REPOSITORY for a bare tag
     #[arg(long, value_name = "NAME")]
     pub registry: Option<String>,
@@ -46,6 +39,21 @@ pub struct ImportArgs {
     /// Print the report as JSON
     #[arg(long)]
     pub json: bool,
+}
+
+/// Which tender a command changes: a stopped one's data directory, or a running one.
+#[derive(Debug, clap::Args)]
+pub struct Target {
+    /// The data directory of a stopped tender
+    #[arg(long, value_name = "DIR", conflicts_with = "server")]
+    pub data: Option<PathBuf>,
+    /// Config file naming the upstreams names route to (with --data) [default: the embedded default]
+    #[arg(long, value_name = "FILE", requires = "data")]
+    pub config: Option<PathBuf>,
+    /// A running tender, through its admin endpoints; pass its admin token with --token-file
+    /// [env: TENDER_SERVER, TENDER_ADMIN_TOKEN_FILE]
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -87,17 +95,8 @@ pub struct TagRmArgs {
     /// Tags to forget, e.g. ghcr.io/siderolabs/kubelet:v1.35.0
     #[arg(value_name = "IMAGE:TAG", required = true)]
     pub names: Vec<String>,
-    /// The data directory of a stopped tender
-    #[arg(long, value_name = "DIR", conflicts_with = "server")]
-    pub data: Option<PathBuf>,
-    /// Config file naming the upstreams (with --data) [default: the embedded default]
-    #[arg(long, value_name = "FILE", requires = "data")]
-    pub config: Option<PathBuf>,
-    /// A running tender (DELETE /api/v1/admin/tags); its admin token with --token-file
-    #[arg(long, value_name = "URL")]
-    pub server: Option<String>,
     #[command(flatten)]
-    pub client: ClientArgs,
+    pub target: Target,
 }
 
 /// The store and routing of a stopped tender's data directory.
@@ -114,26 +113,25 @@ fn open_local(data: &Path, cfg: Option<&Path>) -> anyhow::Result<Arc<tender_fetc
     crate::serve::build_mirror(&settings, flights, &metrics)
 }
 
-use std::sync::Arc;
-
 pub fn run_import(args: ImportArgs) -> anyhow::Result<ExitCode> {
     if !args.path.exists() {
         return Err(Failure::usage(format!("{}: no such bundle", args.path.display())));
     }
     let options = ImportOptions { registry: args.registry.clone(), max_bytes: None, pin: !args.no_pin };
-    let report = match server_or_env(&args.server, args.data.is_some()) {
+    let t = &args.target;
+    let report = match server_or_env(&t.server, t.data.is_some()) {
         Some(url) => import_through(&url, &args, &options)?,
         None => {
-            let Some(data) = &args.data else {
+            let Some(data) = &t.data else {
                 return Err(Failure::usage("give --data DIR (a stopped tender) or --server URL (a running one)"));
             };
-            if args.client.is_set() {
+            if t.client.is_set() {
                 return Err(Failure::usage("the client options (--ca, --token-file, …) go with --server, not --data"));
             }
             let mirror = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
-                .block_on(async { open_local(data, args.config.as_deref()) })?;
+                .block_on(async { open_local(data, t.config.as_deref()) })?;
             let store = mirror.flights().store().clone();
             match tender_bundle::import_path(&args.path, &store, &tender_server::import::Routes(&mirror), &options) {
                 Ok(r) => r,
@@ -192,7 +190,7 @@ fn import_through(url: &str, args: &ImportArgs, options: &ImportOptions) -> anyh
     }
     let q = q.finish();
     let target = join(&base, &format!("/api/v1/admin/import{}{q}", if q.is_empty() { "" } else { "?" }));
-    let client = args.client.client(&ClientOptions {
+    let client = args.target.client.client(&ClientOptions {
         user_agent: concat!("tender-import/", env!("CARGO_PKG_VERSION")),
         headers: &[],
         connect_timeout: Duration::from_secs(10),
@@ -307,10 +305,11 @@ pub fn run_bundle(args: BundleArgs) -> anyhow::Result<ExitCode> {
 
 pub fn run_tag(args: TagArgs) -> anyhow::Result<ExitCode> {
     let TagCommand::Rm(args) = args.command;
-    match server_or_env(&args.server, args.data.is_some()) {
+    let t = &args.target;
+    match server_or_env(&t.server, t.data.is_some()) {
         Some(url) => {
             let base = parse_base_url(&url)?;
-            let client = args.client.client(&ClientOptions {
+            let client = t.client.client(&ClientOptions {
                 user_agent: concat!("tender/", env!("CARGO_PKG_VERSION")),
                 headers: &[],
                 connect_timeout: Duration::from_secs(10),
@@ -344,13 +343,13 @@ pub fn run_tag(args: TagArgs) -> anyhow::Result<ExitCode> {
             tag_verdict(missing)
         }
         None => {
-            let Some(data) = &args.data else {
+            let Some(data) = &t.data else {
                 return Err(Failure::usage("give --data DIR (a stopped tender) or --server URL (a running one)"));
             };
             let mirror = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
-                .block_on(async { open_local(data, args.config.as_deref()) })?;
+                .block_on(async { open_local(data, t.config.as_deref()) })?;
             let mut missing = 0;
             for name in &args.names {
                 match tender_server::import::remove(&mirror, name) {

@@ -75,6 +75,11 @@ fn skopeo_arm64(t: &Tender, dest: &Path) -> String {
 
 /// `ctr images pull --platform linux/arm64` of the tag through tender, in namespace `ns`.
 fn ctr_arm64(ctrd: &Containerd, hosts: &Path, ns: &str) {
+    ctr_pull_arm64(ctrd, hosts, ns, "ghcr.io/e2e/docker-kubelet:v1");
+}
+
+/// `ctr images pull --platform linux/arm64` of `image` with the hosts directory `hosts`.
+pub(crate) fn ctr_pull_arm64(ctrd: &Containerd, hosts: &Path, ns: &str, image: &str) {
     let pull = ctrd.ctr(&[
         "-n",
         ns,
@@ -86,7 +91,7 @@ fn ctr_arm64(ctrd: &Containerd, hosts: &Path, ns: &str) {
         "linux/arm64",
         "--snapshotter",
         "native",
-        "ghcr.io/e2e/docker-kubelet:v1",
+        image,
     ]);
     assert!(
         pull.status.success(),
@@ -148,10 +153,10 @@ fn should_serve_arm64_after_a_v2s2_only_client_also_with_the_upstream_stopped() 
 
 pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub(crate) const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-pub(crate) const SIGNATURE: &str = "application/vnd.example.signature.v1";
+const SIGNATURE: &str = "application/vnd.example.signature.v1";
 
 /// Push a blob to docker-registry (POST an upload, PUT it with the digest); its digest.
-pub(crate) fn push_blob(registry: &str, repo: &str, body: &[u8], work: &Path) -> String {
+fn push_blob(registry: &str, repo: &str, body: &[u8], work: &Path) -> String {
     push_blob_as(registry, repo, body, &sha256(body), work)
 }
 
@@ -251,22 +256,21 @@ fn list_tags(t: &Tender, repo: &str) -> Vec<String> {
     v["Tags"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect()
 }
 
-/// Issue 17 items 2 and 6: a signature pushed to docker-registry (which has no referrers API)
-/// as a tag-schema fallback tag is found through tender by a spec client; tag lists, the
-/// referrers 404 and `skopeo inspect` keep working with the upstream stopped.
-#[test]
-fn should_find_a_fallback_tag_signature_and_keep_listing_with_the_upstream_stopped() {
-    let bed = Bed::new("referrers", Sizes::SMALL);
-    proc::need(&["skopeo", "curl"]);
+/// Push a signature of the installer manifest to the bed's registry (which has no referrers
+/// API) under the tag-schema fallback tag `sha256-<hex>`, as a spec client would: its config,
+/// its payload `signed`, the signature manifest, the fallback index. (signature digest,
+/// payload digest).
+pub(crate) fn push_fallback_signature(bed: &Bed, signed: &[u8]) -> (String, String) {
     let (reg, repo) = (bed.registry.hostport(), "siderolabs/installer");
     let subject = bed.images.var("INSTALLER_MANIFEST").to_string();
     let subject_len = std::fs::metadata(bed.images.blob_path(&subject)).unwrap().len();
     let work = bed.path("push");
     std::fs::create_dir_all(&work).unwrap();
     let config = push_blob(&reg, repo, b"{}", &work);
-    let payload = push_blob(&reg, repo, b"signed by e2e", &work);
+    let payload = push_blob(&reg, repo, signed, &work);
     let signature = format!(
-        r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","artifactType":"{SIGNATURE}","config":{{"mediaType":"application/vnd.oci.empty.v1+json","digest":"{config}","size":2}},"layers":[{{"mediaType":"application/octet-stream","digest":"{payload}","size":13}}],"subject":{{"mediaType":"{OCI_MANIFEST}","digest":"{subject}","size":{subject_len}}}}}"#
+        r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","artifactType":"{SIGNATURE}","config":{{"mediaType":"application/vnd.oci.empty.v1+json","digest":"{config}","size":2}},"layers":[{{"mediaType":"application/octet-stream","digest":"{payload}","size":{}}}],"subject":{{"mediaType":"{OCI_MANIFEST}","digest":"{subject}","size":{subject_len}}}}}"#,
+        signed.len()
     );
     let sig_digest = sha256(signature.as_bytes());
     push_manifest(&reg, repo, &sig_digest, OCI_MANIFEST, &signature, &work);
@@ -275,6 +279,19 @@ fn should_find_a_fallback_tag_signature_and_keep_listing_with_the_upstream_stopp
         signature.len()
     );
     push_manifest(&reg, repo, &subject.replacen(':', "-", 1), OCI_INDEX, &fallback, &work);
+    (sig_digest, payload)
+}
+
+/// Issue 17 items 2 and 6: a signature pushed to docker-registry (which has no referrers API)
+/// as a tag-schema fallback tag is found through tender by a spec client; tag lists, the
+/// referrers 404 and `skopeo inspect` keep working with the upstream stopped.
+#[test]
+fn should_find_a_fallback_tag_signature_and_keep_listing_with_the_upstream_stopped() {
+    let bed = Bed::new("referrers", Sizes::SMALL);
+    proc::need(&["skopeo", "curl"]);
+    let repo = "siderolabs/installer";
+    let subject = bed.images.var("INSTALLER_MANIFEST").to_string();
+    let (sig_digest, payload) = push_fallback_signature(&bed, b"signed by e2e");
     let t = bed.start_tender("tender.log");
     let name = format!("ghcr.io/{repo}");
 

@@ -21,8 +21,8 @@ use tender_e2e::tender::{self, write_config, Tender};
 use tender_e2e::{http, TestDir};
 
 use crate::t11_prefetch::xz;
-use crate::t15_protocol::{push_blob, push_manifest, OCI_INDEX, OCI_MANIFEST, SIGNATURE};
-use crate::{oci, Bed};
+use crate::t15_protocol::{ctr_pull_arm64, push_fallback_signature, OCI_INDEX, OCI_MANIFEST};
+use crate::{oci, skopeo_pull, Bed};
 
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 const KUBELET: &str = "ghcr.io/siderolabs/kubelet:v1.33.1";
@@ -62,23 +62,7 @@ impl Connected {
     fn new(name: &str) -> Connected {
         proc::need(&["skopeo", "curl", "xz"]);
         let bed = Bed::new(name, Sizes::SMALL);
-        let (reg, repo) = (bed.registry.hostport(), "siderolabs/installer");
-        let subject = bed.images.var("INSTALLER_MANIFEST").to_string();
-        let subject_len = std::fs::metadata(bed.images.blob_path(&subject)).unwrap().len();
-        let work = bed.path("push");
-        std::fs::create_dir_all(&work).unwrap();
-        let config = push_blob(&reg, repo, b"{}", &work);
-        let payload = push_blob(&reg, repo, b"signed for the air gap", &work);
-        let signature = format!(
-            r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","artifactType":"{SIGNATURE}","config":{{"mediaType":"application/vnd.oci.empty.v1+json","digest":"{config}","size":2}},"layers":[{{"mediaType":"application/octet-stream","digest":"{payload}","size":22}}],"subject":{{"mediaType":"{OCI_MANIFEST}","digest":"{subject}","size":{subject_len}}}}}"#
-        );
-        let sig_digest = sha256(signature.as_bytes());
-        push_manifest(&reg, repo, &sig_digest, OCI_MANIFEST, &signature, &work);
-        let fallback = format!(
-            r#"{{"schemaVersion":2,"mediaType":"{OCI_INDEX}","manifests":[{{"mediaType":"{OCI_MANIFEST}","artifactType":"{SIGNATURE}","digest":"{sig_digest}","size":{}}}]}}"#,
-            signature.len()
-        );
-        push_manifest(&reg, repo, &subject.replacen(':', "-", 1), OCI_INDEX, &fallback, &work);
+        let (sig_digest, _) = push_fallback_signature(&bed, b"signed for the air gap");
 
         let factory = Factory::start(&bed.path("factory"));
         let disk: Vec<u8> = (0..2 * 1024 * 1024u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
@@ -158,18 +142,6 @@ impl Gapped {
     }
 }
 
-fn skopeo_all(hostport: &str, name: &str, dest: &Path) {
-    proc::run(Command::new("skopeo").args([
-        "copy",
-        "-q",
-        "--all",
-        "--preserve-digests",
-        "--src-tls-verify=false",
-        &format!("docker://{hostport}/{name}"),
-        &oci(dest),
-    ]));
-}
-
 /// The OS image through tender as qemu reads a disk over NBD: `nbdkit curl` with the xz filter,
 /// `qemu-img convert` to a raw file.
 fn qemu_read(hostport: &str, dest: &Path) -> Vec<u8> {
@@ -186,22 +158,15 @@ fn should_carry_images_a_signature_and_an_os_image_across_the_gap_byte_exact() {
     let connected = site.start();
     let bundle = site.bed.path("release.tar");
     let os_image = os_image_path();
-    let out = ok(&[
-        "export",
-        "--out",
-        bundle.to_str().unwrap(),
-        "--server",
-        &format!("http://{}", connected.hostport()),
-        "--platform",
-        "linux/amd64",
-        "--platform",
-        "linux/arm64",
-        "--os-image",
-        &os_image,
-        "--quiet",
-        KUBELET,
-        INSTALLER,
-    ]);
+    // The release: both platforms of the kubelet, the installer (and its signature), an OS image.
+    let export = |out: &Path, source: &[&str]| {
+        let mut args = vec!["export", "--out", out.to_str().unwrap()];
+        args.extend_from_slice(source);
+        args.extend_from_slice(&["--platform", "linux/amd64", "--platform", "linux/arm64", "--os-image", &os_image]);
+        args.extend_from_slice(&["--quiet", KUBELET, INSTALLER]);
+        ok(&args)
+    };
+    let out = export(&bundle, &["--server", &format!("http://{}", connected.hostport())]);
     let index_digest = out.lines().find_map(|l| l.strip_prefix("index: ")).expect("export prints the index digest");
     assert!(out.contains("2 image(s), 1 referrer(s), 1 OS image(s)"), "{out}");
 
@@ -214,24 +179,8 @@ fn should_carry_images_a_signature_and_an_os_image_across_the_gap_byte_exact() {
     let upstream_before = site.bed.registry.stats().blob_gets;
     assert_eq!(connected.terminate(Duration::from_secs(10)).code(), Some(0));
     let dir_bundle = site.bed.path("release");
-    ok(&[
-        "export",
-        "--out",
-        dir_bundle.to_str().unwrap(),
-        "--data",
-        site.bed.path("data-connected").to_str().unwrap(),
-        "--config",
-        site.bed.path("connected.yaml").to_str().unwrap(),
-        "--platform",
-        "linux/amd64",
-        "--platform",
-        "linux/arm64",
-        "--os-image",
-        &os_image,
-        "--quiet",
-        KUBELET,
-        INSTALLER,
-    ]);
+    let (data, config) = (site.bed.path("data-connected"), site.bed.path("connected.yaml"));
+    export(&dir_bundle, &["--data", data.to_str().unwrap(), "--config", config.to_str().unwrap()]);
     assert_eq!(site.bed.registry.stats().blob_gets, upstream_before, "the --data export fetched nothing");
 
     // Other tools read the export: skopeo (oci:) and umoci.
@@ -265,14 +214,14 @@ fn should_carry_images_a_signature_and_an_os_image_across_the_gap_byte_exact() {
 
     // skopeo: the whole multi-arch index and the single image, byte-exact.
     let pulled = site.bed.path("pulled-kubelet");
-    skopeo_all(&g.tender.hostport(), KUBELET, &pulled);
+    skopeo_pull(&g.tender, KUBELET, &oci(&pulled));
     let (top, blobs) = verify_oci_layout(&pulled);
     assert_eq!(top, [site.bed.images.var("KUBELET_INDEX")]);
     for d in site.bed.images.config_and_layers(site.bed.images.var("KUBELET_ARM64")) {
         assert!(blobs.contains(&d), "arm64 blob {d} pulled from the gapped tender");
     }
     let pulled = site.bed.path("pulled-installer");
-    skopeo_all(&g.tender.hostport(), INSTALLER, &pulled);
+    skopeo_pull(&g.tender, INSTALLER, &oci(&pulled));
     assert_eq!(verify_oci_layout(&pulled).0, [site.bed.images.var("INSTALLER_MANIFEST")]);
 
     // The signature through the fallback tag, byte-exact.
@@ -294,18 +243,7 @@ fn should_carry_images_a_signature_and_an_os_image_across_the_gap_byte_exact() {
     proc::need(&["containerd", "ctr"]);
     let ctrd = Containerd::start(&site.bed.path("containerd"));
     let hosts = ctrd.hosts_dir("ghcr.io", &g.tender.hostport());
-    let pull = ctrd.ctr(&[
-        "images",
-        "pull",
-        "--hosts-dir",
-        hosts.to_str().unwrap(),
-        "--platform",
-        "linux/arm64",
-        "--snapshotter",
-        "native",
-        KUBELET,
-    ]);
-    assert!(pull.status.success(), "ctr pull:\n{}", String::from_utf8_lossy(&pull.stderr));
+    ctr_pull_arm64(&ctrd, &hosts, "default", KUBELET);
     let arm64 = site.bed.images.var("KUBELET_ARM64");
     assert!(ctrd.content_blobs().join(hex_of(arm64)).exists(), "containerd got the arm64 manifest");
     for d in site.bed.images.config_and_layers(arm64) {
@@ -415,7 +353,7 @@ fn should_refuse_wrong_bundles_register_nothing_and_import_a_delta_on_its_base()
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(g.status(&kubelet_tag), 200);
     assert_eq!(http::request(addr, "GET", installer_tag, &[("Accept", OCI_MANIFEST)]).unwrap().status(), 200);
-    skopeo_all(&g.tender.hostport(), INSTALLER, &bed.path("pulled-installer"));
+    skopeo_pull(&g.tender, INSTALLER, &oci(&bed.path("pulled-installer")));
     assert!(std::fs::read_dir(data_gapped.join("pins")).unwrap().count() > 0, "imported content is pinned");
 
     // `tender tag rm` ends the tag's authority: offline, it is then unknown.
@@ -482,7 +420,7 @@ fn should_import_layouts_made_by_skopeo_and_by_talos_image_cache() {
     let g = gapped_on(dir.path(), "gapped", silent);
     for name in ["ghcr.io/e2e/from-skopeo:v7", "ghcr.io/e2e/talos-cached:v1.10.5"] {
         let dest = dir.path().join(name.replace(['/', ':'], "_"));
-        skopeo_all(&g.tender.hostport(), name, &dest);
+        skopeo_pull(&g.tender, name, &oci(&dest));
         assert_eq!(verify_oci_layout(&dest).0, [manifest], "{name}");
     }
     g.assert_never_contacted();
