@@ -339,6 +339,10 @@ impl Mirror {
                     return Ok(true);
                 }
                 Ok(false) => {}
+                // The breaker is open: said once when it opened, not again per request.
+                Err(e) if e.is_down() => {
+                    tracing::debug!(%digest, error = %e, "shared bucket down; asking the upstream")
+                }
                 Err(e) => tracing::warn!(%digest, upstream = %up.name(), error = %e,
                     "shared bucket: known-upstream record unreadable; asking the upstream"),
             }
@@ -446,6 +450,7 @@ impl Mirror {
         let in_bucket = match (reference, self.flights.shared()) {
             (Reference::Digest(d), Some(bucket)) => match bucket.is_known(d, up.name()).await {
                 Ok(known) => known.then_some((d, bucket)),
+                Err(e) if e.is_down() => None,
                 Err(e) => {
                     tracing::warn!(digest = %d, error = %e, "shared bucket: known-upstream record unreadable");
                     None
