@@ -14,7 +14,8 @@
 #
 # Needs root (drop_caches), docker-registry, skopeo, python3, ~4 x the release size free under
 # $TMPDIR. Prints a Markdown table for BENCHMARKS.md (section "## Air-gap bundles").
-# env: REPS=3, KUBELET_LAYERS_MB="256 128" (per platform), INSTALLER_LAYERS_MB="512 256", BIG_MB=512
+# env: REPS=3, KUBELET_LAYERS_MB="256 128" (per platform), INSTALLER_LAYERS_MB="512 256", BIG_MB=512,
+#      IMAGES_DIR (keep the generated layers there and reuse them in the next run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -43,8 +44,9 @@ trap cleanup EXIT
 
 PORT=$((20000 + RANDOM % 20000))
 "$HARNESS/upstream.sh" start "$WORK/upstream" "$PORT" >&2
-WORK="$WORK/images" "$HARNESS/mkimages.sh" "127.0.0.1:$PORT" >&2
-. "$WORK/images/images.env"
+IMG_DIR=${IMAGES_DIR:-$WORK/images}
+WORK="$IMG_DIR" "$HARNESS/mkimages.sh" "127.0.0.1:$PORT" >&2
+. "$IMG_DIR/images.env"
 IMAGES=("ghcr.io/$KUBELET_REF" "ghcr.io/$INSTALLER_REF" "ghcr.io/$BIG_REF")
 PLATFORMS=(--platform linux/amd64 --platform linux/arm64)
 
@@ -58,7 +60,7 @@ RELEASE_BYTES=$(du -sb "$WORK/data/objects" | cut -f1)
 # The release is in the store: the upstream and the image sources go (disk), and the steps run
 # with the upstream offline, as on an air-gapped side (nothing is asked of the network).
 "$HARNESS/upstream.sh" stop "$WORK/upstream" >&2
-rm -rf "$WORK/upstream" "$WORK/images"
+rm -rf "$WORK/upstream" "$WORK/images"   # (an IMAGES_DIR of the caller's is kept)
 echo "offline: true" >>"$WORK/tender.yaml"
 
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }

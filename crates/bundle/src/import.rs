@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::Path;
+use std::sync::mpsc;
 
 use serde::{Deserialize, Serialize};
 use tender_catalog::asset::AssetPath;
@@ -100,6 +101,9 @@ pub struct ImportedAsset {
 /// Phase 1: members as they arrive.
 struct Intake<'a> {
     store: &'a Store,
+    /// New blobs, hashed and written, on their way to be made durable and committed (on
+    /// another thread, so the next blob is read and hashed meanwhile).
+    commits: mpsc::SyncSender<Pending>,
     /// Verified blobs of the bundle and their sizes.
     verified: HashMap<Digest, u64>,
     new_blobs: u64,
@@ -124,9 +128,10 @@ fn read_small(reader: &mut dyn Read, limit: u64, what: &str) -> Result<Vec<u8>, 
 }
 
 impl<'a> Intake<'a> {
-    fn new(store: &'a Store, max_bytes: Option<u64>) -> Intake<'a> {
+    fn new(store: &'a Store, max_bytes: Option<u64>, commits: mpsc::SyncSender<Pending>) -> Intake<'a> {
         Intake {
             store,
+            commits,
             verified: HashMap::new(),
             new_blobs: 0,
             bytes: 0,
@@ -200,22 +205,85 @@ impl<'a> Intake<'a> {
                 return Err(ImportError::Io(e));
             }
         }
-        let sealed = spool.seal()?;
-        let len = sealed.len;
-        match self.store.commit(sealed, digest) {
-            Ok(_) => {}
-            Err(StoreError::DigestMismatch { actual, .. }) => {
-                return Err(refused(format!("{}: its content hashes to {actual}", layout::blob_path(digest))));
-            }
-            Err(e) => return Err(e.into()),
-        }
+        let len = spool.len();
         if len != size {
+            spool.discard();
             return Err(refused(format!("{}: {len} bytes where {size} were announced", layout::blob_path(digest))));
         }
+        self.commits.send(Pending { spool, digest: *digest }).map_err(|_| io::Error::other("the committer stopped"))?;
         self.verified.insert(*digest, size);
         self.new_blobs += 1;
         Ok(())
     }
+}
+
+/// A new blob, written and hashed, to be made durable and committed under `digest`.
+struct Pending {
+    spool: tender_store::SpoolWriter,
+    digest: Digest,
+}
+
+/// Blobs in flight to the committer, at most: the reader runs this far ahead of the fsyncs.
+const COMMIT_QUEUE: usize = 4;
+
+/// Make each pending blob durable and commit it; a blob whose bytes are not its digest refuses
+/// the bundle (it is removed, never visible).
+fn commit_all(store: &Store, pending: mpsc::Receiver<Pending>) -> Result<(), ImportError> {
+    let mut first_error = None;
+    for Pending { spool, digest } in pending {
+        if first_error.is_some() {
+            spool.discard();
+            continue;
+        }
+        let result = spool.seal().map_err(ImportError::Io).and_then(|sealed| match store.commit(sealed, &digest) {
+            Ok(_) => Ok(()),
+            Err(StoreError::DigestMismatch { actual, .. }) => {
+                Err(refused(format!("{}: its content hashes to {actual}", layout::blob_path(&digest))))
+            }
+            Err(e) => Err(e.into()),
+        });
+        if let Err(e) = result {
+            first_error = Some(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Run phase 1 with `read` feeding an intake while another thread commits, then phases 2 and 3.
+fn import_with(
+    store: &Store,
+    router: &dyn Router,
+    options: &ImportOptions,
+    read: impl FnOnce(&mut Intake<'_>) -> Result<(), ImportError>,
+) -> Result<ImportReport, ImportError> {
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::sync_channel(COMMIT_QUEUE);
+        let committer = scope.spawn(move || commit_all(store, rx));
+        let mut intake = Intake::new(store, options.max_bytes, tx);
+        let read_result = read(&mut intake);
+        let Intake { store, commits, verified, new_blobs, index, layout, ignored, .. } = intake;
+        drop(commits);
+        let committed = committer.join().unwrap_or_else(|_| Err(io::Error::other("the committer panicked").into()));
+        // A wrong digest found by the committer explains a reader error that followed it.
+        match (committed, read_result) {
+            (Err(e @ ImportError::Refused(_)), _) => return Err(e),
+            (_, Err(e)) => return Err(e),
+            (Err(e), Ok(())) => return Err(e),
+            (Ok(()), Ok(())) => {}
+        }
+        let done = Read1 { store, verified, new_blobs, index, layout, ignored };
+        finish(done, router, options)
+    })
+}
+
+/// What phase 1 read and committed.
+struct Read1<'a> {
+    store: &'a Store,
+    verified: HashMap<Digest, u64>,
+    new_blobs: u64,
+    index: Option<Vec<u8>>,
+    layout: Option<Vec<u8>>,
+    ignored: Vec<String>,
 }
 
 /// Phase 1 over a directory layout.
@@ -416,7 +484,7 @@ fn entry_name(entry: &Descriptor, registry: Option<&str>) -> Result<Option<Image
 
 /// Phase 2 over what phase 1 read.
 fn plan(
-    intake: &Intake<'_>,
+    intake: &Read1<'_>,
     router: &dyn Router,
     options: &ImportOptions,
 ) -> Result<(Document, Digest, Vec<Planned>), ImportError> {
@@ -564,7 +632,7 @@ fn register(
     Ok(())
 }
 
-fn finish(intake: Intake<'_>, router: &dyn Router, options: &ImportOptions) -> Result<ImportReport, ImportError> {
+fn finish(intake: Read1<'_>, router: &dyn Router, options: &ImportOptions) -> Result<ImportReport, ImportError> {
     let (index, index_digest, planned) = plan(&intake, router, options)?;
     let mut report = ImportReport {
         index_digest: index_digest.to_string(),
@@ -586,9 +654,7 @@ pub fn import_dir(
     router: &dyn Router,
     options: &ImportOptions,
 ) -> Result<ImportReport, ImportError> {
-    let mut intake = Intake::new(store, options.max_bytes);
-    read_dir(dir, &mut intake)?;
-    finish(intake, router, options)
+    import_with(store, router, options, |intake| read_dir(dir, intake))
 }
 
 /// Import a tar stream (a file, or a request body).
@@ -598,9 +664,7 @@ pub fn import_tar(
     router: &dyn Router,
     options: &ImportOptions,
 ) -> Result<ImportReport, ImportError> {
-    let mut intake = Intake::new(store, options.max_bytes);
-    read_tar(reader, &mut intake)?;
-    finish(intake, router, options)
+    import_with(store, router, options, |intake| read_tar(reader, intake))
 }
 
 /// Import a bundle at `path`: a directory, or a tar file.

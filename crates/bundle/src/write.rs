@@ -13,8 +13,16 @@ use crate::layout::{self, Document, INDEX_FILE, LAYOUT_FILE};
 
 /// Where the bytes go.
 enum Out {
-    Dir { partial: PathBuf },
-    Tar { builder: tar::Builder<BufWriter<File>>, partial: PathBuf },
+    /// Files are made durable all at once when the bundle is finished (as `cp` + `sync`), not
+    /// one by one.
+    Dir {
+        partial: PathBuf,
+        unsynced: Vec<PathBuf>,
+    },
+    Tar {
+        builder: tar::Builder<BufWriter<File>>,
+        partial: PathBuf,
+    },
 }
 
 /// What a finished bundle holds.
@@ -99,7 +107,7 @@ impl BundleWriter {
             return Ok(w);
         } else {
             fs::create_dir_all(partial.join("blobs"))?;
-            Out::Dir { partial }
+            Out::Dir { partial, unsynced: Vec::new() }
         };
         Ok(BundleWriter { out, dest: dest.to_path_buf(), skip, written: HashSet::new(), summary: Written::default() })
     }
@@ -116,14 +124,14 @@ impl BundleWriter {
                 let mut header = member_header(bytes.len() as u64);
                 builder.append_data(&mut header, name, bytes)
             }
-            Out::Dir { partial } => {
+            Out::Dir { partial, unsynced } => {
                 let path = partial.join(name);
                 if let Some(dir) = path.parent() {
                     fs::create_dir_all(dir)?;
                 }
-                let mut f = File::create(&path)?;
-                f.write_all(bytes)?;
-                f.sync_all()
+                File::create(&path)?.write_all(bytes)?;
+                unsynced.push(path);
+                Ok(())
             }
         }
     }
@@ -171,13 +179,13 @@ impl BundleWriter {
                 builder.append_data(&mut header, layout::blob_path(digest), &mut f)?;
                 len
             }
-            Out::Dir { partial } => {
+            Out::Dir { partial, unsynced } => {
                 let path = partial.join(layout::blob_path(digest));
                 if let Some(dir) = path.parent() {
                     fs::create_dir_all(dir)?;
                 }
                 let len = fs::copy(source, &path)?;
-                File::open(&path)?.sync_all()?;
+                unsynced.push(path);
                 len
             }
         };
@@ -199,14 +207,14 @@ impl BundleWriter {
                 let mut limited = (&mut hashing).take(size);
                 builder.append_data(&mut header, layout::blob_path(digest), &mut limited)?;
             }
-            Out::Dir { partial } => {
+            Out::Dir { partial, unsynced } => {
                 let path = partial.join(layout::blob_path(digest));
                 if let Some(dir) = path.parent() {
                     fs::create_dir_all(dir)?;
                 }
                 let mut f = File::create(&path)?;
                 io::copy(&mut (&mut hashing).take(size), &mut f)?;
-                f.sync_all()?;
+                unsynced.push(path);
             }
         }
         let (len, got) = (hashing.len, hashing.hasher.finalize());
@@ -237,11 +245,20 @@ impl BundleWriter {
                 file.sync_all()?;
                 fs::rename(&partial, &self.dest)?;
             }
-            Out::Dir { ref partial } => {
+            Out::Dir { ref partial, .. } => {
                 let partial = partial.clone();
                 self.put_member(LAYOUT_FILE, &layout::layout_file())?;
                 self.put_member(INDEX_FILE, &bytes)?;
-                for dir in [partial.clone(), partial.join("blobs")] {
+                if let Out::Dir { unsynced, .. } = &self.out {
+                    for path in unsynced {
+                        File::open(path)?.sync_all()?;
+                    }
+                }
+                let mut dirs: Vec<PathBuf> = vec![partial.clone(), partial.join("blobs")];
+                if let Ok(algs) = fs::read_dir(partial.join("blobs")) {
+                    dirs.extend(algs.flatten().map(|e| e.path()));
+                }
+                for dir in dirs {
                     File::open(&dir)?.sync_all()?;
                 }
                 fs::rename(&partial, &self.dest)?;
