@@ -38,6 +38,9 @@ pub struct ImportOptions {
     pub max_bytes: Option<u64>,
     /// Keep what was imported out of eviction (an air-gapped site cannot fetch it again).
     pub pin: bool,
+    /// `--expect-index`: the index digest `tender export` printed on the other side; a bundle
+    /// whose `index.json` is anything else is refused.
+    pub expect_index: Option<Digest>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -496,6 +499,9 @@ fn plan(
     let index_bytes =
         intake.index.as_ref().ok_or_else(|| refused("no index.json: not an OCI image layout (or cut short)"))?;
     let index_digest = Algorithm::Sha256.digest(index_bytes);
+    if let Some(want) = options.expect_index.filter(|want| *want != index_digest) {
+        return Err(refused(format!("its index.json is {index_digest}, not the expected {want}")));
+    }
     let index: Document =
         serde_json::from_slice(index_bytes).map_err(|e| refused(format!("index.json does not parse: {e}")))?;
     let verifier = Verifier { store: intake.store, verified: &intake.verified };

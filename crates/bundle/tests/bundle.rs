@@ -168,6 +168,23 @@ fn should_refuse_a_truncated_tar_and_register_nothing() {
 }
 
 #[test]
+fn should_import_only_the_bundle_whose_index_digest_was_expected() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image("expected");
+    let path = dir.path().join("bundle.tar");
+    let index_digest = write_bundle(&path, &[("ghcr.io/a/b:v1", &img)], HashSet::new(), None);
+    let s = store(&dir.path().join("data"));
+    let other = Algorithm::Sha256.digest(b"another bundle's index");
+    let wrong = ImportOptions { expect_index: Some(other), ..options() };
+    let e = import_path(&path, &s, &TwoUpstreams, &wrong).unwrap_err().to_string();
+    assert!(e.contains(&index_digest.to_string()) && e.contains(&other.to_string()), "{e}");
+    assert_invisible(&s, &img, "v1");
+    let right = ImportOptions { expect_index: Some(index_digest), ..options() };
+    import_path(&path, &s, &TwoUpstreams, &right).unwrap();
+    assert!(s.tag_get("ghcr.io", "a/b", "v1").unwrap().is_some());
+}
+
+#[test]
 fn should_refuse_a_dangling_reference() {
     let dir = tempfile::tempdir().unwrap();
     let img = image("dangling");

@@ -41,9 +41,11 @@ pub struct ImportQuery {
     registry: Option<String>,
     /// `pin=false`: leave what was imported evictable.
     pin: Option<bool>,
+    /// `--expect-index`: refuse a bundle whose index.json has another digest.
+    expect_index: Option<String>,
 }
 
-/// `POST /api/v1/admin/import[?registry=NAME][&pin=false]`: the body is a bundle as a tar
+/// `POST /api/v1/admin/import[?registry=NAME][&pin=false][&expectIndex=DIGEST]`: the body is a bundle as a tar
 /// (`tender import --server` streams a directory as one). 200 with what was registered; 422
 /// when the bundle is refused (nothing of it became visible); 413 over `admin.maxImportSize`.
 pub async fn import(
@@ -66,8 +68,13 @@ pub async fn import(
             format!("the bundle is larger than admin.maxImportSize ({cap} bytes)"),
         );
     }
+    let expect_index = match q.expect_index.as_deref().map(str::parse::<tender_oci::Digest>).transpose() {
+        Ok(d) => d,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("expectIndex: {e}")),
+    };
     let mirror = app.mirror().clone();
-    let options = ImportOptions { registry: q.registry, max_bytes: Some(cap), pin: q.pin.unwrap_or(true) };
+    let options =
+        ImportOptions { registry: q.registry, max_bytes: Some(cap), pin: q.pin.unwrap_or(true), expect_index };
     let reader = tokio_util::io::StreamReader::new(body.into_data_stream().map_err(io::Error::other));
     let handle = tokio::runtime::Handle::current();
     let result = tokio::task::spawn_blocking(move || {

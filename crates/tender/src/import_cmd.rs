@@ -36,6 +36,9 @@ pub struct ImportArgs {
     /// Leave what was imported evictable (default: pinned, as an air-gapped site cannot fetch it again)
     #[arg(long)]
     pub no_pin: bool,
+    /// The index digest `tender export` printed on the connected side: refuse any other bundle
+    #[arg(long, value_name = "DIGEST")]
+    pub expect_index: Option<tender_oci::Digest>,
     /// Print the report as JSON
     #[arg(long)]
     pub json: bool,
@@ -117,7 +120,12 @@ pub fn run_import(args: ImportArgs) -> anyhow::Result<ExitCode> {
     if !args.path.exists() {
         return Err(Failure::usage(format!("{}: no such bundle", args.path.display())));
     }
-    let options = ImportOptions { registry: args.registry.clone(), max_bytes: None, pin: !args.no_pin };
+    let options = ImportOptions {
+        registry: args.registry.clone(),
+        max_bytes: None,
+        pin: !args.no_pin,
+        expect_index: args.expect_index,
+    };
     let t = &args.target;
     let report = match server_or_env(&t.server, t.data.is_some()) {
         Some(url) => import_through(&url, &args, &options)?,
@@ -187,6 +195,9 @@ fn import_through(url: &str, args: &ImportArgs, options: &ImportOptions) -> anyh
     }
     if !options.pin {
         q.append_pair("pin", "false");
+    }
+    if let Some(d) = &options.expect_index {
+        q.append_pair("expectIndex", &d.to_string());
     }
     let q = q.finish();
     let target = join(&base, &format!("/api/v1/admin/import{}{q}", if q.is_empty() { "" } else { "?" }));

@@ -208,7 +208,9 @@ fn should_carry_images_a_signature_and_an_os_image_across_the_gap_byte_exact() {
     // The gap: import through the running air-gapped tender's admin endpoint.
     let g = gapped(site.bed.dir.path(), "gapped");
     assert_eq!(g.status(&format!("/v2/{KUBELET_PATH}/manifests/v1.33.1")), 404, "nothing before the import");
-    let (code, out, err) = g.import(&bundle, &[]);
+    let (code, _, err) = g.import(&bundle, &["--expect-index", &format!("sha256:{}", "0".repeat(64))]);
+    assert_eq!(code, 1, "another index digest than the one expected: {err}");
+    let (code, out, err) = g.import(&bundle, &["--expect-index", index_digest]);
     assert_eq!(code, 0, "import:\n{out}{err}");
     assert!(out.contains(&format!("index: {index_digest}")), "the same index across the gap: {out}");
 
