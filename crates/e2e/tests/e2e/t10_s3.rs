@@ -189,3 +189,90 @@ fn should_take_over_the_fill_of_a_replica_killed_mid_fill() {
     assert_eq!(fsck.status.code(), Some(0), "{}", String::from_utf8_lossy(&fsck.stdout));
     drop((a, b));
 }
+
+/// Fill `path` through `t` (whole, byte-exact), then SIGKILL `t` as soon as its upload of the
+/// object to the bucket is under way (a multipart upload the server holds, and its record).
+fn kill_mid_upload(t: &mut Tender, s3: &S3Server, path: &str, digest: &str, size: usize) {
+    let (status, got, n) = get_digest(t, path, &[]).expect("the fill");
+    assert_eq!((status, got.as_str(), n), (200, digest, size as u64));
+    let records = format!("abandon/uploads/sha256/{}", &digest[7..]);
+    let start = std::time::Instant::now();
+    while s3.unfinished_uploads().is_empty() || s3.list(&records).is_empty() {
+        assert!(
+            !s3.has(&format!("abandon/index/sha256/{}.json", &digest[7..])),
+            "the upload finished before the test could kill its replica"
+        );
+        assert!(start.elapsed() < Duration::from_secs(60), "no upload of {digest} began");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    t.kill9();
+    assert!(!s3.has(&format!("abandon/index/sha256/{}.json", &digest[7..])), "killed before the upload finished");
+}
+
+#[test]
+fn should_list_and_abort_the_upload_of_a_replica_killed_mid_upload() {
+    let dir = TestDir::new("s3-abandoned");
+    let s3 = S3Server::start(dir.path(), BUCKET);
+    // leaseTtl 3s (storage_yaml): an upload unrenewed for 9 s, with no live lease, is abandoned.
+    const SIZE: usize = 200 << 20;
+    let (one, two) = (Arc::new(noise(SIZE)), Arc::new(noise(SIZE + 1)));
+    let (d1, d2) = (sha256(&one), sha256(&two));
+    let upstream = SlowBlobServer::start_many("e2e/big", vec![(d1.clone(), one), (d2.clone(), two)], 4 << 30);
+    let mut cfgs = Vec::new();
+    for name in ["a", "b"] {
+        let cfg = dir.path().join(format!("{name}.yaml"));
+        write_config(&cfg, &[("ghcr.io", &upstream.url())], &s3.storage_yaml(dir.path(), "abandon", name, ""));
+        cfgs.push(cfg);
+    }
+    let fsck = |repair: bool| {
+        let mut args = vec!["fsck", "--bucket", "--config", cfgs[1].to_str().unwrap()];
+        if repair {
+            args.push("--repair");
+        }
+        let out = tender::run(args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        text
+    };
+
+    // a is killed mid-upload: SeaweedFS keeps the parts.
+    let mut a = Tender::start(&cfgs[0], &dir.path().join("a-data"), &dir.path().join("a.log"));
+    kill_mid_upload(&mut a, &s3, &format!("/v2/ghcr.io/e2e/big/blobs/{d1}"), &d1, SIZE);
+    let killed = std::time::Instant::now();
+    let held = s3.unfinished_uploads();
+    assert_eq!(held.len(), 1, "{held:?}");
+    // Younger than 3 x leaseTtl: not abandoned, not listed.
+    let young = fsck(false);
+    assert!(!young.contains("abandoned upload"), "{young}");
+
+    // Once 3 x leaseTtl passed without renewal, fsck --bucket lists it; --repair aborts it.
+    let listed = poll_until("fsck --bucket to list the abandoned upload", Duration::from_secs(60), || {
+        let out = fsck(false);
+        out.contains(&format!("abandoned upload {d1} by a")).then_some(out)
+    });
+    let after = killed.elapsed();
+    eprintln!("abandoned upload listed {after:?} after the kill (leaseTtl 3s)");
+    assert!(after >= Duration::from_secs(7), "listed {after:?} after the kill, before 3 x leaseTtl");
+    assert!(listed.contains("run with --repair"), "{listed}");
+    assert_eq!(s3.unfinished_uploads(), held, "listing removes nothing");
+    let repaired = fsck(true);
+    assert!(repaired.contains(&format!("abandoned upload {d1} by a")) && repaired.contains("aborted"), "{repaired}");
+    assert!(s3.unfinished_uploads().is_empty(), "the upload is gone from SeaweedFS");
+    assert!(!fsck(false).contains("abandoned upload"));
+
+    // a runs again; b is killed mid-upload of another blob: a's background sweep aborts it.
+    let a = Tender::start(&cfgs[0], &dir.path().join("a-data"), &dir.path().join("a2.log"));
+    let mut b = Tender::start(&cfgs[1], &dir.path().join("b-data"), &dir.path().join("b.log"));
+    kill_mid_upload(&mut b, &s3, &format!("/v2/ghcr.io/e2e/big/blobs/{d2}"), &d2, SIZE + 1);
+    let killed = std::time::Instant::now();
+    assert_eq!(s3.unfinished_uploads().len(), 1);
+    poll_until("a's sweep to abort b's abandoned upload", Duration::from_secs(60), || {
+        s3.unfinished_uploads().is_empty().then_some(())
+    });
+    let after = killed.elapsed();
+    eprintln!("abandoned upload aborted by a sweep {after:?} after the kill");
+    assert!(after >= Duration::from_secs(7), "aborted {after:?} after the kill, before 3 x leaseTtl");
+    assert!(tender::tail(&dir.path().join("a2.log"), 200).contains("aborted an abandoned multipart upload"));
+    assert!(s3.list(&format!("abandon/uploads/sha256/{}", &d2[7..])).is_empty(), "its record is gone");
+    drop(a);
+}
