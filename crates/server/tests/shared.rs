@@ -223,6 +223,35 @@ async fn should_share_manifests_by_digest() {
     assert_eq!(fake.requests(), before, "the second replica did not ask the upstream");
 }
 
+/// Issue 19 (8): two replicas asked for one manifest by digest at once cost one upstream GET:
+/// the manifest takes the fill lease a blob takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_fetch_a_manifest_by_digest_once_across_replicas() {
+    let fake = FakeUpstream::start().await;
+    let mt = "application/vnd.oci.image.manifest.v1+json";
+    let body = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2},"layers":[]}"#;
+    let digest = fake.add_manifest("x", "v1", mt, body);
+    *fake.state.manifest_delay.lock().unwrap() = Some(Duration::from_millis(300));
+    let mem = Arc::new(InMemory::new());
+    let a = replica(&fake, None, bucket(&mem, "a")).await;
+    let b = replica(&fake, None, bucket(&mem, "b")).await;
+    let path = format!("/v2/ghcr.io/x/manifests/{digest}");
+    let mut clients = Vec::new();
+    for i in 0..6 {
+        let url = if i % 2 == 0 { a.url(&path) } else { b.url(&path) };
+        clients.push(tokio::spawn(async move {
+            let r = client().get(url).header("accept", mt).send().await.unwrap();
+            (r.status().as_u16(), r.bytes().await.unwrap())
+        }));
+    }
+    for c in clients {
+        let (status, got) = c.await.unwrap();
+        assert_eq!((status, got.as_ref()), (200, body.as_slice()), "every client gets the manifest");
+    }
+    let gets = fake.state.manifest_gets.load(Ordering::SeqCst);
+    assert_eq!(gets, 1, "two replicas fetched the same manifest {gets} times (one lease)");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn should_continue_from_upstream_when_the_bucket_copy_vanishes() {
     let (fake, mem, _a, body, digest, path) = in_bucket(3 << 20, 15).await;
