@@ -103,11 +103,14 @@ async fn should_never_serve_corrupt_bucket_content() {
     bad[(1 << 20) + 77] ^= 0x40;
     mem.put(&key, PutPayload::from(bad)).await.unwrap();
 
-    // A range over the bad chunk is cut short; the good chunk before it is served.
+    // A range over the bad chunk: never its bytes (the rest comes from the upstream; see
+    // should_continue_from_upstream_at_a_corrupt_chunk_and_heal_the_bucket).
     let c = replica(&fake, None, bucket(&mem, "c")).await;
     let got = get(&c.url(&path), &[("range", "bytes=0-2097151")]).await;
     assert_eq!(got.status, 206);
-    assert!(got.body.is_err(), "a 206 that includes a corrupt chunk is cut short");
+    if let Ok(b) = &got.body {
+        assert_eq!(sha(b), sha(&body.slice(0..2097152)), "no wrong byte in a range");
+    }
     // A full GET: the copy from the bucket fails verification and the fill starts over from
     // the upstream. The first client gets an error (502, or a body cut short) or the right bytes, never wrong ones.
     let first = get(&c.url(&path), &[]).await;
@@ -129,6 +132,56 @@ async fn should_never_serve_corrupt_bucket_content() {
         assert!(Instant::now() < deadline, "the bucket copy was never replaced: {report:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Issue 19 (3, 4): a corrupt chunk in the bucket costs clients nothing but latency. A range
+/// over it and the first full GET are byte-exact, never cut: the copy from the bucket stops at
+/// the bad chunk and the same fill continues from the upstream at the byte it reached (a
+/// `Range` request), then the replica puts its verified copy over the bad one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_continue_from_upstream_at_a_corrupt_chunk_and_heal_the_bucket() {
+    let (fake, mem, _a, body, digest, path) = in_bucket(3 << 20, 14).await;
+    let key = object_store::path::Path::from(format!("objects/sha256/{}", &digest[7..]));
+    let rot = |at: usize| {
+        let mut bad = body.to_vec();
+        bad[at] ^= 0x40;
+        PutPayload::from(bad)
+    };
+    let healed = || async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let report = bucket(&mem, "fsck").fsck(false).await.unwrap();
+            if report.is_clean() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the bucket copy was never replaced: {report:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let continued_at = |from: u64| fake.state.ranges.lock().unwrap().iter().any(|r| r == &format!("bytes={from}-"));
+
+    // A range over the second chunk (of three, 1 MiB each), bad.
+    mem.put(&key, rot((1 << 20) + 77)).await.unwrap();
+    let c = replica(&fake, None, bucket(&mem, "c")).await;
+    let got = get(&c.url(&path), &[("range", "bytes=1000-2097151")]).await;
+    assert_eq!(got.status, 206);
+    let got = got.body.expect("a range over a corrupt chunk is not cut");
+    assert_eq!(sha(&got), sha(&body.slice(1000..2097152)), "byte-exact");
+    c.wait_idle().await;
+    assert!(continued_at(1 << 20), "continued from the upstream at the bad chunk: {:?}", fake.state.ranges);
+    assert_eq!(fake.blob_gets(), 2);
+    healed().await;
+
+    // The first full GET of another replica over a bad third chunk: byte-exact, not restarted.
+    mem.put(&key, rot((2 << 20) + 5)).await.unwrap();
+    let d = replica(&fake, None, bucket(&mem, "d")).await;
+    let got = get(&d.url(&path), &[]).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(sha(&got.body.expect("the first full GET is not cut")), sha(&body), "byte-exact");
+    d.wait_idle().await;
+    assert!(continued_at(2 << 20), "continued from the upstream at the bad chunk: {:?}", fake.state.ranges);
+    assert_eq!(fake.blob_gets(), 3, "one upstream request for the rest, no restart from zero");
+    healed().await;
 }
 
 #[derive(Default)]
