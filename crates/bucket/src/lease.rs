@@ -22,7 +22,7 @@ struct LeaseRecord {
     expires_at: u64,
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
@@ -39,11 +39,17 @@ pub enum LeaseOutcome {
 #[derive(Debug)]
 pub struct Lease {
     bucket: Arc<Bucket>,
+    key: String,
     path: ObjectPath,
     renewer: tokio::task::JoinHandle<()>,
 }
 
 impl Lease {
+    /// The fill key the lease is for.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
     /// Give the lease up (after the object's index is written, or when the fill failed).
     pub async fn release(self) {
         self.renewer.abort();
@@ -75,6 +81,19 @@ impl Bucket {
             owner: self.settings.replica.clone(),
             expires_at: now_ms() + self.settings.lease_ttl.as_millis() as u64,
         }
+    }
+
+    /// Whether a replica holds the lease of `key` now (a record that has not expired). Not
+    /// gated by the breaker (fsck's question); bounded by `requestTimeout`.
+    pub(crate) async fn lease_live(&self, key: &str) -> Result<bool, BucketError> {
+        let p = self.lease_path(key);
+        Ok(match self.get_json_via::<LeaseRecord>(&p, false).await {
+            Ok(Some(r)) => r.expires_at > now_ms(),
+            Ok(None) => false,
+            // A record that does not parse is held by someone we cannot read: live.
+            Err(e) if e.is_corrupt() => true,
+            Err(e) => return Err(e),
+        })
     }
 
     /// Write the lease record; the outer error is the breaker's or the deadline's.
@@ -141,6 +160,7 @@ impl Bucket {
     }
 
     fn hold(self: &Arc<Self>, p: ObjectPath, key: &str, etag: Option<String>) -> Lease {
+        let lease_key = key.to_string();
         let (me, path, key) = (self.clone(), p.clone(), key.to_string());
         let every = self.settings.lease_ttl / 3;
         let renewer = tokio::spawn(async move {
@@ -163,6 +183,6 @@ impl Bucket {
                 }
             }
         });
-        Lease { bucket: self.clone(), path: p, renewer }
+        Lease { bucket: self.clone(), key: lease_key, path: p, renewer }
     }
 }

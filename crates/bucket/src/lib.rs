@@ -15,6 +15,9 @@
 //! trust/<sha256(key)>.json      first verified digest of an Image Factory asset
 //! leases/<sha256(key)>.json     the replica fetching `key` from upstream now (conditional create)
 //! quarantine/<alg>/<hex>        content `tender fsck --repair` found corrupt (moved, never deleted)
+//! uploads/<alg>/<hex>/<sha256(upload id)>.json
+//!                               a multipart upload in progress, renewed by its uploader (see
+//!                               [`uploads`]): one left unrenewed is abandoned and aborted
 //! ```
 //! The `sha512/` trees sit beside the `sha256/` ones in the same format: a format-2 bucket
 //! written before tender knew sha512 is read as is.
@@ -32,6 +35,7 @@ mod lease;
 mod maintenance;
 mod metrics;
 mod settings;
+mod uploads;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -42,6 +46,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
+use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use sha2::{Digest as _, Sha256};
@@ -54,6 +59,7 @@ pub use lease::{Lease, LeaseOutcome};
 pub use maintenance::{BucketFsckReport, BucketProblem};
 pub use metrics::BucketMetrics;
 pub use settings::{BucketSettings, Credentials, MIN_CHUNK_SIZE};
+pub use uploads::AbandonedUpload;
 
 /// Indexes kept in memory (they never change once written); the map is cleared when full.
 const INDEX_CACHE: usize = 8192;
@@ -135,6 +141,8 @@ impl BucketError {
 /// A bucket shared by the replicas.
 pub struct Bucket {
     store: Arc<dyn ObjectStore>,
+    /// The same store, for multipart uploads by id (so an abandoned one can be aborted).
+    multipart: Arc<dyn MultipartStore>,
     settings: BucketSettings,
     indexes: Mutex<HashMap<Digest, Arc<ChunkIndex>>>,
     known: Mutex<std::collections::HashSet<(Digest, String)>>,
@@ -163,10 +171,15 @@ impl Bucket {
     }
 
     /// A bucket over any object store (tests use the in-memory one).
-    pub fn with_store(store: Arc<dyn ObjectStore>, settings: BucketSettings, metrics: BucketMetrics) -> Arc<Bucket> {
+    pub fn with_store<S: ObjectStore + MultipartStore>(
+        store: Arc<S>,
+        settings: BucketSettings,
+        metrics: BucketMetrics,
+    ) -> Arc<Bucket> {
         let breaker = breaker::Breaker::new(settings.probe_interval, &metrics);
         metrics.conditional_writes.set(1);
         Arc::new(Bucket {
+            multipart: store.clone(),
             store,
             settings,
             indexes: Mutex::new(HashMap::new()),
@@ -535,20 +548,40 @@ impl Bucket {
 
     /// Upload a committed local object: re-hash it while reading (a local copy that rotted since
     /// its commit never reaches the bucket), upload its content, then write its index.
-    pub async fn upload(&self, d: &Digest, local: &std::path::Path) -> Result<Arc<ChunkIndex>, BucketError> {
+    pub async fn upload(self: &Arc<Self>, d: &Digest, local: &std::path::Path) -> Result<Arc<ChunkIndex>, BucketError> {
         self.upload_typed(d, local, None).await
+    }
+
+    /// [`Bucket::upload_typed`] under the fill lease `lease` (named in the upload's record, so
+    /// the upload is never taken for abandoned while the lease lives).
+    pub async fn upload_leased(
+        self: &Arc<Self>,
+        d: &Digest,
+        local: &std::path::Path,
+        media_type: Option<&str>,
+        lease: Option<&str>,
+    ) -> Result<Arc<ChunkIndex>, BucketError> {
+        if let Some(i) = self.index(d).await? {
+            return Ok(i);
+        }
+        self.put(d, local, media_type, lease).await
     }
 
     /// Upload a verified local copy over a bucket copy that failed verification (content, then
     /// index), so the bucket heals without waiting for `fsck --repair`.
-    pub async fn replace(&self, d: &Digest, local: &std::path::Path) -> Result<Arc<ChunkIndex>, BucketError> {
+    pub async fn replace(
+        self: &Arc<Self>,
+        d: &Digest,
+        local: &std::path::Path,
+        lease: Option<&str>,
+    ) -> Result<Arc<ChunkIndex>, BucketError> {
         self.forget(d);
-        self.put(d, local, None).await
+        self.put(d, local, None, lease).await
     }
 
     /// [`Bucket::upload`] for a manifest, whose media type the index keeps.
     pub async fn upload_typed(
-        &self,
+        self: &Arc<Self>,
         d: &Digest,
         local: &std::path::Path,
         media_type: Option<&str>,
@@ -556,14 +589,15 @@ impl Bucket {
         if let Some(i) = self.index(d).await? {
             return Ok(i);
         }
-        self.put(d, local, media_type).await
+        self.put(d, local, media_type, None).await
     }
 
     async fn put(
-        &self,
+        self: &Arc<Self>,
         d: &Digest,
         local: &std::path::Path,
         media_type: Option<&str>,
+        lease: Option<&str>,
     ) -> Result<Arc<ChunkIndex>, BucketError> {
         let started = std::time::Instant::now();
         let p = self.object_path(d);
@@ -579,11 +613,15 @@ impl Bucket {
         let mut whole = d.algorithm().hasher();
         let mut chunks = Vec::new();
         let mut upload = if size > chunk {
-            Some(
-                self.call("upload", &p, self.store.put_multipart(&p))
-                    .await?
-                    .map_err(|e| self.store_err("upload", &p, e))?,
-            )
+            let id = self
+                .call("upload", &p, self.multipart.create_multipart(&p))
+                .await?
+                .map_err(|e| self.store_err("upload", &p, e))?;
+            let guard = match self.record_upload(d, &id, lease).await {
+                Ok(g) => g,
+                Err(e) => return Err(self.abort_with(Some(Multipart::bare(id)), &p, e).await),
+            };
+            Some(Multipart { id, guard: Some(guard), parts: Vec::new() })
         } else {
             None
         };
@@ -599,19 +637,26 @@ impl Bucket {
             chunks.push(hex::encode(Sha256::digest(&buf)));
             match upload.as_mut() {
                 Some(u) => {
-                    pending.push_back(self.call("upload", &p, u.put_part(PutPayload::from(buf))));
+                    let part = pending.len().saturating_add(u.parts.len());
+                    let me = self.clone();
+                    let (id, path) = (u.id.clone(), p.clone());
+                    pending.push_back(async move {
+                        let put = me.multipart.put_part(&path, &id, part, PutPayload::from(buf));
+                        me.call("upload", &path, put).await
+                    });
                     // Two parts in flight: enough to keep the link busy, 2 chunks of memory.
                     if pending.len() >= 2 {
                         match pending.next().await {
                             Some(Err(e)) => {
                                 drop(pending);
-                                return Err(self.abort_with(upload, e).await);
+                                return Err(self.abort_with(upload, &p, e).await);
                             }
                             Some(Ok(Err(e))) => {
                                 drop(pending);
                                 return Err(self.abort(upload, "upload", &p, e).await);
                             }
-                            _ => {}
+                            Some(Ok(Ok(id))) => u.parts.push(id),
+                            None => {}
                         }
                     }
                 }
@@ -622,13 +667,17 @@ impl Bucket {
             match r {
                 Err(e) => {
                     drop(pending);
-                    return Err(self.abort_with(upload, e).await);
+                    return Err(self.abort_with(upload, &p, e).await);
                 }
                 Ok(Err(e)) => {
                     drop(pending);
                     return Err(self.abort(upload, "upload", &p, e).await);
                 }
-                Ok(Ok(_)) => {}
+                Ok(Ok(id)) => {
+                    if let Some(u) = upload.as_mut() {
+                        u.parts.push(id);
+                    }
+                }
             }
         }
         let got = whole.finalize();
@@ -639,13 +688,21 @@ impl Bucket {
                 key: local.display().to_string(),
                 message: format!("local copy is {got}, not {d}; not uploaded (run tender fsck)"),
             };
-            return Err(self.abort_with(upload, e).await);
+            return Err(self.abort_with(upload, &p, e).await);
         }
         match (upload, single) {
             (Some(mut u), _) => {
-                self.call("complete upload", &p, u.complete())
-                    .await?
-                    .map_err(|e| self.store_err("complete upload", &p, e))?;
+                let parts = std::mem::take(&mut u.parts);
+                let done = self.call("complete upload", &p, self.multipart.complete_multipart(&p, &u.id, parts)).await;
+                match done {
+                    Ok(Ok(_)) => {
+                        if let Some(g) = u.guard.take() {
+                            g.finish().await;
+                        }
+                    }
+                    Ok(Err(e)) => return Err(self.abort(Some(u), "complete upload", &p, e).await),
+                    Err(e) => return Err(self.abort_with(Some(u), &p, e).await),
+                }
             }
             (None, buf) => {
                 let payload = PutPayload::from(buf.unwrap_or_default());
@@ -668,19 +725,28 @@ impl Bucket {
 
     async fn abort(
         &self,
-        upload: Option<Box<dyn object_store::MultipartUpload>>,
+        upload: Option<Multipart>,
         op: &'static str,
         p: &ObjectPath,
         e: object_store::Error,
     ) -> BucketError {
-        self.abort_with(upload, self.store_err(op, p, e)).await
+        let e = self.store_err(op, p, e);
+        self.abort_with(upload, p, e).await
     }
 
-    /// Abort a multipart upload (best effort, bounded: the bucket may be what failed).
-    async fn abort_with(&self, upload: Option<Box<dyn object_store::MultipartUpload>>, e: BucketError) -> BucketError {
-        if let Some(mut u) = upload {
-            if self.breaker.is_up() {
-                let _ = tokio::time::timeout(self.settings.request_timeout, u.abort()).await;
+    /// Abort a multipart upload (best effort, bounded: the bucket may be what failed); its
+    /// record goes only when the abort went through, else the sweep aborts it later.
+    async fn abort_with(&self, upload: Option<Multipart>, p: &ObjectPath, e: BucketError) -> BucketError {
+        if let Some(u) = upload {
+            let aborted = self.breaker.is_up()
+                && matches!(
+                    tokio::time::timeout(self.settings.request_timeout, self.multipart.abort_multipart(p, &u.id)).await,
+                    Ok(Ok(()))
+                );
+            if let Some(g) = u.guard {
+                if aborted {
+                    g.finish().await;
+                }
             }
         }
         e
@@ -775,6 +841,20 @@ impl Bucket {
         if let Ok(mut m) = self.indexes.lock() {
             m.remove(d);
         }
+    }
+}
+
+/// A multipart upload this replica runs: its id, its record, the parts uploaded so far.
+struct Multipart {
+    id: object_store::MultipartId,
+    guard: Option<uploads::UploadGuard>,
+    parts: Vec<PartId>,
+}
+
+impl Multipart {
+    /// An upload whose record could not be written.
+    fn bare(id: object_store::MultipartId) -> Multipart {
+        Multipart { id, guard: None, parts: Vec::new() }
     }
 }
 

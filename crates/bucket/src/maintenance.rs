@@ -4,7 +4,7 @@ use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use tender_oci::{Algorithm, Digest};
 
-use crate::{Bucket, BucketError};
+use crate::{AbandonedUpload, Bucket, BucketError};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -26,6 +26,10 @@ pub struct BucketFsckReport {
     pub unindexed: Vec<String>,
     /// Corrupt objects moved to `quarantine/` (with `--repair`).
     pub quarantined: u64,
+    /// Multipart uploads whose replica died mid-upload (record unrenewed for 3 × `leaseTtl`,
+    /// no live lease); aborted with `--repair`.
+    #[serde(default)]
+    pub abandoned_uploads: Vec<AbandonedUpload>,
 }
 
 impl BucketFsckReport {
@@ -103,6 +107,7 @@ impl Bucket {
                 .unindexed
                 .extend(content.iter().filter(|c| !indexed.contains(c)).map(|c| format!("{algorithm}:{c}")));
         }
+        report.abandoned_uploads = self.abandoned_uploads(repair).await?;
         Ok(report)
     }
 

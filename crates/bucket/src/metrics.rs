@@ -29,6 +29,8 @@ pub struct BucketMetrics {
     pub conditional_writes: Gauge,
     /// Background probes of a bucket that is down, by result (ok, failed).
     pub probes: Family<Labels, Counter>,
+    /// Multipart uploads a dead replica left behind, aborted (by `fsck --repair` or a sweep).
+    pub abandoned_uploads_removed: Counter,
 }
 
 impl BucketMetrics {
@@ -59,6 +61,11 @@ impl BucketMetrics {
             self.conditional_writes.clone(),
         );
         r.register("tender_bucket_probes", "Probes of a shared bucket that is down, by result", self.probes.clone());
+        r.register(
+            "tender_bucket_abandoned_uploads_removed",
+            "Unfinished multipart uploads of dead replicas aborted (fsck --repair or the background sweep)",
+            self.abandoned_uploads_removed.clone(),
+        );
     }
 
     pub(crate) fn probe(&self, result: &str) {

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
-use object_store::{ClientOptions, ObjectStore, RetryConfig};
+use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
+use object_store::{ClientOptions, RetryConfig};
 
 use crate::BucketError;
 
@@ -78,7 +78,7 @@ impl BucketSettings {
         }
     }
 
-    pub(crate) fn build(&self) -> Result<Arc<dyn ObjectStore>, BucketError> {
+    pub(crate) fn build(&self) -> Result<Arc<AmazonS3>, BucketError> {
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(&self.bucket)
             .with_region(&self.region)

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use object_store::memory::InMemory;
+use object_store::multipart::MultipartStore;
 use object_store::{ObjectStore, PutPayload};
 
 use std::time::Duration;
@@ -25,7 +26,7 @@ fn content(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 7 + i / 1000) as u8).collect()
 }
 
-async fn uploaded(b: &Bucket, bytes: &[u8]) -> Digest {
+async fn uploaded(b: &Arc<Bucket>, bytes: &[u8]) -> Digest {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("obj");
     std::fs::write(&f, bytes).unwrap();
@@ -131,7 +132,7 @@ async fn should_find_a_rewritten_index_and_unfinished_uploads() {
     assert_eq!(r.unindexed, vec![format!("sha256:{}", "ab".repeat(32))]);
 }
 
-async fn uploaded_sha512(b: &Bucket, bytes: &[u8]) -> Digest {
+async fn uploaded_sha512(b: &Arc<Bucket>, bytes: &[u8]) -> Digest {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("obj");
     std::fs::write(&f, bytes).unwrap();
@@ -291,6 +292,9 @@ enum Fault {
     Refuse,
     /// Answer, but ignore `If-None-Match` (a server without conditional writes).
     NoConditional,
+    /// Answer everything but multipart parts, which never get an answer (an upload that is
+    /// under way when its replica is killed).
+    HangParts,
 }
 
 /// An in-memory store that lies on demand.
@@ -316,8 +320,45 @@ impl Faulty {
         match f {
             Fault::Hang => futures::future::pending().await,
             Fault::Refuse => Err(object_store::Error::Generic { store: "faulty", source: "connection refused".into() }),
-            Fault::None | Fault::NoConditional => Ok(()),
+            Fault::None | Fault::NoConditional | Fault::HangParts => Ok(()),
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::multipart::MultipartStore for Faulty {
+    async fn create_multipart(&self, path: &ObjectPath) -> object_store::Result<object_store::MultipartId> {
+        self.gate().await?;
+        self.inner.create_multipart(path).await
+    }
+
+    async fn put_part(
+        &self,
+        path: &ObjectPath,
+        id: &object_store::MultipartId,
+        part_idx: usize,
+        data: PutPayload,
+    ) -> object_store::Result<object_store::multipart::PartId> {
+        self.gate().await?;
+        if *self.fault.lock().unwrap() == Fault::HangParts && part_idx >= 2 {
+            futures::future::pending::<()>().await;
+        }
+        self.inner.put_part(path, id, part_idx, data).await
+    }
+
+    async fn complete_multipart(
+        &self,
+        path: &ObjectPath,
+        id: &object_store::MultipartId,
+        parts: Vec<object_store::multipart::PartId>,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.gate().await?;
+        self.inner.complete_multipart(path, id, parts).await
+    }
+
+    async fn abort_multipart(&self, path: &ObjectPath, id: &object_store::MultipartId) -> object_store::Result<()> {
+        self.gate().await?;
+        self.inner.abort_multipart(path, id).await
     }
 }
 
@@ -470,4 +511,145 @@ async fn should_refuse_the_start_without_conditional_writes_and_probe_a_bucket_d
     }
     assert!(b.index(&Digest::of(b"x")).await.unwrap().is_none());
     prober.abort();
+}
+
+/// Upload records in the bucket: (record path, upload id).
+async fn upload_records(store: &Faulty) -> Vec<(ObjectPath, String)> {
+    let metas: Vec<_> =
+        store.inner.list(Some(&ObjectPath::from("uploads"))).map(|m| m.unwrap().location).collect().await;
+    let mut out = Vec::new();
+    for p in metas {
+        let bytes = store.inner.get(&p).await.unwrap().bytes().await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        out.push((p, v["uploadId"].as_str().unwrap().to_string()));
+    }
+    out
+}
+
+/// Start uploading `n` KiB (in 1 KiB chunks; parts from the third on never get an answer),
+/// under `lease`; returns the task once the upload's record exists.
+async fn upload_under_way(
+    store: &Faulty,
+    b: &Arc<Bucket>,
+    n: usize,
+    lease: Option<&'static str>,
+) -> (tokio::task::JoinHandle<()>, String) {
+    let before = upload_records(store).await.len();
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = content(n * 1024);
+    let d = Digest::of(&bytes);
+    std::fs::write(dir.path().join("obj"), &bytes).unwrap();
+    let b2 = b.clone();
+    let task = tokio::spawn(async move {
+        let _ = b2.upload_leased(&d, &dir.path().join("obj"), None, lease).await;
+        drop(dir);
+    });
+    for _ in 0..200 {
+        if upload_records(store).await.len() > before {
+            return (task, d.to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the upload never recorded itself");
+}
+
+#[tokio::test]
+async fn should_list_and_abort_only_uploads_abandoned_by_a_dead_replica() {
+    // leaseTtl 150 ms: an upload record unrenewed for 450 ms, without a live lease, is abandoned.
+    let store = Arc::new(Faulty { inner: InMemory::new(), fault: std::sync::Mutex::new(Fault::HangParts) });
+    let replica = |name: &str| {
+        let mut s = BucketSettings::new("test");
+        s.chunk_size = 1024;
+        s.lease_ttl = Duration::from_millis(150);
+        s.replica = name.into();
+        Bucket::with_store(store.clone(), s, BucketMetrics::default())
+    };
+    let (a, b, c) = (replica("a"), replica("b"), replica("c"));
+
+    // a: killed mid-upload, no lease. b: killed mid-upload, but its fill lease lives on (held
+    // by c, renewing). c: alive, its upload still waiting on a part.
+    let (killed, dead_digest) = upload_under_way(&store, &a, 8, None).await;
+    let held = match c.lease("upstream@sha256:leased").await.unwrap() {
+        LeaseOutcome::Won(l) => l,
+        o => panic!("{o:?}"),
+    };
+    let (killed_leased, _) = upload_under_way(&store, &b, 9, Some("upstream@sha256:leased")).await;
+    let (alive, alive_digest) = upload_under_way(&store, &c, 10, None).await;
+    killed.abort();
+    killed_leased.abort();
+    let records = upload_records(&store).await;
+    assert_eq!(records.len(), 3, "{records:?}");
+
+    // Younger than 3 x leaseTtl: nothing is abandoned yet.
+    let young = a.fsck(false).await.unwrap();
+    assert!(young.abandoned_uploads.is_empty(), "{young:?}");
+
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let r = a.fsck(false).await.unwrap();
+    assert_eq!(r.abandoned_uploads.len(), 1, "{r:?}");
+    let found = &r.abandoned_uploads[0];
+    assert_eq!((found.digest.as_str(), found.replica.as_str(), found.removed), (dead_digest.as_str(), "a", false));
+    assert!(found.idle_secs < 60, "{found:?}");
+    assert_eq!(upload_records(&store).await.len(), 3, "listing removes nothing");
+
+    let r = a.fsck(true).await.unwrap();
+    assert_eq!(r.abandoned_uploads.len(), 1, "{r:?}");
+    assert!(r.abandoned_uploads[0].removed);
+    assert_eq!(a.metrics().abandoned_uploads_removed.get(), 1);
+    let left = upload_records(&store).await;
+    assert_eq!(left.len(), 2, "{left:?}");
+    // The abandoned upload is gone from the store; the others are not.
+    let gone = records.iter().find(|(_, id)| !left.iter().any(|(_, l)| l == id)).unwrap();
+    let p = ObjectPath::from(format!("objects/{}", dead_digest.replace(':', "/")));
+    assert!(store.inner.put_part(&p, &gone.1, 0, PutPayload::from_static(b"x")).await.is_err());
+    for (_, id) in &left {
+        store.inner.put_part(&p, id, 0, PutPayload::from_static(b"x")).await.unwrap();
+    }
+
+    // The lease ends (its holder died too): the upload under it is abandoned, and a replica's
+    // background sweep aborts it; the live upload stays.
+    drop(held);
+    let sweeper = b.spawn_sweeper();
+    let mut waited = Duration::ZERO;
+    while upload_records(&store).await.len() > 1 {
+        assert!(waited < Duration::from_secs(10), "the sweep never removed the upload under the dead lease");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+    sweeper.abort();
+    let left = upload_records(&store).await;
+    assert_eq!(left.len(), 1);
+    let kept = store.inner.get(&left[0].0).await.unwrap().bytes().await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&kept).contains(alive_digest.trim_start_matches("sha256:")),
+        "the live upload stays"
+    );
+    assert!(c.fsck(true).await.unwrap().abandoned_uploads.is_empty());
+    alive.abort();
+}
+
+#[tokio::test]
+async fn should_complete_multipart_uploads_and_drop_their_records() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let bytes = content(5 * 1024 + 3);
+    let d = uploaded(&b, &bytes).await;
+    assert_eq!(read_all(&b, d, 0, bytes.len() as u64).await.unwrap(), bytes);
+    let records: Vec<_> = mem.list(Some(&ObjectPath::from("fleet/uploads"))).collect().await;
+    assert!(records.is_empty(), "{records:?}");
+}
+
+#[test]
+fn should_call_an_upload_abandoned_only_past_three_lease_ttls_without_a_live_lease() {
+    let ttl = Duration::from_secs(30);
+    for (renewed, now, live, abandoned) in [
+        (1_000, 1_000, false, false),
+        (1_000, 91_000, false, false),
+        (1_000, 91_001, false, true),
+        (1_000, 10_000_000, true, false),
+        (90_000, 1_000, false, false),
+        (0, u64::MAX, false, true),
+    ] {
+        assert_eq!(uploads::is_abandoned(renewed, now, ttl, live), abandoned, "{renewed} {now} {live}");
+    }
 }

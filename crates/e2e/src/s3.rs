@@ -187,6 +187,30 @@ impl S3Server {
         crate::http::request(self.filer, "HEAD", &path, &[]).is_ok_and(|r| r.status() == 200)
     }
 
+    /// The names under a directory of the bucket (asked of the filer); none when it is absent.
+    pub fn list(&self, dir: &str) -> Vec<String> {
+        let path = format!("/buckets/{}/{dir}/?limit=10000", self.bucket);
+        let Ok(r) = crate::http::request(self.filer, "GET", &path, &[("Accept", "application/json")]) else {
+            return Vec::new();
+        };
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+        v["Entries"]
+            .as_array()
+            .map(|es| {
+                es.iter()
+                    .filter_map(|e| e["FullPath"].as_str())
+                    .filter_map(|p| p.rsplit('/').next().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The multipart uploads the server holds unfinished (by upload id): SeaweedFS keeps each
+    /// under the bucket's `.uploads/` until it is completed or aborted.
+    pub fn unfinished_uploads(&self) -> Vec<String> {
+        self.list(".uploads")
+    }
+
     /// The `storage:` section of a tender config for this server, with the key files in `dir`
     /// and `extra` lines (indented under `s3:`, such as `    requestTimeout: 2s\n`).
     pub fn storage_yaml(&self, dir: &Path, prefix: &str, replica: &str, extra: &str) -> String {

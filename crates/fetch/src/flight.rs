@@ -463,6 +463,9 @@ impl Flights {
                     return;
                 }
             };
+            // A failure while copying (not the final check): the bytes written so far passed
+            // their chunk checks.
+            let mid_copy = result.is_err();
             let verdict = match result {
                 Ok(()) => {
                     let total = fill.state.borrow().total;
@@ -476,10 +479,14 @@ impl Flights {
             };
             match verdict {
                 Ok(digest) => break Ok(digest),
-                Err((e, Some(w))) if e.kind != FetchErrorKind::Corrupt && from_bucket.is_some() => {
-                    // The bucket failed mid-copy (gone, quarantined, unreachable): the bytes so
-                    // far were verified chunk by chunk; the upstream continues from there, and
-                    // the fill's readers do not notice.
+                Err((e, Some(w))) if (e.kind != FetchErrorKind::Corrupt || mid_copy) && from_bucket.is_some() => {
+                    // The bucket failed mid-copy (gone, quarantined, unreachable, or a chunk
+                    // that fails its check, never written): the bytes so far were verified
+                    // chunk by chunk; the upstream continues from there, and the fill's readers
+                    // do not notice. A bad copy is replaced after the commit.
+                    if e.kind == FetchErrorKind::Corrupt {
+                        bucket_copy_bad = true;
+                    }
                     tracing::warn!(key = %fill.key, error = %e, have = w.len(),
                         "copy from the shared bucket failed; continuing from the upstream");
                     if let (Some(found), Some(bucket)) = (from_bucket.take(), &self.shared) {

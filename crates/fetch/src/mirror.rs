@@ -433,6 +433,156 @@ impl Mirror {
         reference: &Reference,
     ) -> Result<ManifestHit, FetchError> {
         let store = self.flights.store();
+        let record = match reference {
+            Reference::Tag(t) => store.tag_get(up.name(), repo.as_str(), t.as_str()).map_err(|e| local(up, e))?,
+            Reference::Digest(_) => None,
+        };
+        // By digest, another replica may have put it in the shared bucket, or be fetching it
+        // now under the fill lease a blob would take (`<upstream>@<digest>`): wait for it.
+        let mut lease = None;
+        if let (Reference::Digest(d), Some(bucket)) = (reference, self.flights.shared()) {
+            match self.manifest_lease(up, d, bucket).await? {
+                Ok(hit) => return Ok(hit),
+                Err(l) => lease = l,
+            }
+        }
+        let fetched = self.upstream_manifest(up, repo, reference, record).await;
+        if let Some(bucket) = self.flights.shared() {
+            match &fetched {
+                // Fetched just now: off the response path, into the bucket; then its known
+                // record, then the lease goes (a waiter finds the manifest usable).
+                Ok(hit) if hit.cache == CacheResult::Miss => {
+                    let (bucket, path, mt) = (bucket.clone(), store.object_path(&hit.digest), hit.media_type.clone());
+                    let (digest, name) = (hit.digest, up.name().to_string());
+                    tokio::spawn(async move {
+                        let key = lease.as_ref().map(tender_bucket::Lease::key);
+                        let up = match bucket.upload_leased(&digest, &path, Some(&mt), key).await {
+                            Ok(_) if lease.is_some() => bucket.put_known(&digest, &name).await,
+                            r => r.map(|_| ()),
+                        };
+                        if let Err(e) = up {
+                            tracing::warn!(%digest, error = %e, "manifest upload to the shared bucket failed");
+                        }
+                        if let Some(l) = lease {
+                            l.release().await;
+                        }
+                    });
+                }
+                _ => {
+                    if let Some(l) = lease {
+                        tokio::spawn(l.release());
+                    }
+                }
+            }
+        }
+        fetched
+    }
+
+    /// The manifest `d` from the shared bucket if it is there (and known in `up`); else, with
+    /// leases on, wait while another replica fetches it (bounded by 2 x `leaseTtl`) and take
+    /// the lease to fetch it ourselves. `Err(lease)`: ask the upstream, holding `lease` if one
+    /// was won. A bucket that is down or fails never blocks: the upstream is asked.
+    async fn manifest_lease(
+        &self,
+        up: &Arc<Upstream>,
+        d: &Digest,
+        bucket: &Arc<tender_bucket::Bucket>,
+    ) -> Result<Result<ManifestHit, Option<tender_bucket::Lease>>, FetchError> {
+        let deadline = crate::later(bucket.settings().lease_ttl.saturating_mul(2));
+        let key = Flights::blob_key(up.name(), d);
+        let mut waited = false;
+        loop {
+            if let Some(hit) = self.bucket_manifest(up, d, bucket).await? {
+                return Ok(Ok(hit));
+            }
+            if !bucket.lease_enabled() {
+                return Ok(Err(None));
+            }
+            match bucket.lease(&key).await {
+                Ok(tender_bucket::LeaseOutcome::Won(lease)) => {
+                    // The holder may have finished between our look and our lease.
+                    if waited {
+                        if let Some(hit) = self.bucket_manifest(up, d, bucket).await? {
+                            lease.release().await;
+                            return Ok(Ok(hit));
+                        }
+                    }
+                    return Ok(Err(Some(lease)));
+                }
+                Ok(tender_bucket::LeaseOutcome::Held { owner, retry_in }) => {
+                    if !waited {
+                        tracing::info!(digest = %d, %owner, "another replica fetches this manifest; waiting for it in the bucket");
+                    }
+                    waited = true;
+                    let pause = retry_in.max(std::time::Duration::from_millis(25));
+                    if crate::later(pause) >= deadline {
+                        tracing::warn!(digest = %d, %owner, "waited for another replica's manifest fetch too long; asking the upstream");
+                        return Ok(Err(None));
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+                Err(e) => {
+                    if !e.is_down() {
+                        tracing::warn!(digest = %d, error = %e, "manifest lease unavailable; asking the upstream");
+                    }
+                    return Ok(Err(None));
+                }
+            }
+        }
+    }
+
+    /// The manifest `d` from the shared bucket, verified, if it is there and known in `up`.
+    async fn bucket_manifest(
+        &self,
+        up: &Arc<Upstream>,
+        d: &Digest,
+        bucket: &Arc<tender_bucket::Bucket>,
+    ) -> Result<Option<ManifestHit>, FetchError> {
+        let store = self.flights.store();
+        match bucket.is_known(d, up.name()).await {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(e) => {
+                if !e.is_down() {
+                    tracing::warn!(digest = %d, error = %e, "shared bucket: known-upstream record unreadable");
+                }
+                return Ok(None);
+            }
+        }
+        match bucket.read_small(d, MAX_MANIFEST_BYTES as u64).await {
+            Ok(Some((body, index))) => {
+                if let Some(media_type) = index.media_type.clone() {
+                    store.put_bytes(&format!("manifest:{d}"), &body, d).map_err(|e| local(up, e))?;
+                    store
+                        .meta_put(d, &ManifestMeta { media_type: media_type.clone(), size: body.len() as u64 })
+                        .map_err(|e| local(up, e))?;
+                    store.record_known(d, up.name()).map_err(|e| local(up, e))?;
+                    return Ok(Some(ManifestHit {
+                        digest: *d,
+                        media_type,
+                        bytes: body,
+                        cache: CacheResult::Shared,
+                        stale_age: None,
+                    }));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(digest = %d, error = %e, "manifest from the shared bucket refused; asking the upstream")
+            }
+        }
+        Ok(None)
+    }
+
+    /// The manifest from the upstream (a tag revalidated with `HEAD` when we hold its target).
+    async fn upstream_manifest(
+        &self,
+        up: &Arc<Upstream>,
+        repo: &RepoName,
+        reference: &Reference,
+        record: Option<TagRecord>,
+    ) -> Result<ManifestHit, FetchError> {
+        let store = self.flights.store();
         let path = format!("/v2/{repo}/manifests/{reference}");
         let scope = format!("repository:{repo}:pull");
         // Always every type: the answer is the tag's true target, never one narrowed to a
@@ -440,47 +590,6 @@ impl Mirror {
         let mut headers = HeaderMap::new();
         if let Ok(v) = HeaderValue::from_str(&media::ALL_MANIFESTS.join(", ")) {
             headers.insert(ACCEPT, v);
-        }
-        let record = match reference {
-            Reference::Tag(t) => store.tag_get(up.name(), repo.as_str(), t.as_str()).map_err(|e| local(up, e))?,
-            Reference::Digest(_) => None,
-        };
-        // By digest, another replica may have put it in the shared bucket: usable if it is known
-        // in this upstream there (else the upstream's own answer decides).
-        let in_bucket = match (reference, self.flights.shared()) {
-            (Reference::Digest(d), Some(bucket)) => match bucket.is_known(d, up.name()).await {
-                Ok(known) => known.then_some((d, bucket)),
-                Err(e) if e.is_down() => None,
-                Err(e) => {
-                    tracing::warn!(digest = %d, error = %e, "shared bucket: known-upstream record unreadable");
-                    None
-                }
-            },
-            _ => None,
-        };
-        if let Some((d, bucket)) = in_bucket {
-            match bucket.read_small(d, MAX_MANIFEST_BYTES as u64).await {
-                Ok(Some((body, index))) => {
-                    if let Some(media_type) = index.media_type.clone() {
-                        store.put_bytes(&format!("manifest:{d}"), &body, d).map_err(|e| local(up, e))?;
-                        store
-                            .meta_put(d, &ManifestMeta { media_type: media_type.clone(), size: body.len() as u64 })
-                            .map_err(|e| local(up, e))?;
-                        store.record_known(d, up.name()).map_err(|e| local(up, e))?;
-                        return Ok(ManifestHit {
-                            digest: *d,
-                            media_type,
-                            bytes: body,
-                            cache: CacheResult::Shared,
-                            stale_age: None,
-                        });
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(digest = %d, error = %e, "manifest from the shared bucket refused; asking the upstream")
-                }
-            }
         }
         // A tag we hold: ask with HEAD (cheap, not rate-limited by Docker Hub) whether it moved.
         if let (Some(r), Reference::Tag(_)) = (&record, reference) {
@@ -560,15 +669,6 @@ impl Mirror {
             .meta_put(&digest, &ManifestMeta { media_type: media_type.clone(), size: body.len() as u64 })
             .map_err(|e| local(up, e))?;
         self.remember_known(up, &digest)?;
-        if let Some(bucket) = self.flights.shared() {
-            // Small and off the response path: the other replicas find it by digest.
-            let (bucket, path, mt) = (bucket.clone(), store.object_path(&digest), media_type.clone());
-            tokio::spawn(async move {
-                if let Err(e) = bucket.upload_typed(&digest, &path, Some(&mt)).await {
-                    tracing::warn!(%digest, error = %e, "manifest upload to the shared bucket failed");
-                }
-            });
-        }
         if let Reference::Tag(t) = reference {
             store
                 .tag_put(&TagRecord {

@@ -151,7 +151,12 @@ pub(crate) async fn publish(
     let mut attempt = 0u32;
     loop {
         attempt = attempt.saturating_add(1);
-        let uploaded = if replace { bucket.replace(&digest, &path).await } else { bucket.upload(&digest, &path).await };
+        let key = lease.as_ref().map(Lease::key);
+        let uploaded = if replace {
+            bucket.replace(&digest, &path, key).await
+        } else {
+            bucket.upload_leased(&digest, &path, None, key).await
+        };
         let result = match uploaded {
             Ok(_) => match (&trust, &known_in) {
                 (Some(t), _) => bucket.put_trust(t).await,

@@ -138,6 +138,13 @@ fn fsck_bucket(args: &FsckArgs) -> anyhow::Result<ExitCode> {
         for u in &report.unindexed {
             println!("unindexed {u} (an upload that never finished; invisible to replicas)");
         }
+        for a in &report.abandoned_uploads {
+            let done = if a.removed { "aborted" } else { "run with --repair to abort it" };
+            println!(
+                "abandoned upload {} by {} (upload id {}, idle {} s): {done}",
+                a.digest, a.replica, a.upload_id, a.idle_secs
+            );
+        }
         if report.quarantined > 0 {
             println!("quarantined {} objects under quarantine/", report.quarantined);
         }

@@ -287,6 +287,7 @@ pub(crate) async fn open_bucket(
             "shared bucket unreachable at start; serving without it and probing it in the background"),
     }
     bucket.spawn_prober();
+    bucket.spawn_sweeper();
     Ok(Some(bucket))
 }
 

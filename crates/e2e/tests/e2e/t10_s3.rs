@@ -106,26 +106,34 @@ fn should_share_a_bucket_between_replicas_and_never_serve_a_corrupt_object() {
     assert!(out.contains(&format!("corrupt {blob}")), "{out}");
     let checked =
         out.lines().find(|l| l.contains(" checked ")).map(|l| l.split(", ").next().unwrap_or(l).to_string()).unwrap();
-    let cut = Conn::open(c.addr).unwrap().request("GET", &path, &[("Range", "bytes=0-2047")]);
-    match cut {
-        Ok(r) => assert_ne!((r.status(), r.body.as_slice()), (206, &bad[..2048]), "a corrupt range was served"),
-        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}"),
-    }
-    // --repair hides it (index first) and moves it aside; the next GET goes to the upstream
-    // and puts a verified copy back.
+    // A range over the bad chunk is byte-exact, never cut: the copy from the bucket stops at the
+    // bad chunk and the fill continues from the upstream at that byte; the replica then puts its
+    // verified copy over the bad one, so the bucket heals by itself.
+    let r = Conn::open(c.addr).unwrap().request("GET", &path, &[("Range", "bytes=0-2047")]).expect("a range, not cut");
+    assert_eq!((r.status(), r.body.as_slice()), (206, &bytes[..2048]), "a byte-exact range");
+    let clean = |what: &str| {
+        poll_until(what, Duration::from_secs(60), || {
+            let clean = tender::run(["fsck", "--bucket", "--config", replicas[2].to_str().unwrap()]);
+            (clean.status.code() == Some(0) && String::from_utf8_lossy(&clean.stdout).contains(&checked)).then_some(())
+        })
+    };
+    clean("the replica to heal the bucket");
+    assert_eq!(bed.registry.stats().blob_gets_by_digest[&blob], 2, "the rest of the range came from the upstream");
+
+    // Rot again. --repair hides it (index first) and moves it aside; a new replica's GET goes
+    // to the upstream and puts a verified copy back.
+    s3.put(&format!("fleet/objects/sha256/{}", &blob[7..]), &bad);
     let repair = tender::run(["fsck", "--bucket", "--repair", "--config", replicas[2].to_str().unwrap()]);
     assert_eq!(repair.status.code(), Some(0), "{}", String::from_utf8_lossy(&repair.stdout));
     assert!(String::from_utf8_lossy(&repair.stdout).contains("quarantined 1"));
-    let (status, got, _) = get_digest(&c, &path, &[]).expect("GET after the repair");
+    let d = Tender::start(&replicas[2], &bed.path("d-data"), &bed.path("d.log"));
+    let (status, got, _) = get_digest(&d, &path, &[]).expect("GET after the repair");
     assert_eq!((status, got.as_str()), (200, blob.as_str()));
-    assert_eq!(bed.registry.stats().blob_gets_by_digest[&blob], 2, "fetched again after the quarantine");
-    poll_until("the bucket to be clean again", Duration::from_secs(60), || {
-        let clean = tender::run(["fsck", "--bucket", "--config", replicas[2].to_str().unwrap()]);
-        (clean.status.code() == Some(0) && String::from_utf8_lossy(&clean.stdout).contains(&checked)).then_some(())
-    });
+    assert_eq!(bed.registry.stats().blob_gets_by_digest[&blob], 3, "fetched again after the quarantine");
+    clean("the bucket to be clean again");
 
-    drop((a, b, c));
-    for log in ["a.log", "b.log", "c.log"] {
+    drop((a, b, c, d));
+    for log in ["a.log", "b.log", "c.log", "d.log"] {
         no_secret_in(&bed.path(log));
     }
 }
@@ -188,4 +196,91 @@ fn should_take_over_the_fill_of_a_replica_killed_mid_fill() {
     let fsck = tender::run(["fsck", "--bucket", "--config", cfgs[0].to_str().unwrap()]);
     assert_eq!(fsck.status.code(), Some(0), "{}", String::from_utf8_lossy(&fsck.stdout));
     drop((a, b));
+}
+
+/// Fill `path` through `t` (whole, byte-exact), then SIGKILL `t` as soon as its upload of the
+/// object to the bucket is under way (a multipart upload the server holds, and its record).
+fn kill_mid_upload(t: &mut Tender, s3: &S3Server, path: &str, digest: &str, size: usize) {
+    let (status, got, n) = get_digest(t, path, &[]).expect("the fill");
+    assert_eq!((status, got.as_str(), n), (200, digest, size as u64));
+    let records = format!("abandon/uploads/sha256/{}", &digest[7..]);
+    let start = std::time::Instant::now();
+    while s3.unfinished_uploads().is_empty() || s3.list(&records).is_empty() {
+        assert!(
+            !s3.has(&format!("abandon/index/sha256/{}.json", &digest[7..])),
+            "the upload finished before the test could kill its replica"
+        );
+        assert!(start.elapsed() < Duration::from_secs(60), "no upload of {digest} began");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    t.kill9();
+    assert!(!s3.has(&format!("abandon/index/sha256/{}.json", &digest[7..])), "killed before the upload finished");
+}
+
+#[test]
+fn should_list_and_abort_the_upload_of_a_replica_killed_mid_upload() {
+    let dir = TestDir::new("s3-abandoned");
+    let s3 = S3Server::start(dir.path(), BUCKET);
+    // leaseTtl 3s (storage_yaml): an upload unrenewed for 9 s, with no live lease, is abandoned.
+    const SIZE: usize = 200 << 20;
+    let (one, two) = (Arc::new(noise(SIZE)), Arc::new(noise(SIZE + 1)));
+    let (d1, d2) = (sha256(&one), sha256(&two));
+    let upstream = SlowBlobServer::start_many("e2e/big", vec![(d1.clone(), one), (d2.clone(), two)], 4 << 30);
+    let mut cfgs = Vec::new();
+    for name in ["a", "b"] {
+        let cfg = dir.path().join(format!("{name}.yaml"));
+        write_config(&cfg, &[("ghcr.io", &upstream.url())], &s3.storage_yaml(dir.path(), "abandon", name, ""));
+        cfgs.push(cfg);
+    }
+    let fsck = |repair: bool| {
+        let mut args = vec!["fsck", "--bucket", "--config", cfgs[1].to_str().unwrap()];
+        if repair {
+            args.push("--repair");
+        }
+        let out = tender::run(args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        text
+    };
+
+    // a is killed mid-upload: SeaweedFS keeps the parts.
+    let mut a = Tender::start(&cfgs[0], &dir.path().join("a-data"), &dir.path().join("a.log"));
+    kill_mid_upload(&mut a, &s3, &format!("/v2/ghcr.io/e2e/big/blobs/{d1}"), &d1, SIZE);
+    let killed = std::time::Instant::now();
+    let held = s3.unfinished_uploads();
+    assert_eq!(held.len(), 1, "{held:?}");
+    // Younger than 3 x leaseTtl: not abandoned, not listed.
+    let young = fsck(false);
+    assert!(!young.contains("abandoned upload"), "{young}");
+
+    // Once 3 x leaseTtl passed without renewal, fsck --bucket lists it; --repair aborts it.
+    let listed = poll_until("fsck --bucket to list the abandoned upload", Duration::from_secs(60), || {
+        let out = fsck(false);
+        out.contains(&format!("abandoned upload {d1} by a")).then_some(out)
+    });
+    let after = killed.elapsed();
+    eprintln!("abandoned upload listed {after:?} after the kill (leaseTtl 3s)");
+    assert!(after >= Duration::from_secs(7), "listed {after:?} after the kill, before 3 x leaseTtl");
+    assert!(listed.contains("run with --repair"), "{listed}");
+    assert_eq!(s3.unfinished_uploads(), held, "listing removes nothing");
+    let repaired = fsck(true);
+    assert!(repaired.contains(&format!("abandoned upload {d1} by a")) && repaired.contains("aborted"), "{repaired}");
+    assert!(s3.unfinished_uploads().is_empty(), "the upload is gone from SeaweedFS");
+    assert!(!fsck(false).contains("abandoned upload"));
+
+    // a runs again; b is killed mid-upload of another blob: a's background sweep aborts it.
+    let a = Tender::start(&cfgs[0], &dir.path().join("a-data"), &dir.path().join("a2.log"));
+    let mut b = Tender::start(&cfgs[1], &dir.path().join("b-data"), &dir.path().join("b.log"));
+    kill_mid_upload(&mut b, &s3, &format!("/v2/ghcr.io/e2e/big/blobs/{d2}"), &d2, SIZE + 1);
+    let killed = std::time::Instant::now();
+    assert_eq!(s3.unfinished_uploads().len(), 1);
+    poll_until("a's sweep to abort b's abandoned upload", Duration::from_secs(60), || {
+        s3.unfinished_uploads().is_empty().then_some(())
+    });
+    let after = killed.elapsed();
+    eprintln!("abandoned upload aborted by a sweep {after:?} after the kill");
+    assert!(after >= Duration::from_secs(7), "aborted {after:?} after the kill, before 3 x leaseTtl");
+    assert!(tender::tail(&dir.path().join("a2.log"), 200).contains("aborted an abandoned multipart upload"));
+    assert!(s3.list(&format!("abandon/uploads/sha256/{}", &d2[7..])).is_empty(), "its record is gone");
+    drop(a);
 }

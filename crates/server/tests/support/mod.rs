@@ -78,6 +78,8 @@ pub struct FakeState {
     pub announce_sha512: Mutex<bool>,
     /// Announce this `Docker-Content-Digest` for every manifest, whatever its bytes (a liar).
     pub announce: Mutex<Option<String>>,
+    /// Wait this long before answering a manifest GET (a slow upstream, so replicas overlap).
+    pub manifest_delay: Mutex<Option<std::time::Duration>>,
     /// Referrers of every subject; `None`: no referrers API (404).
     pub referrers: Mutex<Option<Vec<serde_json::Value>>>,
 }
@@ -234,6 +236,10 @@ async fn fake_handler(State(s): State<Arc<FakeState>>, req: Request) -> Response
             s.manifest_heads.fetch_add(1, Ordering::SeqCst);
         } else {
             s.manifest_gets.fetch_add(1, Ordering::SeqCst);
+            let delay = *s.manifest_delay.lock().unwrap();
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
         }
         if let Some(a) = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
             s.accepts.lock().unwrap().push(a.to_string());
