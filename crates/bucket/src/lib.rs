@@ -586,10 +586,7 @@ impl Bucket {
         local: &std::path::Path,
         media_type: Option<&str>,
     ) -> Result<Arc<ChunkIndex>, BucketError> {
-        if let Some(i) = self.index(d).await? {
-            return Ok(i);
-        }
-        self.put(d, local, media_type, None).await
+        self.upload_leased(d, local, media_type, None).await
     }
 
     async fn put(

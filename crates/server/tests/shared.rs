@@ -253,16 +253,24 @@ async fn should_fill_from_upstream_when_the_bucket_is_unreachable() {
     assert!(b.metrics().errors.get_or_create(&vec![("op".into(), "get".into())]).get() >= 1);
 }
 
+const SHARED_MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+const SHARED_MANIFEST: &[u8] = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2},"layers":[]}"#;
+
+/// Replicas `a` and `b` on one in-memory bucket in front of `fake`, and the path of `digest`
+/// as a manifest by digest.
+async fn two_replicas(fake: &FakeUpstream, mem: &Arc<InMemory>, digest: &str) -> (Tender, Tender, String) {
+    let a = replica(fake, None, bucket(mem, "a")).await;
+    let b = replica(fake, None, bucket(mem, "b")).await;
+    (a, b, format!("/v2/ghcr.io/x/manifests/{digest}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn should_share_manifests_by_digest() {
     let fake = FakeUpstream::start().await;
-    let mt = "application/vnd.oci.image.manifest.v1+json";
-    let body = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2},"layers":[]}"#;
+    let (mt, body) = (SHARED_MANIFEST_TYPE, SHARED_MANIFEST);
     let digest = fake.add_manifest("x", "v1", mt, body);
     let mem = Arc::new(InMemory::new());
-    let a = replica(&fake, None, bucket(&mem, "a")).await;
-    let b = replica(&fake, None, bucket(&mem, "b")).await;
-    let path = format!("/v2/ghcr.io/x/manifests/{digest}");
+    let (a, b, path) = two_replicas(&fake, &mem, &digest).await;
     let accept = [("accept", mt)];
     let got = get(&a.url(&path), &accept).await;
     assert_eq!(got.status, 200);
@@ -281,14 +289,11 @@ async fn should_share_manifests_by_digest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn should_fetch_a_manifest_by_digest_once_across_replicas() {
     let fake = FakeUpstream::start().await;
-    let mt = "application/vnd.oci.image.manifest.v1+json";
-    let body = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2},"layers":[]}"#;
+    let (mt, body) = (SHARED_MANIFEST_TYPE, SHARED_MANIFEST);
     let digest = fake.add_manifest("x", "v1", mt, body);
     *fake.state.manifest_delay.lock().unwrap() = Some(Duration::from_millis(300));
     let mem = Arc::new(InMemory::new());
-    let a = replica(&fake, None, bucket(&mem, "a")).await;
-    let b = replica(&fake, None, bucket(&mem, "b")).await;
-    let path = format!("/v2/ghcr.io/x/manifests/{digest}");
+    let (a, b, path) = two_replicas(&fake, &mem, &digest).await;
     let mut clients = Vec::new();
     for i in 0..6 {
         let url = if i % 2 == 0 { a.url(&path) } else { b.url(&path) };
@@ -299,7 +304,7 @@ async fn should_fetch_a_manifest_by_digest_once_across_replicas() {
     }
     for c in clients {
         let (status, got) = c.await.unwrap();
-        assert_eq!((status, got.as_ref()), (200, body.as_slice()), "every client gets the manifest");
+        assert_eq!((status, got.as_ref()), (200, body), "every client gets the manifest");
     }
     let gets = fake.state.manifest_gets.load(Ordering::SeqCst);
     assert_eq!(gets, 1, "two replicas fetched the same manifest {gets} times (one lease)");
