@@ -280,7 +280,10 @@ fn should_list_and_abort_the_upload_of_a_replica_killed_mid_upload() {
     let after = killed.elapsed();
     eprintln!("abandoned upload aborted by a sweep {after:?} after the kill");
     assert!(after >= Duration::from_secs(7), "aborted {after:?} after the kill, before 3 x leaseTtl");
-    assert!(tender::tail(&dir.path().join("a2.log"), 200).contains("aborted an abandoned multipart upload"));
+    // The line follows the abort: wait for it (bounded) rather than race it.
+    poll_until("a to log the aborted upload", Duration::from_secs(15), || {
+        tender::tail(&dir.path().join("a2.log"), 5000).contains("aborted an abandoned multipart upload").then_some(())
+    });
     assert!(s3.list(&format!("abandon/uploads/sha256/{}", &d2[7..])).is_empty(), "its record is gone");
     drop(a);
 }
