@@ -19,6 +19,10 @@ pub struct ChunkIndex {
     /// A manifest's media type (absent for blobs and assets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_type: Option<String>,
+    /// Format 2: the content is one object per chunk, `parts/<upload>/<i>`, written by the
+    /// upload this names (format 1: one object, `objects/<alg>/<hex>`, read by ranges).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<String>,
 }
 
 impl ChunkIndex {
@@ -31,7 +35,13 @@ impl ChunkIndex {
             uploaded_by: replica.to_string(),
             uploaded_at: tender_store::now_secs(),
             media_type: None,
+            upload: None,
         }
+    }
+
+    /// The index of content written as chunk objects by `upload` (format 2).
+    pub fn of_parts(size: u64, chunk_size: u64, chunks: Vec<String>, replica: &str, upload: &str) -> ChunkIndex {
+        ChunkIndex { format: 2, upload: Some(upload.to_string()), ..ChunkIndex::new(size, chunk_size, chunks, replica) }
     }
 
     /// How many chunks an object of `size` has (an empty object has one, empty).
@@ -51,8 +61,12 @@ impl ChunkIndex {
 
     /// A record another replica (or a person) wrote must still describe a readable object.
     pub fn validate(&self) -> Result<(), String> {
-        if self.format != 1 {
-            return Err(format!("index format {} is not 1; a newer tender wrote it", self.format));
+        match (self.format, &self.upload) {
+            (1, None) => {}
+            (2, Some(u)) if is_upload_id(u) => {}
+            (2, Some(u)) => return Err(format!("upload id {u:?} is not 32 hex characters")),
+            (1 | 2, _) => return Err(format!("index format {} with upload {:?}", self.format, self.upload)),
+            (f, _) => return Err(format!("index format {f} is newer than 2; a newer tender wrote it")),
         }
         if self.chunk_size == 0 {
             return Err("chunk size is 0".into());
@@ -71,4 +85,15 @@ impl ChunkIndex {
         }
         Ok(())
     }
+}
+
+/// Whether `s` is an upload id as tender makes them: 32 lowercase hex characters (so it is a
+/// safe object-name segment).
+pub fn is_upload_id(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A fresh upload id.
+pub fn new_upload_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }

@@ -85,7 +85,7 @@ impl Bucket {
 
     /// Whether a replica holds the lease of `key` now (a record that has not expired). Not
     /// gated by the breaker (fsck's question); bounded by `requestTimeout`.
-    pub(crate) async fn lease_live(&self, key: &str) -> Result<bool, BucketError> {
+    pub async fn lease_live(&self, key: &str) -> Result<bool, BucketError> {
         let p = self.lease_path(key);
         Ok(match self.get_json_via::<LeaseRecord>(&p, false).await {
             Ok(Some(r)) => r.expires_at > now_ms(),

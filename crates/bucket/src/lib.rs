@@ -1,14 +1,20 @@
 //! Shared storage in an S3-compatible bucket, in front of which each replica's data directory
 //! is a spool and read cache.
 //!
-//! Layout under the configured prefix (bucket format 2, see [`BUCKET_FORMAT`]); `<alg>` is the
+//! Layout under the configured prefix (bucket format 3, see [`BUCKET_FORMAT`]); `<alg>` is the
 //! digest's algorithm, `sha256` or `sha512`:
 //! ```text
 //! tender-bucket.json            the bucket format; a replica refuses a newer one
-//! objects/<alg>/<hex>           committed content (uploaded whole or in parts of chunkSize)
-//! index/<alg>/<hex>.json        size, chunk size and the sha256 of every chunk; written last,
-//!                               after the content was re-hashed (with <alg>) and uploaded: an
-//!                               object without its index does not exist for readers
+//! parts/<upload>/<i>            content, one object per chunk of chunkSize, written by one
+//!                               upload as the chunks land (see [`parts`])
+//! progress/<sha256(key)>.json   an upload in progress: the sha256 of each chunk written so far;
+//!                               replicas waiting on the fill lease `key` read chunks as they
+//!                               appear instead of waiting for the index
+//! objects/<alg>/<hex>           content as one object (written before format 3; still read)
+//! index/<alg>/<hex>.json        size, chunk size, the sha256 of every chunk and the upload
+//!                               that wrote them; written last, after the content was re-hashed
+//!                               (with <alg>) and uploaded: an object without its index does
+//!                               not exist for readers
 //! known/<alg>/<hex>/<sha256(upstream)>.json
 //!                               the object is known to exist in that upstream (create-only;
 //!                               an object without one is known in no upstream)
@@ -16,7 +22,7 @@
 //! leases/<sha256(key)>.json     the replica fetching `key` from upstream now (conditional create)
 //! quarantine/<alg>/<hex>        content `tender fsck --repair` found corrupt (moved, never deleted)
 //! uploads/<alg>/<hex>/<sha256(upload id)>.json
-//!                               a multipart upload in progress, renewed by its uploader (see
+//!                               a multipart upload by a tender before format 3 (see
 //!                               [`uploads`]): one left unrenewed is abandoned and aborted
 //! ```
 //! The `sha512/` trees sit beside the `sha256/` ones in the same format: a format-2 bucket
@@ -34,6 +40,7 @@ mod index;
 mod lease;
 mod maintenance;
 mod metrics;
+pub mod parts;
 mod settings;
 mod uploads;
 
@@ -46,7 +53,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
-use object_store::multipart::{MultipartStore, PartId};
+use object_store::multipart::MultipartStore;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use sha2::{Digest as _, Sha256};
@@ -58,6 +65,7 @@ pub use index::ChunkIndex;
 pub use lease::{Lease, LeaseOutcome};
 pub use maintenance::{BucketFsckReport, BucketProblem};
 pub use metrics::BucketMetrics;
+pub use parts::{PartUpload, Progress};
 pub use settings::{BucketSettings, Credentials, MIN_CHUNK_SIZE};
 pub use uploads::AbandonedUpload;
 
@@ -65,8 +73,10 @@ pub use uploads::AbandonedUpload;
 const INDEX_CACHE: usize = 8192;
 /// Known-upstream records remembered (positive answers only); the set is cleared when full.
 const KNOWN_CACHE: usize = 65536;
-/// The bucket format this tender writes: 2 added `known/` (format 1 had no marker file).
-pub const BUCKET_FORMAT: u32 = 2;
+/// The bucket format this tender writes: 2 added `known/` (format 1 had no marker file), 3
+/// content as chunk objects (`parts/`, `progress/`; index format 2), which a replica of
+/// format 2 cannot read.
+pub const BUCKET_FORMAT: u32 = 3;
 const FORMAT_KEY: &str = "tender-bucket.json";
 
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -395,7 +405,16 @@ impl Bucket {
                     f.format, f.created_by
                 ),
             }),
-            Some(_) => Ok(()),
+            Some(f) if f.format == BUCKET_FORMAT => Ok(()),
+            Some(f) => {
+                // Older: read as is; the marker moves on, so replicas too old to read chunk
+                // objects refuse the bucket instead of missing what newer ones wrote.
+                tracing::info!(bucket = %self.settings.bucket, from = f.format, to = BUCKET_FORMAT,
+                    "bucket format upgraded (objects written before stay readable)");
+                let f =
+                    BucketFormat { format: BUCKET_FORMAT, created_by: format!("tender {}", env!("CARGO_PKG_VERSION")) };
+                self.put_json_via(&p, &f, PutMode::Overwrite, gated).await
+            }
             None => {
                 let f =
                     BucketFormat { format: BUCKET_FORMAT, created_by: format!("tender {}", env!("CARGO_PKG_VERSION")) };
@@ -564,7 +583,33 @@ impl Bucket {
         if let Some(i) = self.index(d).await? {
             return Ok(i);
         }
-        self.put(d, local, media_type, lease).await
+        self.put(d, local, media_type, lease, None).await
+    }
+
+    /// [`Bucket::upload_leased`] for a blob or asset whose first chunks `resume` already wrote
+    /// while it was fetched (see [`PartUpload`]).
+    pub async fn upload_resumed(
+        self: &Arc<Self>,
+        d: &Digest,
+        local: &std::path::Path,
+        lease: Option<&str>,
+        resume: Option<PartUpload>,
+    ) -> Result<Arc<ChunkIndex>, BucketError> {
+        match self.index(d).await {
+            Ok(Some(i)) => {
+                if let Some(u) = resume {
+                    u.abort().await;
+                }
+                Ok(i)
+            }
+            Ok(None) => self.put(d, local, None, lease, resume).await,
+            Err(e) => {
+                if let Some(u) = resume {
+                    u.abort().await;
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Upload a verified local copy over a bucket copy that failed verification (content, then
@@ -575,8 +620,23 @@ impl Bucket {
         local: &std::path::Path,
         lease: Option<&str>,
     ) -> Result<Arc<ChunkIndex>, BucketError> {
+        // What the bad copy was written as, removed once the good one is in.
+        let old = self.get_json::<ChunkIndex>(&self.index_path(d)).await.ok().flatten();
         self.forget(d);
-        self.put(d, local, None, lease).await
+        let index = self.put(d, local, None, lease, None).await?;
+        match old.and_then(|o| o.upload) {
+            Some(u) if Some(&u) != index.upload.as_ref() => {
+                if let Err(e) = self.remove_parts(&u, true).await {
+                    tracing::debug!(upload = %u, error = %e, "the bad copy's chunks stay; fsck --bucket --repair removes them");
+                }
+            }
+            Some(_) => {}
+            None => {
+                let p = self.object_path(d);
+                let _ = self.call("delete", &p, self.store.delete(&p)).await;
+            }
+        }
+        Ok(index)
     }
 
     /// [`Bucket::upload`] for a manifest, whose media type the index keeps.
@@ -589,15 +649,19 @@ impl Bucket {
         self.upload_leased(d, local, media_type, None).await
     }
 
+    /// Upload a committed local file as chunk objects, then its index. `resume`: an upload
+    /// that already wrote the file's first chunks while it was being fetched (under the fill
+    /// lease, for the replicas waiting on it); each of its chunks is checked against the file,
+    /// and the upload starts over when one differs.
     async fn put(
         self: &Arc<Self>,
         d: &Digest,
         local: &std::path::Path,
         media_type: Option<&str>,
         lease: Option<&str>,
+        resume: Option<PartUpload>,
     ) -> Result<Arc<ChunkIndex>, BucketError> {
         let started = std::time::Instant::now();
-        let p = self.object_path(d);
         let chunk = self.settings.chunk_size;
         let local_err = |e: std::io::Error| BucketError::Local {
             bucket: self.settings.bucket.clone(),
@@ -607,152 +671,90 @@ impl Bucket {
         let file = tokio::fs::File::open(local).await.map_err(local_err)?;
         let size = file.metadata().await.map_err(local_err)?.len();
         let mut file = tokio::io::BufReader::with_capacity(1 << 20, file);
-        let mut whole = d.algorithm().hasher();
-        let mut chunks = Vec::new();
-        let mut upload = if size > chunk {
-            let id = self
-                .call("upload", &p, self.multipart.create_multipart(&p))
-                .await?
-                .map_err(|e| self.store_err("upload", &p, e))?;
-            let guard = match self.record_upload(d, &id, lease).await {
-                Ok(g) => g,
-                Err(e) => return Err(self.abort_with(Some(Multipart::bare(id)), &p, e).await),
-            };
-            Some(Multipart { id, guard: Some(guard), parts: Vec::new() })
-        } else {
-            None
+        let (mut upload, mut done) = match resume {
+            Some(mut u) if u.chunk_size().await == chunk => {
+                u.set_total(Some(size)).await;
+                let done = u.chunks().await;
+                (u, done)
+            }
+            Some(u) => {
+                u.abort().await;
+                (self.begin_parts(lease, Some(*d), Some(size)), Vec::new())
+            }
+            None => (self.begin_parts(lease, Some(*d), Some(size)), Vec::new()),
         };
-        let mut single = None;
-        let mut pending = futures::stream::FuturesOrdered::new();
+        if done.len() > ChunkIndex::chunk_count(size, chunk) {
+            upload.abort().await;
+            (upload, done) = (self.begin_parts(lease, Some(*d), Some(size)), Vec::new());
+        }
+        let resumed = done.len();
+        let mut whole = d.algorithm().hasher();
         let mut left = size;
-        while left > 0 || (size == 0 && single.is_none()) {
+        let mut i = 0usize;
+        while left > 0 {
             let n = left.min(chunk) as usize;
             let mut buf = vec![0u8; n];
-            tokio::io::AsyncReadExt::read_exact(&mut file, &mut buf).await.map_err(local_err)?;
+            if let Err(e) = tokio::io::AsyncReadExt::read_exact(&mut file, &mut buf).await {
+                upload.abort().await;
+                return Err(local_err(e));
+            }
             left -= n as u64;
             whole.update(&buf);
-            chunks.push(hex::encode(Sha256::digest(&buf)));
-            match upload.as_mut() {
-                Some(u) => {
-                    let part = pending.len().saturating_add(u.parts.len());
-                    let me = self.clone();
-                    let (id, path) = (u.id.clone(), p.clone());
-                    pending.push_back(async move {
-                        let put = me.multipart.put_part(&path, &id, part, PutPayload::from(buf));
-                        me.call("upload", &path, put).await
-                    });
-                    // Two parts in flight: enough to keep the link busy, 2 chunks of memory.
-                    if pending.len() >= 2 {
-                        match pending.next().await {
-                            Some(Err(e)) => {
-                                drop(pending);
-                                return Err(self.abort_with(upload, &p, e).await);
-                            }
-                            Some(Ok(Err(e))) => {
-                                drop(pending);
-                                return Err(self.abort(upload, "upload", &p, e).await);
-                            }
-                            Some(Ok(Ok(id))) => u.parts.push(id),
-                            None => {}
-                        }
-                    }
+            if let Some(have) = done.get(i) {
+                if *have != hex::encode(Sha256::digest(&buf)) {
+                    // Written from bytes the fill later replaced: start over from scratch.
+                    tracing::warn!(bucket = %self.settings.bucket, digest = %d, chunk = i,
+                        "a chunk written during the fill differs from the committed object; uploading it again");
+                    upload.abort().await;
+                    return Box::pin(self.put(d, local, media_type, lease, None)).await;
                 }
-                None => single = Some(buf),
+            } else if let Err(e) = upload.put_chunk(Bytes::from(buf)).await {
+                upload.abort().await;
+                return Err(e);
             }
+            i += 1;
         }
-        while let Some(r) = pending.next().await {
-            match r {
-                Err(e) => {
-                    drop(pending);
-                    return Err(self.abort_with(upload, &p, e).await);
-                }
-                Ok(Err(e)) => {
-                    drop(pending);
-                    return Err(self.abort(upload, "upload", &p, e).await);
-                }
-                Ok(Ok(id)) => {
-                    if let Some(u) = upload.as_mut() {
-                        u.parts.push(id);
-                    }
-                }
-            }
-        }
+        done.clear();
         let got = whole.finalize();
         if got != *d {
             self.metrics.corrupt.inc();
-            let e = BucketError::Corrupt {
+            upload.abort().await;
+            return Err(BucketError::Corrupt {
                 bucket: self.settings.bucket.clone(),
                 key: local.display().to_string(),
                 message: format!("local copy is {got}, not {d}; not uploaded (run tender fsck)"),
-            };
-            return Err(self.abort_with(upload, &p, e).await);
+            });
         }
-        match (upload, single) {
-            (Some(mut u), _) => {
-                let parts = std::mem::take(&mut u.parts);
-                let done = self.call("complete upload", &p, self.multipart.complete_multipart(&p, &u.id, parts)).await;
-                match done {
-                    Ok(Ok(_)) => {
-                        if let Some(g) = u.guard.take() {
-                            g.finish().await;
-                        }
-                    }
-                    Ok(Err(e)) => return Err(self.abort(Some(u), "complete upload", &p, e).await),
-                    Err(e) => return Err(self.abort_with(Some(u), &p, e).await),
-                }
-            }
-            (None, buf) => {
-                let payload = PutPayload::from(buf.unwrap_or_default());
-                self.call("put", &p, self.store.put(&p, payload)).await?.map_err(|e| self.store_err("put", &p, e))?;
-            }
-        }
-        let mut index = ChunkIndex::new(size, chunk, chunks, &self.settings.replica);
-        index.media_type = media_type.map(str::to_string);
-        self.put_json(&self.index_path(d), &index, PutMode::Overwrite).await?;
-        self.metrics.uploaded_bytes.inc_by(size);
+        let index = upload.finish(d, size, media_type).await?;
         self.metrics.uploads.inc();
-        tracing::info!(bucket = %self.settings.bucket, digest = %d, bytes = size,
+        tracing::info!(bucket = %self.settings.bucket, digest = %d, bytes = size, resumed_chunks = resumed,
             ms = started.elapsed().as_millis() as u64, "uploaded to the bucket");
-        let index = Arc::new(index);
-        if let Ok(mut m) = self.indexes.lock() {
-            m.insert(*d, index.clone());
-        }
         Ok(index)
     }
 
-    async fn abort(
-        &self,
-        upload: Option<Multipart>,
-        op: &'static str,
-        p: &ObjectPath,
-        e: object_store::Error,
-    ) -> BucketError {
-        let e = self.store_err(op, p, e);
-        self.abort_with(upload, p, e).await
-    }
-
-    /// Abort a multipart upload (best effort, bounded: the bucket may be what failed); its
-    /// record goes only when the abort went through, else the sweep aborts it later.
-    async fn abort_with(&self, upload: Option<Multipart>, p: &ObjectPath, e: BucketError) -> BucketError {
-        if let Some(u) = upload {
-            let aborted = self.breaker.is_up()
-                && matches!(
-                    tokio::time::timeout(self.settings.request_timeout, self.multipart.abort_multipart(p, &u.id)).await,
-                    Ok(Ok(()))
-                );
-            if let Some(g) = u.guard {
-                if aborted {
-                    g.finish().await;
-                }
+    pub(crate) fn remember_index(&self, d: &Digest, index: Arc<ChunkIndex>) {
+        if let Ok(mut m) = self.indexes.lock() {
+            if m.len() >= INDEX_CACHE {
+                m.clear();
             }
+            m.insert(*d, index);
         }
-        e
     }
 
     /// One chunk, fetched and checked against the index.
     async fn chunk(&self, d: &Digest, index: &ChunkIndex, i: usize) -> Result<Bytes, BucketError> {
-        let p = self.object_path(d);
         let range: Range<u64> = index.chunk_range(i);
+        if let Some(upload) = &index.upload {
+            return match self.part(upload, i, &index.chunks[i], Some(range.end - range.start)).await {
+                Err(e) if e.is_not_found() => {
+                    // Quarantined or deleted since its index was read: forget the index.
+                    self.forget(d);
+                    Err(e)
+                }
+                r => r,
+            };
+        }
+        let p = self.object_path(d);
         let bytes = match self.call("get", &p, self.store.get_range(&p, range.clone())).await? {
             Ok(b) => b,
             Err(e) => {
@@ -838,20 +840,6 @@ impl Bucket {
         if let Ok(mut m) = self.indexes.lock() {
             m.remove(d);
         }
-    }
-}
-
-/// A multipart upload this replica runs: its id, its record, the parts uploaded so far.
-struct Multipart {
-    id: object_store::MultipartId,
-    guard: Option<uploads::UploadGuard>,
-    parts: Vec<PartId>,
-}
-
-impl Multipart {
-    /// An upload whose record could not be written.
-    fn bare(id: object_store::MultipartId) -> Multipart {
-        Multipart { id, guard: None, parts: Vec::new() }
     }
 }
 

@@ -73,13 +73,14 @@ async fn should_refuse_a_corrupt_chunk_and_quarantine_it_with_fsck() {
     let bytes = content(4 * 1024);
     let d = uploaded(&b, &bytes).await;
     let good = uploaded(&b, &content(3000)[1000..]).await;
-    let mut bad = bytes.clone();
-    bad[2 * 1024 + 5] ^= 1;
-    let p = ObjectPath::from(format!("fleet/objects/sha256/{}", d.hex()));
+    let mut bad = bytes[2 * 1024..3 * 1024].to_vec();
+    bad[5] ^= 1;
+    let index = b.index(&d).await.unwrap().unwrap();
+    let upload = index.upload.clone().expect("written as chunk objects");
+    let p = ObjectPath::from(format!("fleet/parts/{upload}/00000002"));
     mem.put(&p, PutPayload::from(bad)).await.unwrap();
 
     // Chunks before the bad one are served; the bad one is not, not even in part.
-    let index = b.index(&d).await.unwrap().unwrap();
     let mut s = b.read(d, index, 1000, 4000);
     let mut got = Vec::new();
     let err = loop {
@@ -101,8 +102,9 @@ async fn should_refuse_a_corrupt_chunk_and_quarantine_it_with_fsck() {
     let repaired = b.fsck(true).await.unwrap();
     assert_eq!(repaired.quarantined, 1);
     assert!(b.index(&d).await.unwrap().is_none(), "a quarantined object is invisible");
-    let aside = ObjectPath::from(format!("fleet/quarantine/sha256/{}", d.hex()));
+    let aside = ObjectPath::from(format!("fleet/quarantine/sha256/{}/00000002", d.hex()));
     assert!(mem.head(&aside).await.is_ok(), "moved aside, not deleted");
+    assert!(mem.head(&p).await.is_err(), "moved");
     assert!(b.fsck(false).await.unwrap().is_clean());
     assert!(b.index(&good).await.unwrap().is_some());
 }
@@ -129,7 +131,13 @@ async fn should_find_a_rewritten_index_and_unfinished_uploads() {
         .unwrap();
     let r = fresh.fsck(false).await.unwrap();
     assert!(r.corrupt[0].problem.contains("index was rewritten"), "{r:?}");
-    assert_eq!(r.unindexed, vec![format!("sha256:{}", "ab".repeat(32))]);
+    // The forged index (format 1) names no chunk objects: the real upload's are unindexed now.
+    let upload = b.index(&d).await.unwrap().unwrap().upload.clone().unwrap();
+    assert_eq!(r.unindexed, vec![format!("sha256:{}", "ab".repeat(32)), format!("parts/{upload}")]);
+    let repaired = fresh.fsck(true).await.unwrap();
+    assert_eq!(repaired.unindexed.len(), 2, "{repaired:?}");
+    let left: Vec<_> = mem.list(Some(&ObjectPath::from(format!("fleet/parts/{upload}")))).collect().await;
+    assert!(left.is_empty(), "--repair removes chunk objects no index or upload names: {left:?}");
 }
 
 async fn uploaded_sha512(b: &Arc<Bucket>, bytes: &[u8]) -> Digest {
@@ -151,7 +159,8 @@ async fn should_round_trip_and_check_sha512_objects() {
     let d = uploaded_sha512(&b, &bytes).await;
     let plain = uploaded(&b, &bytes).await;
     assert_ne!(d, plain);
-    for p in [format!("fleet/objects/sha512/{}", d.hex()), format!("fleet/index/sha512/{}.json", d.hex())] {
+    let upload = b.index(&d).await.unwrap().unwrap().upload.clone().unwrap();
+    for p in [format!("fleet/parts/{upload}/00000003"), format!("fleet/index/sha512/{}.json", d.hex())] {
         assert!(mem.head(&ObjectPath::from(p.clone())).await.is_ok(), "{p}");
     }
     let other = bucket_on(&mem, "b");
@@ -192,7 +201,7 @@ async fn should_round_trip_and_check_sha512_objects() {
     assert_eq!(r.corrupt.len(), 1, "{r:?}");
     assert_eq!(r.corrupt[0].digest, d.to_string());
     assert!(r.corrupt[0].problem.contains("index was rewritten"), "{r:?}");
-    assert_eq!(r.unindexed, vec![format!("sha512:{}", "cd".repeat(64))]);
+    assert_eq!(r.unindexed, vec![format!("sha512:{}", "cd".repeat(64)), format!("parts/{upload}")]);
     assert_eq!(fresh.fsck(true).await.unwrap().quarantined, 1);
     assert!(mem.head(&ObjectPath::from(format!("fleet/quarantine/sha512/{}", d.hex()))).await.is_ok());
     assert!(fresh.index(&d).await.unwrap().is_none());
@@ -292,8 +301,8 @@ enum Fault {
     Refuse,
     /// Answer, but ignore `If-None-Match` (a server without conditional writes).
     NoConditional,
-    /// Answer everything but multipart parts, which never get an answer (an upload that is
-    /// under way when its replica is killed).
+    /// Answer everything but chunk objects from the third on (and multipart parts), which
+    /// never get an answer (an upload that is under way when its replica is killed).
     HangParts,
 }
 
@@ -371,6 +380,11 @@ impl ObjectStore for Faulty {
         mut opts: PutOptions,
     ) -> object_store::Result<object_store::PutResult> {
         self.gate().await?;
+        let part = location.as_ref().contains("parts/")
+            && location.filename().and_then(|f| f.parse::<u32>().ok()).is_some_and(|i| i >= 2);
+        if *self.fault.lock().unwrap() == Fault::HangParts && part {
+            futures::future::pending::<()>().await;
+        }
         if *self.fault.lock().unwrap() == Fault::NoConditional && opts.mode == PutMode::Create {
             opts.mode = PutMode::Overwrite;
         }
@@ -516,14 +530,19 @@ async fn should_refuse_the_start_without_conditional_writes_and_probe_a_bucket_d
 /// Upload records in the bucket: (record path, upload id).
 async fn upload_records(store: &Faulty) -> Vec<(ObjectPath, String)> {
     let metas: Vec<_> =
-        store.inner.list(Some(&ObjectPath::from("uploads"))).map(|m| m.unwrap().location).collect().await;
+        store.inner.list(Some(&ObjectPath::from("progress"))).map(|m| m.unwrap().location).collect().await;
     let mut out = Vec::new();
     for p in metas {
         let bytes = store.inner.get(&p).await.unwrap().bytes().await.unwrap();
         let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-        out.push((p, v["uploadId"].as_str().unwrap().to_string()));
+        out.push((p, v["upload"].as_str().unwrap().to_string()));
     }
     out
+}
+
+/// The chunk objects an upload wrote.
+async fn parts_of(store: &Faulty, upload: &str) -> usize {
+    store.inner.list(Some(&ObjectPath::from(format!("parts/{upload}")))).collect::<Vec<_>>().await.len()
 }
 
 /// Start uploading `n` KiB (in 1 KiB chunks; parts from the third on never get an answer),
@@ -598,12 +617,11 @@ async fn should_list_and_abort_only_uploads_abandoned_by_a_dead_replica() {
     assert_eq!(a.metrics().abandoned_uploads_removed.get(), 1);
     let left = upload_records(&store).await;
     assert_eq!(left.len(), 2, "{left:?}");
-    // The abandoned upload is gone from the store; the others are not.
+    // The abandoned upload's chunks are gone from the store; the others' are not.
     let gone = records.iter().find(|(_, id)| !left.iter().any(|(_, l)| l == id)).unwrap();
-    let p = ObjectPath::from(format!("objects/{}", dead_digest.replace(':', "/")));
-    assert!(store.inner.put_part(&p, &gone.1, 0, PutPayload::from_static(b"x")).await.is_err());
+    assert_eq!(parts_of(&store, &gone.1).await, 0);
     for (_, id) in &left {
-        store.inner.put_part(&p, id, 0, PutPayload::from_static(b"x")).await.unwrap();
+        assert_eq!(parts_of(&store, id).await, 2, "{id}");
     }
 
     // The lease ends (its holder died too): the upload under it is abandoned, and a replica's
@@ -629,14 +647,38 @@ async fn should_list_and_abort_only_uploads_abandoned_by_a_dead_replica() {
 }
 
 #[tokio::test]
-async fn should_complete_multipart_uploads_and_drop_their_records() {
+async fn should_complete_uploads_and_drop_their_records() {
     let mem = Arc::new(InMemory::new());
     let b = bucket_on(&mem, "a");
     let bytes = content(5 * 1024 + 3);
     let d = uploaded(&b, &bytes).await;
     assert_eq!(read_all(&b, d, 0, bytes.len() as u64).await.unwrap(), bytes);
-    let records: Vec<_> = mem.list(Some(&ObjectPath::from("fleet/uploads"))).collect().await;
+    let records: Vec<_> = mem.list(Some(&ObjectPath::from("fleet/progress"))).collect().await;
     assert!(records.is_empty(), "{records:?}");
+    let parts: Vec<_> = mem.list(Some(&ObjectPath::from("fleet/parts"))).collect().await;
+    assert_eq!(parts.len(), 6, "one object per chunk");
+}
+
+/// A multipart upload a tender before bucket format 3 left behind, with its record, is still
+/// found and aborted.
+#[tokio::test]
+async fn should_abort_a_multipart_upload_an_older_tender_left_behind() {
+    let mem = Arc::new(InMemory::new());
+    let mut s = BucketSettings::new("test");
+    s.lease_ttl = Duration::from_millis(10);
+    let b = Bucket::with_store(mem.clone(), s, BucketMetrics::default());
+    let d = Digest::of(b"old");
+    let object = ObjectPath::from(format!("objects/sha256/{}", d.hex()));
+    let id = mem.create_multipart(&object).await.unwrap();
+    mem.put_part(&object, &id, 0, PutPayload::from_static(b"x")).await.unwrap();
+    let record = serde_json::json!({"digest": d, "uploadId": id, "replica": "old", "startedAt": 1, "renewedAt": 1});
+    let p = ObjectPath::from(format!("uploads/sha256/{}/{}.json", d.hex(), "0".repeat(64)));
+    mem.put(&p, PutPayload::from(serde_json::to_vec(&record).unwrap())).await.unwrap();
+    let r = b.fsck(true).await.unwrap();
+    assert_eq!(r.abandoned_uploads.len(), 1, "{r:?}");
+    assert!(r.abandoned_uploads[0].removed);
+    assert!(mem.put_part(&object, &id, 1, PutPayload::from_static(b"x")).await.is_err(), "aborted");
+    assert!(mem.head(&p).await.is_err(), "record dropped");
 }
 
 #[test]
@@ -652,4 +694,67 @@ fn should_call_an_upload_abandoned_only_past_three_lease_ttls_without_a_live_lea
     ] {
         assert_eq!(uploads::is_abandoned(renewed, now, ttl, live), abandoned, "{renewed} {now} {live}");
     }
+}
+
+/// A bucket written before format 3 keeps working: an object stored whole under `objects/`
+/// with a format-1 index is read by ranges and checked like chunk objects; the format marker
+/// moves on to 3.
+#[tokio::test]
+async fn should_read_objects_written_whole_before_format_3() {
+    let mem = Arc::new(InMemory::new());
+    let bytes = content(2 * 1024 + 10);
+    let d = Digest::of(&bytes);
+    let chunks = bytes.chunks(1024).map(|c| hex::encode(Sha256::digest(c))).collect();
+    let index = ChunkIndex::new(bytes.len() as u64, 1024, chunks, "old");
+    mem.put(&ObjectPath::from(format!("fleet/objects/sha256/{}", d.hex())), PutPayload::from(bytes.clone()))
+        .await
+        .unwrap();
+    mem.put(
+        &ObjectPath::from(format!("fleet/index/sha256/{}.json", d.hex())),
+        PutPayload::from(serde_json::to_vec(&index).unwrap()),
+    )
+    .await
+    .unwrap();
+    let marker = ObjectPath::from("fleet/tender-bucket.json");
+    mem.put(&marker, PutPayload::from_static(br#"{"format":2,"createdBy":"tender 0.2"}"#)).await.unwrap();
+    let b = bucket_on(&mem, "new");
+    b.check().await.unwrap();
+    let f: serde_json::Value = serde_json::from_slice(&mem.get(&marker).await.unwrap().bytes().await.unwrap()).unwrap();
+    assert_eq!(f["format"], 3);
+    assert_eq!(read_all(&b, d, 1000, bytes.len() as u64).await.unwrap(), &bytes[1000..]);
+    assert_eq!(b.read_small(&d, 1 << 20).await.unwrap().unwrap().0.as_ref(), &bytes[..]);
+    let r = b.fsck(false).await.unwrap();
+    assert!(r.is_clean() && r.unindexed.is_empty(), "{r:?}");
+    assert_eq!(r.objects_checked, 1);
+}
+
+/// A reader following an upload in progress sees each chunk once it is in the bucket, checked
+/// against the record; the record goes once the index is written.
+#[tokio::test]
+async fn should_list_chunks_in_progress_until_the_index_is_written() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let bytes = content(3 * 1024 + 1);
+    let d = Digest::of(&bytes);
+    let mut up = b.begin_parts(Some("up@x"), Some(d), Some(bytes.len() as u64));
+    assert!(b.progress("up@x").await.unwrap().is_none(), "nothing written before the first chunk");
+    for c in bytes.chunks(1024).take(2) {
+        up.put_chunk(bytes::Bytes::copy_from_slice(c)).await.unwrap();
+    }
+    up.flush().await.unwrap();
+    let other = bucket_on(&mem, "b");
+    let p = other.progress("up@x").await.unwrap().unwrap();
+    assert_eq!((p.chunks.len(), p.total, p.digest, p.leased), (2, Some(3 * 1024 + 1), Some(d), true));
+    assert_eq!(other.part(&p.upload, 1, &p.chunks[1], None).await.unwrap().as_ref(), &bytes[1024..2048]);
+    assert!(other.part(&p.upload, 1, &p.chunks[0], None).await.unwrap_err().is_corrupt());
+    assert!(other.index(&d).await.unwrap().is_none(), "not visible before its index");
+    for c in bytes.chunks(1024).skip(2) {
+        up.put_chunk(bytes::Bytes::copy_from_slice(c)).await.unwrap();
+    }
+    let index = up.finish(&d, bytes.len() as u64, None).await.unwrap();
+    assert_eq!((index.format, index.upload.as_deref()), (2, Some(p.upload.as_str())));
+    assert!(other.progress("up@x").await.unwrap().is_none());
+    assert_eq!(read_all(&other, d, 0, bytes.len() as u64).await.unwrap(), bytes);
+    // Another key's record is not this one's.
+    assert!(other.progress("up@y").await.unwrap().is_none());
 }

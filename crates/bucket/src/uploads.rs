@@ -1,27 +1,27 @@
-//! Multipart uploads in progress, so the ones a dead replica left behind can be found and
-//! removed. S3 keeps the parts of an upload nobody completes or aborts (invisible to readers,
-//! but stored and billed); `object_store` cannot list them, so each upload is recorded:
-//! `uploads/<alg>/<hex>/<sha256(upload id)>.json` names the upload id, the replica, the fill
-//! lease it was started under, and when its uploader last renewed the record (every third of
-//! `leaseTtl` while it runs). The record goes after the upload is completed or aborted.
+//! Uploads a dead replica left behind, found and removed.
 //!
-//! An upload is *abandoned* when its record was not renewed for 3 × `leaseTtl` and the fill
-//! lease it names (if any) is not live: `tender fsck --bucket` lists those, `--repair` and
-//! each replica's background sweep ([`Bucket::spawn_sweeper`]) abort them. Uploads started
-//! without a record (by a tender before this one, or another tool) are not seen: a bucket
-//! lifecycle rule (`AbortIncompleteMultipartUpload`) covers those.
+//! Tender writes content as chunk objects under a progress record (see [`crate::parts`]): a
+//! record renewed by its uploader every third of `leaseTtl` while it runs, removed after the
+//! index. An upload is *abandoned* when its record was not renewed for 3 × `leaseTtl` and the
+//! fill lease it runs under (if any) is not live: `tender fsck --bucket` lists those,
+//! `--repair` and each replica's background sweep ([`Bucket::spawn_sweeper`]) delete their
+//! chunks and record (only the record, when the index naming the upload was written).
+//!
+//! Tenders before bucket format 3 wrote multipart uploads with a record under
+//! `uploads/<alg>/<hex>/<sha256(upload id)>.json`; those are still found and aborted. Uploads
+//! started without a record (another tool) are not seen: a bucket lifecycle rule
+//! (`AbortIncompleteMultipartUpload`) covers those.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use object_store::path::Path as ObjectPath;
-use object_store::{MultipartId, PutMode};
 use serde::{Deserialize, Serialize};
 use tender_oci::Digest;
 
 use crate::lease::now_ms;
-use crate::{key_hash, Bucket, BucketError};
+use crate::parts::Progress;
+use crate::{Bucket, BucketError};
 
 /// Records read per sweep at most (a bucket that lists more is swept again next time).
 const MAX_RECORDS: usize = 10_000;
@@ -40,7 +40,7 @@ pub(crate) struct UploadRecord {
     pub renewed_at: u64,
 }
 
-/// An unfinished multipart upload whose uploader is gone.
+/// An unfinished upload whose uploader is gone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AbandonedUpload {
@@ -61,74 +61,75 @@ pub(crate) fn is_abandoned(renewed_at: u64, now: u64, ttl: Duration, lease_live:
     !lease_live && now.saturating_sub(renewed_at) > limit
 }
 
-/// The record of an upload this replica runs; renewed in the background until finished.
-pub(crate) struct UploadGuard {
-    bucket: Arc<Bucket>,
-    path: ObjectPath,
-    renewer: tokio::task::JoinHandle<()>,
-}
-
-impl UploadGuard {
-    /// The upload completed or was aborted: drop its record (best effort; a record left behind
-    /// names an upload that no longer exists, which the sweep removes).
-    pub(crate) async fn finish(self) {
-        self.renewer.abort();
-        let b = &self.bucket;
-        if let Ok(Err(e)) = b.call("delete", &self.path, b.store.delete(&self.path)).await {
-            if !matches!(e, object_store::Error::NotFound { .. }) {
-                tracing::debug!(record = %self.path, error = %e, "upload record not deleted; the sweep removes it");
-            }
-        }
-    }
-}
-
-impl Drop for UploadGuard {
-    fn drop(&mut self) {
-        self.renewer.abort();
-    }
-}
-
 impl Bucket {
-    fn upload_record_path(&self, d: &Digest, id: &MultipartId) -> ObjectPath {
-        self.path(&format!("uploads/{}/{}/{}.json", d.algorithm(), d.hex(), key_hash(id)))
-    }
-
-    /// Record a multipart upload just created, and keep the record renewed while it runs.
-    pub(crate) async fn record_upload(
-        self: &Arc<Self>,
-        d: &Digest,
-        id: &MultipartId,
-        lease: Option<&str>,
-    ) -> Result<UploadGuard, BucketError> {
-        let now = now_ms();
-        let mut record = UploadRecord {
-            digest: *d,
-            upload_id: id.clone(),
-            replica: self.settings.replica.clone(),
-            lease: lease.map(str::to_string),
-            started_at: now,
-            renewed_at: now,
-        };
-        let p = self.upload_record_path(d, id);
-        self.put_json(&p, &record, PutMode::Overwrite).await?;
-        let (me, path) = (self.clone(), p.clone());
-        let every = self.settings.lease_ttl / 3;
-        let renewer = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                record.renewed_at = now_ms();
-                if let Err(e) = me.put_json(&path, &record, PutMode::Overwrite).await {
-                    tracing::debug!(record = %path, error = %e, "upload record not renewed; retrying");
-                }
-            }
-        });
-        Ok(UploadGuard { bucket: self.clone(), path: p, renewer })
-    }
-
     /// Unfinished uploads whose uploader is gone; with `remove`, abort them and drop their
     /// records. Records naming an upload already gone are dropped silently. Not gated by the
     /// breaker (fsck asks a bucket regardless); every request has the deadline.
     pub async fn abandoned_uploads(&self, remove: bool) -> Result<Vec<AbandonedUpload>, BucketError> {
+        let mut found = self.abandoned_parts(remove).await?;
+        found.extend(self.abandoned_multipart(remove).await?);
+        Ok(found)
+    }
+
+    /// Chunk-object uploads whose uploader is gone ([`Bucket::abandoned_uploads`]).
+    async fn abandoned_parts(&self, remove: bool) -> Result<Vec<AbandonedUpload>, BucketError> {
+        let dir = self.path("progress");
+        let metas: Vec<_> = match self.timed("list", &dir, self.store.list(Some(&dir)).try_collect::<Vec<_>>()).await? {
+            Ok(m) => m,
+            Err(e) => return Err(self.store_err("list", &dir, e)),
+        };
+        let mut found = Vec::new();
+        for meta in metas.into_iter().take(MAX_RECORDS) {
+            let p = meta.location;
+            let Some(record) = self.get_json_via::<Progress>(&p, false).await.ok().flatten() else { continue };
+            let lease_live = record.leased && self.lease_live(&record.key).await?;
+            let now = now_ms();
+            if !is_abandoned(record.renewed_at, now, self.settings.lease_ttl, lease_live) {
+                continue;
+            }
+            // Finished (its index names it) but the record was not dropped: only the record goes.
+            let finished = match record.digest {
+                Some(d) => self
+                    .get_json_via::<crate::ChunkIndex>(&self.index_path(&d), false)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|i| i.upload.as_deref() == Some(record.upload.as_str())),
+                None => false,
+            };
+            let mut removed = false;
+            if remove {
+                if !finished {
+                    self.remove_parts(&record.upload, false).await?;
+                }
+                match self.timed("delete", &p, self.store.delete(&p)).await? {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(self.store_err("delete", &p, e)),
+                }
+                removed = true;
+                if !finished {
+                    self.metrics.abandoned_uploads_removed.inc();
+                    tracing::warn!(bucket = %self.settings.bucket, key = %record.key, replica = %record.replica,
+                        upload = %record.upload, chunks = record.chunks.len(),
+                        "removed an abandoned upload (its replica stopped renewing it)");
+                }
+            }
+            if finished {
+                continue;
+            }
+            found.push(AbandonedUpload {
+                digest: record.digest.map_or_else(|| format!("(not yet known: {})", record.key), |d| d.to_string()),
+                replica: record.replica,
+                upload_id: record.upload,
+                idle_secs: now.saturating_sub(record.renewed_at) / 1000,
+                removed,
+            });
+        }
+        Ok(found)
+    }
+
+    /// Multipart uploads of tenders before bucket format 3 whose uploader is gone.
+    async fn abandoned_multipart(&self, remove: bool) -> Result<Vec<AbandonedUpload>, BucketError> {
         let dir = self.path("uploads");
         let metas: Vec<_> = match self.timed("list", &dir, self.store.list(Some(&dir)).try_collect::<Vec<_>>()).await? {
             Ok(m) => m,

@@ -425,17 +425,31 @@ impl Flights {
         // With a shared bucket: copy what another replica committed, or wait for the replica
         // holding the lease, or fetch (holding it ourselves).
         let mut lease = None;
-        let mut from_bucket = None;
+        // Copying from the bucket: the digest, and an asset's trust record.
+        let mut from_bucket: Option<(Digest, Option<tender_store::TrustRecord>)> = None;
+        let mut streamer = None;
         if let Some(bucket) = &self.shared {
             match shared::plan(bucket, &self.store, &fill.key, &expect, known_in.as_deref(), deadline).await {
                 Plan::Bucket(found) => {
                     expect = Expect::Digest(found.digest);
-                    from_bucket = Some(found.clone());
+                    from_bucket = Some((found.digest, found.trust.clone()));
                     let label = shared::source_label(bucket);
                     source = Arc::new(BucketSource { bucket: bucket.clone(), label, object: found });
                     fill.state.send_modify(|s| s.gated = false);
                 }
+                Plan::Follow(digest, progress) => {
+                    from_bucket = Some((digest, None));
+                    let label = shared::source_label(bucket);
+                    let key = fill.key.clone();
+                    source = Arc::new(shared::FollowSource { bucket: bucket.clone(), label, key, digest, progress });
+                    fill.state.send_modify(|s| s.gated = false);
+                }
                 Plan::Upstream(l) => {
+                    if let (Some(held), Expect::Digest(d)) = (&l, &expect) {
+                        // Replicas waiting on the lease read the chunks as they land.
+                        let key = held.key().to_string();
+                        streamer = Some(shared::spawn_streamer(bucket.clone(), fill.clone(), *d, key));
+                    }
                     lease = l;
                     // The bucket's trust record (now local too) gates a refill from upstream.
                     let gated = self.gated(&expect, false);
@@ -489,8 +503,8 @@ impl Flights {
                     }
                     tracing::warn!(key = %fill.key, error = %e, have = w.len(),
                         "copy from the shared bucket failed; continuing from the upstream");
-                    if let (Some(found), Some(bucket)) = (from_bucket.take(), &self.shared) {
-                        bucket.forget(&found.digest);
+                    if let (Some((digest, _)), Some(bucket)) = (from_bucket.take(), &self.shared) {
+                        bucket.forget(&digest);
                     }
                     (source, expect) = origin.clone();
                     upstream = source.upstream().to_string();
@@ -567,7 +581,7 @@ impl Flights {
                 if from_bucket.is_none() {
                     self.metrics.upstream_up.get_or_create(&label).set(1);
                 }
-                if let Some(t) = from_bucket.as_ref().and_then(|f| f.trust.as_ref()) {
+                if let Some(t) = from_bucket.as_ref().and_then(|f| f.1.as_ref()) {
                     if let Err(e) = self.store.trust_put(t) {
                         tracing::warn!(key = %fill.key, error = %e, "could not record the bucket's trust record locally");
                     }
@@ -586,7 +600,12 @@ impl Flights {
                     };
                     let path = self.store.object_path(&digest);
                     let known = known_in.clone();
-                    shared::publish(bucket.clone(), digest, path, trust, known, lease.take(), bucket_copy_bad).await;
+                    let resume = match streamer.take() {
+                        Some(s) => s.await.ok().flatten(),
+                        None => None,
+                    };
+                    shared::publish(bucket.clone(), digest, path, trust, known, lease.take(), bucket_copy_bad, resume)
+                        .await;
                 }
             }
             Err(e) => {
@@ -975,6 +994,16 @@ impl Fill {
     /// polling, without reading).
     pub fn keep(&self) {
         self.keep.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Every change of the fill's state.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<FillState> {
+        self.state.subscribe()
+    }
+
+    /// The spool file (readers use this handle, never the path).
+    pub(crate) fn file(&self) -> Arc<File> {
+        self.file.clone()
     }
 
     fn fail(&self, e: FetchError) {

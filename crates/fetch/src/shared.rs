@@ -7,12 +7,15 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use tender_bucket::{Bucket, BucketError, ChunkIndex, Lease, LeaseOutcome};
+use tender_bucket::{Bucket, BucketError, ChunkIndex, Lease, LeaseOutcome, PartUpload, Progress};
 use tender_oci::Digest;
 use tender_store::{Store, TrustRecord};
 
 use crate::error::{FetchError, FetchErrorKind};
 use crate::flight::{Expect, Opened, Source};
+
+/// How often a replica waiting on another's fill asks the bucket for news.
+const FOLLOW_POLL: Duration = Duration::from_millis(100);
 
 /// An object the bucket holds, found by digest or by asset key.
 #[derive(Debug, Clone)]
@@ -27,6 +30,9 @@ pub struct SharedObject {
 pub(crate) enum Plan {
     /// Another replica committed it: copy it from the bucket, chunk by chunk, verified.
     Bucket(SharedObject),
+    /// Another replica fetches it now and writes its chunks to the bucket as they land: read
+    /// them as they appear.
+    Follow(Digest, Progress),
     /// Fetch from upstream; holding the lease when one was taken.
     Upstream(Option<Lease>),
 }
@@ -114,11 +120,24 @@ pub(crate) async fn plan(
                 return Plan::Upstream(Some(lease));
             }
             Ok(LeaseOutcome::Held { owner, retry_in }) => {
+                if let Expect::Digest(d) = expect {
+                    match bucket.progress(key).await {
+                        Ok(Some(p)) if p.digest.is_none_or(|pd| pd == *d) => {
+                            tracing::info!(key, %owner, upload = %p.upload, chunks = p.chunks.len(),
+                                "another replica fetches this object; reading its chunks from the bucket as they land");
+                            return Plan::Follow(*d, p);
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.is_down() => return Plan::Upstream(None),
+                        Err(e) => tracing::debug!(key, error = %e, "upload progress unreadable; waiting for the index"),
+                    }
+                }
                 if !waited {
                     tracing::info!(key, %owner, "another replica fetches this object; waiting for it in the bucket");
                 }
                 waited = true;
-                let pause = retry_in.max(Duration::from_millis(25));
+                // At most every 100 ms: the holder's first chunk may appear any moment.
+                let pause = retry_in.clamp(Duration::from_millis(25), FOLLOW_POLL);
                 if crate::later(pause) >= deadline {
                     tracing::warn!(key, %owner, "waited for another replica until the fill deadline; fetching from upstream");
                     return Plan::Upstream(None);
@@ -139,6 +158,7 @@ pub(crate) async fn plan(
 /// replica waiting on the lease finds the object usable). `replace`: the bucket's copy failed
 /// verification; overwrite it. A failure leaves the object local only: other replicas fetch it
 /// themselves.
+#[allow(clippy::too_many_arguments)] // one call site; each argument is a different fact
 pub(crate) async fn publish(
     bucket: Arc<Bucket>,
     digest: Digest,
@@ -147,15 +167,19 @@ pub(crate) async fn publish(
     known_in: Option<String>,
     lease: Option<Lease>,
     replace: bool,
+    mut resume: Option<PartUpload>,
 ) {
     let mut attempt = 0u32;
     loop {
         attempt = attempt.saturating_add(1);
         let key = lease.as_ref().map(Lease::key);
         let uploaded = if replace {
+            if let Some(u) = resume.take() {
+                u.abort().await;
+            }
             bucket.replace(&digest, &path, key).await
         } else {
-            bucket.upload_leased(&digest, &path, None, key).await
+            bucket.upload_resumed(&digest, &path, key, resume.take()).await
         };
         let result = match uploaded {
             Ok(_) => match (&trust, &known_in) {
@@ -206,6 +230,187 @@ impl Source for BucketSource {
             let b = bucket.clone();
             let body = bucket.read(d, index, offset, total).map(move |r| r.map_err(|e| fetch_error(&b, e))).boxed();
             Ok(Opened { partial: true, total: Some(total), body })
+        }
+        .boxed()
+    }
+}
+
+/// Write a fill's chunks to the bucket as they land (the fill runs under the lease `key`), so
+/// replicas waiting on the lease read them at once ([`FollowSource`]). Returns the upload with
+/// every whole chunk written once the fill verified, for [`publish`] to finish; `None` when
+/// the fill failed or the bucket refused (publish then uploads from scratch).
+pub(crate) fn spawn_streamer(
+    bucket: Arc<Bucket>,
+    fill: Arc<crate::flight::Fill>,
+    digest: Digest,
+    key: String,
+) -> tokio::task::JoinHandle<Option<PartUpload>> {
+    tokio::spawn(async move {
+        let mut rx = fill.subscribe();
+        let cs = bucket.settings().chunk_size;
+        let mut upload: Option<PartUpload> = None;
+        let mut next = 0u64;
+        loop {
+            let (written, total, phase) = {
+                let s = rx.borrow_and_update();
+                (s.written, s.total, s.phase.clone())
+            };
+            if matches!(phase, crate::flight::Phase::Failed(_)) {
+                break;
+            }
+            let start = next.saturating_mul(cs);
+            if written >= start.saturating_add(cs) {
+                let file = fill.file();
+                let read = tokio::task::spawn_blocking(move || {
+                    let mut buf = vec![0u8; cs as usize];
+                    std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, start).map(|()| buf)
+                })
+                .await;
+                let Ok(Ok(buf)) = read else { break };
+                let u = upload.get_or_insert_with(|| bucket.begin_parts(Some(&key), Some(digest), total));
+                if total.is_some() && next == 0 {
+                    u.set_total(total).await;
+                }
+                if let Err(e) = u.put_chunk(bytes::Bytes::from(buf)).await {
+                    tracing::debug!(%digest, error = %e, "chunk not written during the fill; the upload after it covers it");
+                    break;
+                }
+                next = next.saturating_add(1);
+                continue;
+            }
+            if matches!(phase, crate::flight::Phase::Verified(_) | crate::flight::Phase::Committed(_)) {
+                let mut u = upload?;
+                return match u.flush().await {
+                    Ok(()) => Some(u),
+                    Err(_) => {
+                        u.abort().await;
+                        None
+                    }
+                };
+            }
+            if rx.changed().await.is_err() {
+                break;
+            }
+        }
+        if let Some(u) = upload {
+            u.abort().await;
+        }
+        None
+    })
+}
+
+/// A fill's source that reads another replica's upload in progress chunk by chunk as its
+/// chunks appear (polling at most every 100 ms), then the finished object by its index. Stops
+/// with an error (and the fill continues from the upstream at the same byte) when the upload
+/// is replaced, or stalls with its lease gone.
+pub(crate) struct FollowSource {
+    pub bucket: Arc<Bucket>,
+    pub label: String,
+    pub key: String,
+    pub digest: Digest,
+    pub progress: Progress,
+}
+
+struct Follow {
+    bucket: Arc<Bucket>,
+    key: String,
+    digest: Digest,
+    progress: Progress,
+    /// The next chunk, and where in it the requested bytes start.
+    next: usize,
+    skip: usize,
+    last_news: Instant,
+    /// The object finished: the rest comes by its index.
+    rest: Option<futures::stream::BoxStream<'static, Result<bytes::Bytes, BucketError>>>,
+}
+
+impl Follow {
+    fn err(&self, message: String) -> BucketError {
+        BucketError::Setup { bucket: self.bucket.name().to_string(), message }
+    }
+
+    /// The next piece of the object, `None` at its end.
+    async fn next(&mut self) -> Option<Result<bytes::Bytes, BucketError>> {
+        loop {
+            if let Some(rest) = self.rest.as_mut() {
+                return rest.next().await;
+            }
+            let cs = self.progress.chunk_size;
+            if let Some(total) = self.progress.total {
+                if (self.next as u64).saturating_mul(cs).saturating_add(self.skip as u64) >= total {
+                    return None;
+                }
+            }
+            if let Some(hash) = self.progress.chunks.get(self.next) {
+                let r = self.bucket.part(&self.progress.upload, self.next, hash, None).await;
+                return Some(r.map(|b| {
+                    self.next = self.next.saturating_add(1);
+                    let from = std::mem::take(&mut self.skip).min(b.len());
+                    b.slice(from..)
+                }));
+            }
+            tokio::time::sleep(FOLLOW_POLL).await;
+            match self.bucket.progress(&self.key).await {
+                Ok(Some(p)) if p.upload == self.progress.upload && p.chunk_size == self.progress.chunk_size => {
+                    if p.chunks.len() > self.progress.chunks.len() {
+                        self.last_news = Instant::now();
+                    }
+                    self.progress = p;
+                }
+                Ok(Some(p)) => {
+                    return Some(Err(self.err(format!("upload {} replaced by {}", self.progress.upload, p.upload))))
+                }
+                Ok(None) => {
+                    // Finished (the index is written before the record goes), or given up.
+                    return match self.bucket.index(&self.digest).await {
+                        Ok(Some(index)) => {
+                            let at = (self.next as u64).saturating_mul(cs).saturating_add(self.skip as u64);
+                            let size = index.size;
+                            self.rest = Some(self.bucket.read(self.digest, index, at, size));
+                            continue;
+                        }
+                        Ok(None) => Some(Err(self.err("the replica fetching it gave up".into()))),
+                        Err(e) => Some(Err(e)),
+                    };
+                }
+                Err(e) => return Some(Err(e)),
+            }
+            // No news for a lease term: is the holder still there?
+            if self.last_news.elapsed() > self.bucket.settings().lease_ttl {
+                match self.bucket.lease_live(&self.key).await {
+                    Ok(true) => self.last_news = Instant::now(),
+                    Ok(false) => return Some(Err(self.err("the replica fetching it stopped".into()))),
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+        }
+    }
+}
+
+impl Source for FollowSource {
+    fn upstream(&self) -> &str {
+        &self.label
+    }
+
+    fn open(&self, offset: u64) -> BoxFuture<'static, Result<Opened, FetchError>> {
+        let cs = self.progress.chunk_size.max(1);
+        let follow = Follow {
+            bucket: self.bucket.clone(),
+            key: self.key.clone(),
+            digest: self.digest,
+            progress: self.progress.clone(),
+            next: usize::try_from(offset.checked_div(cs).unwrap_or(0)).unwrap_or(usize::MAX),
+            skip: usize::try_from(offset.checked_rem(cs).unwrap_or(0)).unwrap_or(0),
+            last_news: Instant::now(),
+            rest: None,
+        };
+        let total = self.progress.total;
+        let bucket = self.bucket.clone();
+        async move {
+            let body = futures::stream::unfold(follow, |mut f| async move { f.next().await.map(|r| (r, f)) })
+                .map(move |r| r.map_err(|e| fetch_error(&bucket, e)))
+                .boxed();
+            Ok(Opened { partial: true, total, body })
         }
         .boxed()
     }

@@ -94,14 +94,28 @@ async fn in_bucket(len: usize, seed: u64) -> (FakeUpstream, Arc<InMemory>, Tende
     (fake, mem, a, body, digest, path)
 }
 
+/// Chunk `i` of the object the bucket indexes as `digest`, as its chunk object holds it.
+async fn chunk_object(mem: &Arc<InMemory>, digest: &str) -> impl Fn(usize) -> object_store::path::Path {
+    let d: tender_oci::Digest = digest.parse().unwrap();
+    let index = bucket(mem, "probe").index(&d).await.unwrap().expect("indexed");
+    let upload = index.upload.clone().expect("written as chunk objects");
+    move |i| object_store::path::Path::from(format!("parts/{upload}/{i:08}"))
+}
+
+/// Bit rot in the bucket: the byte at `at` of the object flipped in its chunk object.
+async fn rot(mem: &Arc<InMemory>, digest: &str, body: &[u8], at: usize) {
+    let (i, cs) = (at >> 20, 1usize << 20);
+    let mut bad = body[i * cs..((i + 1) * cs).min(body.len())].to_vec();
+    bad[at - i * cs] ^= 0x40;
+    let path = chunk_object(mem, digest).await(i);
+    mem.put(&path, PutPayload::from(bad)).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn should_never_serve_corrupt_bucket_content() {
     let (fake, mem, _a, body, digest, path) = in_bucket(3 << 20, 12).await;
     // Bit rot in the bucket: one byte of the second chunk.
-    let key = object_store::path::Path::from(format!("objects/sha256/{}", &digest[7..]));
-    let mut bad = body.to_vec();
-    bad[(1 << 20) + 77] ^= 0x40;
-    mem.put(&key, PutPayload::from(bad)).await.unwrap();
+    rot(&mem, &digest, &body, (1 << 20) + 77).await;
 
     // A range over the bad chunk: never its bytes (the rest comes from the upstream; see
     // should_continue_from_upstream_at_a_corrupt_chunk_and_heal_the_bucket).
@@ -141,12 +155,6 @@ async fn should_never_serve_corrupt_bucket_content() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn should_continue_from_upstream_at_a_corrupt_chunk_and_heal_the_bucket() {
     let (fake, mem, _a, body, digest, path) = in_bucket(3 << 20, 14).await;
-    let key = object_store::path::Path::from(format!("objects/sha256/{}", &digest[7..]));
-    let rot = |at: usize| {
-        let mut bad = body.to_vec();
-        bad[at] ^= 0x40;
-        PutPayload::from(bad)
-    };
     let healed = || async {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -161,7 +169,7 @@ async fn should_continue_from_upstream_at_a_corrupt_chunk_and_heal_the_bucket() 
     let continued_at = |from: u64| fake.state.ranges.lock().unwrap().iter().any(|r| r == &format!("bytes={from}-"));
 
     // A range over the second chunk (of three, 1 MiB each), bad.
-    mem.put(&key, rot((1 << 20) + 77)).await.unwrap();
+    rot(&mem, &digest, &body, (1 << 20) + 77).await;
     let c = replica(&fake, None, bucket(&mem, "c")).await;
     let got = get(&c.url(&path), &[("range", "bytes=1000-2097151")]).await;
     assert_eq!(got.status, 206);
@@ -173,7 +181,7 @@ async fn should_continue_from_upstream_at_a_corrupt_chunk_and_heal_the_bucket() 
     healed().await;
 
     // The first full GET of another replica over a bad third chunk: byte-exact, not restarted.
-    mem.put(&key, rot((2 << 20) + 5)).await.unwrap();
+    rot(&mem, &digest, &body, (2 << 20) + 5).await;
     let d = replica(&fake, None, bucket(&mem, "d")).await;
     let got = get(&d.url(&path), &[]).await;
     assert_eq!(got.status, 200);
@@ -316,7 +324,7 @@ async fn should_continue_from_upstream_when_the_bucket_copy_vanishes() {
     // c learns the index (a HEAD), then the content goes away (quarantined by fsck elsewhere).
     let c = replica(&fake, None, bucket(&mem, "c")).await;
     assert_eq!(client().head(c.url(&path)).send().await.unwrap().status(), 200);
-    mem.delete(&object_store::path::Path::from(format!("objects/sha256/{}", &digest[7..]))).await.unwrap();
+    mem.delete(&chunk_object(&mem, &digest).await(0)).await.unwrap();
     let got = get(&c.url(&path), &[]).await;
     assert_eq!(got.status, 200);
     assert_eq!(sha(&got.body.unwrap()), sha(&body), "the fill went on from the upstream");
@@ -340,8 +348,9 @@ async fn should_share_sha512_objects_across_replicas() {
     assert_eq!(get(&a.url(&mpath), &[]).await.body.unwrap().as_ref(), manifest);
     uploaded(&ba, &digest).await;
     uploaded(&ba, &md).await;
+    assert!(mem.head(&chunk_object(&mem, &digest).await(2)).await.is_ok());
     let hex = digest.strip_prefix("sha512:").unwrap();
-    assert!(mem.head(&format!("objects/sha512/{hex}").into()).await.is_ok());
+    assert!(mem.head(&format!("index/sha512/{hex}.json").into()).await.is_ok());
 
     let b = replica(&fake, None, bucket(&mem, "b")).await;
     let got = get(&b.url(&path), &[("range", "bytes=1048000-2000000")]).await;
@@ -355,4 +364,103 @@ async fn should_share_sha512_objects_across_replicas() {
     assert_eq!((fake.blob_gets(), fake.state.manifest_gets.load(Ordering::SeqCst)), (1, 1), "the upstream once");
     let report = b.store.fsck(false).unwrap();
     assert_eq!((report.checked, report.corrupt.len()), (2, 0), "{report:?}");
+}
+
+/// Issue 19 (9): a replica waiting on another's fill lease streams the object from the chunk
+/// objects the holder writes as they land, not after the whole upload: its client's first
+/// bytes arrive while the object has no index yet, and it never asks the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_stream_chunks_to_a_waiting_replica_as_they_land() {
+    let fake = FakeUpstream::start().await;
+    let body = random_bytes(3 << 20, 91);
+    let digest = fake.add_blob(body.clone());
+    // About 3 s for the whole blob; a chunk (1 MiB) lands every second.
+    *fake.state.steady.lock().unwrap() = Some(Fault::SlowDrip(1 << 20));
+    let mem = Arc::new(InMemory::new());
+    let probe = bucket(&mem, "probe");
+    let (a, b, _) = two_replicas(&fake, &mem, &digest).await;
+    let path = format!("/v2/ghcr.io/x/blobs/{digest}");
+    let holder = tokio::spawn(get_owned(a.url(&path)));
+    let key = format!("ghcr.io@{digest}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while probe.progress(&key).await.unwrap().is_none_or(|p| p.chunks.is_empty()) {
+        assert!(Instant::now() < deadline, "the holder never wrote a chunk during its fill");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let d: tender_oci::Digest = digest.parse().unwrap();
+    let mut waiter = client().get(b.url(&path)).send().await.unwrap();
+    assert_eq!(waiter.status(), 200);
+    let mut got = Vec::new();
+    while got.len() < 1 << 20 {
+        got.extend_from_slice(&waiter.chunk().await.unwrap().expect("body ended early"));
+    }
+    assert!(
+        probe.index(&d).await.unwrap().is_none(),
+        "the waiting replica's client got its first MiB before the object was complete in the bucket"
+    );
+    while let Some(c) = waiter.chunk().await.unwrap() {
+        got.extend_from_slice(&c);
+    }
+    assert_eq!(got, body, "byte-exact through the chunks in progress");
+    assert_eq!(holder.await.unwrap(), body);
+    uploaded(&probe, &digest).await;
+    assert_eq!(fake.blob_gets(), 1, "one upstream transfer for both replicas");
+    assert!(probe.progress(&key).await.unwrap().is_none(), "the progress record goes once the index is there");
+    let index = probe.index(&d).await.unwrap().unwrap();
+    assert_eq!(index.format, 2);
+    assert_eq!(read_all(&probe, d, &index).await, body);
+}
+
+async fn get_owned(url: String) -> bytes::Bytes {
+    let r = client().get(url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap()
+}
+
+async fn read_all(b: &Arc<Bucket>, d: tender_oci::Digest, index: &Arc<tender_bucket::ChunkIndex>) -> Vec<u8> {
+    use futures::StreamExt;
+    let mut s = b.read(d, index.clone(), 0, index.size);
+    let mut out = Vec::new();
+    while let Some(c) = s.next().await {
+        out.extend_from_slice(&c.unwrap());
+    }
+    out
+}
+
+/// Issue 19 (9): the replica a waiter follows dies mid-fill (its upload stops, its lease runs
+/// out): the waiter's fill continues from the upstream at the byte it reached, and its client
+/// sees nothing but latency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_continue_from_upstream_when_the_followed_replica_dies() {
+    let fake = FakeUpstream::start().await;
+    let body = random_bytes((2 << 20) + 333, 92);
+    let digest = fake.add_blob(body.clone());
+    let d: tender_oci::Digest = digest.parse().unwrap();
+    let mem = Arc::new(InMemory::new());
+    let with_ttl = |name: &str, ttl: Duration| {
+        let mut s = BucketSettings::new("fleet");
+        s.chunk_size = 1 << 20;
+        s.replica = name.into();
+        s.lease_ttl = ttl;
+        Bucket::with_store(mem.clone(), s, BucketMetrics::default())
+    };
+    // The dead replica: it held the lease and wrote one chunk, then stopped.
+    let ghost = with_ttl("ghost", Duration::from_secs(2));
+    let key = format!("ghcr.io@{digest}");
+    let lease = match ghost.lease(&key).await.unwrap() {
+        tender_bucket::LeaseOutcome::Won(l) => l,
+        o => panic!("{o:?}"),
+    };
+    let mut up = ghost.begin_parts(Some(&key), Some(d), Some(body.len() as u64));
+    up.put_chunk(body.slice(0..1 << 20)).await.unwrap();
+    up.flush().await.unwrap();
+    drop((up, lease));
+
+    let b = replica(&fake, None, with_ttl("b", Duration::from_millis(300))).await;
+    let got = get(&b.url(&format!("/v2/ghcr.io/x/blobs/{digest}")), &[]).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(sha(&got.body.expect("not cut")), sha(&body), "byte-exact");
+    let ranges = fake.state.ranges.lock().unwrap().clone();
+    assert_eq!(ranges, vec![format!("bytes={}-", 1 << 20)], "continued from the upstream at the byte reached");
+    assert_eq!(fake.blob_gets(), 1);
 }

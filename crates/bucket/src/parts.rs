@@ -1,0 +1,365 @@
+//! Content as chunk objects (bucket format 3, index format 2): an upload writes each chunk as
+//! its own object, `parts/<upload>/<i>`, as soon as the chunk is there, and keeps a small
+//! progress record, `progress/<sha256(key)>.json`, listing the sha256 of every chunk written so
+//! far. `key` is the fill lease's key when the upload runs under one (so a replica waiting on
+//! that lease finds the record and reads chunks as they land, instead of waiting for the whole
+//! object: S3 cannot read an unfinished multipart upload), else `upload:<id>`.
+//!
+//! The index, written last, still marks the object complete; the progress record goes after it.
+//! A record whose uploader stopped renewing it (3 × `leaseTtl`, no live lease) is abandoned:
+//! its chunks are removed by the sweep and `tender fsck --bucket --repair`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use std::collections::VecDeque;
+
+use futures::stream::TryStreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{PutMode, PutPayload};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+use tender_oci::Digest;
+
+use crate::index::{is_upload_id, new_upload_id};
+use crate::lease::now_ms;
+use crate::{key_hash, Bucket, BucketError, ChunkIndex};
+
+/// Chunk uploads in flight per upload: enough to keep the link busy, two chunks of memory.
+const IN_FLIGHT: usize = 2;
+
+/// What an upload in progress has written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    /// The fill lease key the upload runs under, or `upload:<id>`.
+    pub key: String,
+    pub upload: String,
+    pub replica: String,
+    pub chunk_size: u64,
+    /// The object's size, when its upstream said it.
+    #[serde(default)]
+    pub total: Option<u64>,
+    /// The object being uploaded, when known before it verified.
+    #[serde(default)]
+    pub digest: Option<Digest>,
+    /// Whether `key` is a fill lease (checked before the record is taken for abandoned).
+    #[serde(default)]
+    pub leased: bool,
+    /// Lowercase hex sha256 of each chunk written, in order.
+    pub chunks: Vec<String>,
+    /// Milliseconds since the Unix epoch, by the uploader's clock.
+    pub started_at: u64,
+    pub renewed_at: u64,
+}
+
+impl Progress {
+    /// A record another replica wrote must describe chunks a reader can check.
+    fn validate(&self) -> Result<(), String> {
+        if !is_upload_id(&self.upload) {
+            return Err(format!("upload id {:?} is not 32 hex characters", self.upload));
+        }
+        if self.chunk_size == 0 {
+            return Err("chunk size is 0".into());
+        }
+        if let Some(bad) = self.chunks.iter().find(|c| c.len() != 64 || !c.bytes().all(|b| b.is_ascii_hexdigit())) {
+            return Err(format!("chunk digest {bad:?} is not 64 hex characters"));
+        }
+        if let Some(t) = self.total {
+            if self.chunks.len() > ChunkIndex::chunk_count(t, self.chunk_size) {
+                return Err(format!("{} chunks for {t} bytes in chunks of {}", self.chunks.len(), self.chunk_size));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An upload this replica runs. Dropped without [`PartUpload::finish`] or
+/// [`PartUpload::abort`], it stops renewing its record and the sweep removes it.
+pub struct PartUpload {
+    bucket: Arc<Bucket>,
+    path: ObjectPath,
+    /// The record, written under this lock so writes never overtake one another.
+    record: Arc<tokio::sync::Mutex<Progress>>,
+    /// Chunk uploads in flight, in order: each yields its chunk's sha256.
+    pending: VecDeque<tokio::task::JoinHandle<Result<String, BucketError>>>,
+    /// Chunks handed to [`PartUpload::put_chunk`] so far.
+    queued: usize,
+    /// Whether the record was written yet (it is, before the first chunk).
+    recorded: bool,
+    renewer: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for PartUpload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartUpload").field("path", &self.path).field("queued", &self.queued).finish_non_exhaustive()
+    }
+}
+
+impl Drop for PartUpload {
+    fn drop(&mut self) {
+        for task in self.pending.drain(..) {
+            task.abort();
+        }
+        if let Some(r) = self.renewer.take() {
+            r.abort();
+        }
+    }
+}
+
+impl PartUpload {
+    pub fn upload_id(&self) -> String {
+        self.record.try_lock().map(|r| r.upload.clone()).unwrap_or_default()
+    }
+
+    /// Chunks handed over so far.
+    pub fn queued(&self) -> usize {
+        self.queued
+    }
+
+    /// The object's size, once known (readers following the upload use it).
+    pub async fn set_total(&mut self, total: Option<u64>) {
+        self.record.lock().await.total = total;
+    }
+
+    /// The sha256 of every chunk written (after [`PartUpload::flush`], every chunk handed over).
+    pub async fn chunks(&self) -> Vec<String> {
+        self.record.lock().await.chunks.clone()
+    }
+
+    pub async fn chunk_size(&self) -> u64 {
+        self.record.lock().await.chunk_size
+    }
+
+    /// Write chunk number [`PartUpload::queued`] (chunks are handed over in order, each but the
+    /// last exactly `chunkSize` long). Returns once at most two chunks are still in flight;
+    /// the record lists a chunk once it is in the bucket.
+    pub async fn put_chunk(&mut self, bytes: Bytes) -> Result<(), BucketError> {
+        if !self.recorded {
+            self.write_record().await?;
+            self.recorded = true;
+            self.renewer = Some(self.spawn_renewer());
+        }
+        let i = self.queued;
+        self.queued += 1;
+        let p = self.bucket.part_path(&self.upload_id(), i);
+        let me = self.bucket.clone();
+        self.pending.push_back(tokio::spawn(async move {
+            let hash = hex::encode(Sha256::digest(&bytes));
+            let n = bytes.len() as u64;
+            me.call("put", &p, me.store.put(&p, PutPayload::from(bytes)))
+                .await?
+                .map_err(|e| me.store_err("put", &p, e))?;
+            me.metrics.uploaded_bytes.inc_by(n);
+            Ok(hash)
+        }));
+        while self.pending.len() >= IN_FLIGHT {
+            self.land_one().await?;
+        }
+        Ok(())
+    }
+
+    /// Wait for the oldest chunk in flight and list it in the record.
+    async fn land_one(&mut self) -> Result<(), BucketError> {
+        let Some(task) = self.pending.pop_front() else { return Ok(()) };
+        let hash = match task.await {
+            Ok(r) => r?,
+            Err(e) => {
+                return Err(BucketError::Setup {
+                    bucket: self.bucket.settings.bucket.clone(),
+                    message: format!("chunk upload task: {e}"),
+                })
+            }
+        };
+        self.record.lock().await.chunks.push(hash);
+        self.write_record().await
+    }
+
+    /// Every chunk handed over is in the bucket and listed in the record.
+    pub async fn flush(&mut self) -> Result<(), BucketError> {
+        while !self.pending.is_empty() {
+            self.land_one().await?;
+        }
+        Ok(())
+    }
+
+    async fn write_record(&self) -> Result<(), BucketError> {
+        let mut r = self.record.lock().await;
+        r.renewed_at = now_ms();
+        self.bucket.put_json(&self.path, &*r, PutMode::Overwrite).await
+    }
+
+    fn spawn_renewer(&self) -> tokio::task::JoinHandle<()> {
+        let (bucket, path, record) = (self.bucket.clone(), self.path.clone(), self.record.clone());
+        let every = (self.bucket.settings.lease_ttl / 3).max(Duration::from_millis(10));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let mut r = record.lock().await;
+                r.renewed_at = now_ms();
+                if let Err(e) = bucket.put_json(&path, &*r, PutMode::Overwrite).await {
+                    tracing::debug!(record = %path, error = %e, "upload progress not renewed; retrying");
+                }
+            }
+        })
+    }
+
+    /// Every chunk is in: write the index (the object is visible from now on), then drop the
+    /// record. `size` must match the chunks handed over.
+    pub async fn finish(
+        mut self,
+        d: &Digest,
+        size: u64,
+        media_type: Option<&str>,
+    ) -> Result<Arc<ChunkIndex>, BucketError> {
+        if self.queued == 0 {
+            // An empty object is one empty chunk.
+            self.put_chunk(Bytes::new()).await?;
+        }
+        self.flush().await?;
+        if let Some(r) = self.renewer.take() {
+            r.abort();
+        }
+        let (chunks, chunk_size, upload) = {
+            let r = self.record.lock().await;
+            (r.chunks.clone(), r.chunk_size, r.upload.clone())
+        };
+        let b = self.bucket.clone();
+        let mut index = ChunkIndex::of_parts(size, chunk_size, chunks, &b.settings.replica, &upload);
+        index.media_type = media_type.map(str::to_string);
+        index.validate().map_err(|m| b.corrupt(&b.index_path(d), m))?;
+        b.put_json(&b.index_path(d), &index, PutMode::Overwrite).await?;
+        self.drop_record(&upload).await;
+        let index = Arc::new(index);
+        b.remember_index(d, index.clone());
+        Ok(index)
+    }
+
+    /// Delete the record if it still names this upload (a takeover's upload may own it now).
+    async fn drop_record(&self, upload: &str) {
+        let b = &self.bucket;
+        if let Ok(Some(r)) = b.get_json::<Progress>(&self.path).await {
+            if r.upload != upload {
+                return;
+            }
+        }
+        if let Ok(Err(e)) = b.call("delete", &self.path, b.store.delete(&self.path)).await {
+            if !matches!(e, object_store::Error::NotFound { .. }) {
+                tracing::debug!(record = %self.path, error = %e, "upload progress not deleted; the sweep removes it");
+            }
+        }
+    }
+
+    /// Give the upload up: its chunks and its record go (best effort, bounded; what stays
+    /// behind is abandoned, and the sweep removes it).
+    pub async fn abort(mut self) {
+        if let Some(r) = self.renewer.take() {
+            r.abort();
+        }
+        // Each ends within requestTimeout; awaited so none lands after its chunks were removed.
+        for task in self.pending.drain(..) {
+            let _ = task.await;
+        }
+        let upload = self.upload_id();
+        if !self.bucket.breaker.is_up() {
+            return;
+        }
+        if self.bucket.remove_parts(&upload, true).await.is_ok() {
+            self.drop_record(&upload).await;
+        }
+    }
+}
+
+impl Bucket {
+    pub(crate) fn part_path(&self, upload: &str, i: usize) -> ObjectPath {
+        self.path(&format!("parts/{upload}/{i:08}"))
+    }
+
+    fn progress_path(&self, key: &str) -> ObjectPath {
+        self.path(&format!("progress/{}.json", key_hash(key)))
+    }
+
+    /// Start an upload of chunk objects (no request is made before the first chunk). `lease`:
+    /// the fill lease it runs under, so replicas waiting on the lease can follow it.
+    pub fn begin_parts(
+        self: &Arc<Self>,
+        lease: Option<&str>,
+        digest: Option<Digest>,
+        total: Option<u64>,
+    ) -> PartUpload {
+        let upload = new_upload_id();
+        let key = lease.map_or_else(|| format!("upload:{upload}"), str::to_string);
+        let now = now_ms();
+        let record = Progress {
+            key: key.clone(),
+            upload,
+            replica: self.settings.replica.clone(),
+            chunk_size: self.settings.chunk_size,
+            total,
+            digest,
+            leased: lease.is_some(),
+            chunks: Vec::new(),
+            started_at: now,
+            renewed_at: now,
+        };
+        PartUpload {
+            bucket: self.clone(),
+            path: self.progress_path(&key),
+            record: Arc::new(tokio::sync::Mutex::new(record)),
+            pending: VecDeque::new(),
+            queued: 0,
+            recorded: false,
+            renewer: None,
+        }
+    }
+
+    /// The progress of the upload running under the fill lease `key`, if one is.
+    pub async fn progress(&self, key: &str) -> Result<Option<Progress>, BucketError> {
+        let p = self.progress_path(key);
+        let Some(r) = self.get_json::<Progress>(&p).await? else { return Ok(None) };
+        r.validate().map_err(|m| self.corrupt(&p, m))?;
+        if r.key != key {
+            return Err(self.corrupt(&p, format!("progress record names {:?}, not {key:?}", r.key)));
+        }
+        Ok(Some(r))
+    }
+
+    /// Chunk `i` of an upload, checked against `sha256` (from its index or progress record).
+    pub async fn part(&self, upload: &str, i: usize, sha256: &str, len: Option<u64>) -> Result<Bytes, BucketError> {
+        let p = self.part_path(upload, i);
+        let bytes = match self.call("get", &p, async { self.store.get(&p).await?.bytes().await }).await? {
+            Ok(b) => b,
+            Err(e) => return Err(self.store_err("get", &p, e)),
+        };
+        let got = hex::encode(Sha256::digest(&bytes));
+        if got != sha256 || len.is_some_and(|n| n != bytes.len() as u64) {
+            return Err(self.corrupt(
+                &p,
+                format!("chunk {i} ({} bytes, sha256 {got}) does not match its record; not served", bytes.len()),
+            ));
+        }
+        self.metrics.read_bytes.inc_by(bytes.len() as u64);
+        Ok(bytes)
+    }
+
+    /// Delete every chunk object of an upload. `gated`: refused while the breaker is open.
+    pub(crate) async fn remove_parts(&self, upload: &str, gated: bool) -> Result<u64, BucketError> {
+        if !is_upload_id(upload) {
+            return Ok(0);
+        }
+        let dir = self.path(&format!("parts/{upload}"));
+        let list = self.store.list(Some(&dir)).try_collect::<Vec<_>>();
+        let metas = if gated { self.call("list", &dir, list).await? } else { self.timed("list", &dir, list).await? };
+        let metas = metas.map_err(|e| self.store_err("list", &dir, e))?;
+        let mut removed = 0;
+        for m in metas {
+            let p = m.location;
+            match self.timed("delete", &p, self.store.delete(&p)).await? {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => removed += 1,
+                Err(e) => return Err(self.store_err("delete", &p, e)),
+            }
+        }
+        Ok(removed)
+    }
+}
