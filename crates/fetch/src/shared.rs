@@ -153,6 +153,34 @@ pub(crate) async fn plan(
     }
 }
 
+/// What a replica whose followed upload stopped does next.
+pub(crate) enum TakeOver {
+    /// It holds the lease now: it fetches the rest, and writes its chunks for the others.
+    Won(Lease),
+    /// Another waiter took over first: follow that one's upload.
+    Follow(Progress),
+    /// Fetch the rest without a lease (leases off, the bucket down, nothing to follow yet).
+    Alone,
+}
+
+/// Take the fill lease of `key` over after the replica holding it stopped.
+pub(crate) async fn take_over(bucket: &Arc<Bucket>, key: &str) -> TakeOver {
+    if !bucket.lease_enabled() {
+        return TakeOver::Alone;
+    }
+    match bucket.lease(key).await {
+        Ok(LeaseOutcome::Won(l)) => TakeOver::Won(l),
+        Ok(LeaseOutcome::Held { .. }) => match bucket.progress(key).await {
+            Ok(Some(p)) => TakeOver::Follow(p),
+            _ => TakeOver::Alone,
+        },
+        Err(e) => {
+            tracing::debug!(key, error = %e, "fill lease not taken over; fetching the rest alone");
+            TakeOver::Alone
+        }
+    }
+}
+
 /// Upload a committed object (and an asset's trust record, or the upstream a registry object
 /// is known in), retrying a few times; then give the lease up (after the known record, so a
 /// replica waiting on the lease finds the object usable). `replace`: the bucket's copy failed

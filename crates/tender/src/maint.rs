@@ -136,10 +136,11 @@ fn fsck_bucket(args: &FsckArgs) -> anyhow::Result<ExitCode> {
             println!("corrupt {}: {}", c.digest, c.problem);
         }
         for u in &report.unindexed {
-            println!("unindexed {u} (an upload that never finished; invisible to replicas)");
+            let done = if args.repair && u.starts_with("parts/") { "; removed" } else { "" };
+            println!("unindexed {u} (an upload that never finished; invisible to replicas{done})");
         }
         for a in &report.abandoned_uploads {
-            let done = if a.removed { "aborted" } else { "run with --repair to abort it" };
+            let done = if a.removed { "removed" } else { "run with --repair to remove it" };
             println!(
                 "abandoned upload {} by {} (upload id {}, idle {} s): {done}",
                 a.digest, a.replica, a.upload_id, a.idle_secs

@@ -92,9 +92,14 @@ fn should_share_a_bucket_between_replicas_and_never_serve_a_corrupt_object() {
     assert_eq!(bed.registry.stats().blob_gets_by_digest[&blob], 1, "the range came from the bucket");
 
     // Bit rot in the bucket: fsck --bucket finds it, and no replica serves it.
-    let mut bad = bytes.clone();
-    bad[1000] ^= 0x01;
-    s3.put(&format!("fleet/objects/sha256/{}", &blob[7..]), &bad);
+    let rot = || {
+        let (key, first) = s3.chunk_key("fleet", &blob, 1000);
+        let end = (first as usize + (5 << 20)).min(bytes.len());
+        let mut bad = bytes[first as usize..end].to_vec();
+        bad[1000 - first as usize] ^= 0x01;
+        s3.put(&key, &bad);
+    };
+    rot();
     let fsck = tender::run(["fsck", "--bucket", "--config", replicas[2].to_str().unwrap()]);
     let out = String::from_utf8_lossy(&fsck.stdout);
     assert_eq!(
@@ -122,7 +127,7 @@ fn should_share_a_bucket_between_replicas_and_never_serve_a_corrupt_object() {
 
     // Rot again. --repair hides it (index first) and moves it aside; a new replica's GET goes
     // to the upstream and puts a verified copy back.
-    s3.put(&format!("fleet/objects/sha256/{}", &blob[7..]), &bad);
+    rot();
     let repair = tender::run(["fsck", "--bucket", "--repair", "--config", replicas[2].to_str().unwrap()]);
     assert_eq!(repair.status.code(), Some(0), "{}", String::from_utf8_lossy(&repair.stdout));
     assert!(String::from_utf8_lossy(&repair.stdout).contains("quarantined 1"));
@@ -198,14 +203,19 @@ fn should_take_over_the_fill_of_a_replica_killed_mid_fill() {
     drop((a, b));
 }
 
+/// The uploads whose chunk objects the bucket holds (by upload id; the filer keeps a
+/// directory after its last object went).
+fn uploads_in(s3: &S3Server) -> Vec<String> {
+    s3.list("abandon/parts").into_iter().filter(|u| !s3.list(&format!("abandon/parts/{u}")).is_empty()).collect()
+}
+
 /// Fill `path` through `t` (whole, byte-exact), then SIGKILL `t` as soon as its upload of the
-/// object to the bucket is under way (a multipart upload the server holds, and its record).
+/// object to the bucket is under way (chunk objects written, a progress record, no index).
 fn kill_mid_upload(t: &mut Tender, s3: &S3Server, path: &str, digest: &str, size: usize) {
     let (status, got, n) = get_digest(t, path, &[]).expect("the fill");
     assert_eq!((status, got.as_str(), n), (200, digest, size as u64));
-    let records = format!("abandon/uploads/sha256/{}", &digest[7..]);
     let start = std::time::Instant::now();
-    while s3.unfinished_uploads().is_empty() || s3.list(&records).is_empty() {
+    while uploads_in(s3).is_empty() || s3.list("abandon/progress").is_empty() {
         assert!(
             !s3.has(&format!("abandon/index/sha256/{}.json", &digest[7..])),
             "the upload finished before the test could kill its replica"
@@ -243,17 +253,17 @@ fn should_list_and_abort_the_upload_of_a_replica_killed_mid_upload() {
         text
     };
 
-    // a is killed mid-upload: SeaweedFS keeps the parts.
+    // a is killed mid-upload: its chunk objects stay.
     let mut a = Tender::start(&cfgs[0], &dir.path().join("a-data"), &dir.path().join("a.log"));
     kill_mid_upload(&mut a, &s3, &format!("/v2/ghcr.io/e2e/big/blobs/{d1}"), &d1, SIZE);
     let killed = std::time::Instant::now();
-    let held = s3.unfinished_uploads();
+    let held = uploads_in(&s3);
     assert_eq!(held.len(), 1, "{held:?}");
     // Younger than 3 x leaseTtl: not abandoned, not listed.
     let young = fsck(false);
     assert!(!young.contains("abandoned upload"), "{young}");
 
-    // Once 3 x leaseTtl passed without renewal, fsck --bucket lists it; --repair aborts it.
+    // Once 3 x leaseTtl passed without renewal, fsck --bucket lists it; --repair removes it.
     let listed = poll_until("fsck --bucket to list the abandoned upload", Duration::from_secs(60), || {
         let out = fsck(false);
         out.contains(&format!("abandoned upload {d1} by a")).then_some(out)
@@ -262,28 +272,29 @@ fn should_list_and_abort_the_upload_of_a_replica_killed_mid_upload() {
     eprintln!("abandoned upload listed {after:?} after the kill (leaseTtl 3s)");
     assert!(after >= Duration::from_secs(7), "listed {after:?} after the kill, before 3 x leaseTtl");
     assert!(listed.contains("run with --repair"), "{listed}");
-    assert_eq!(s3.unfinished_uploads(), held, "listing removes nothing");
+    assert_eq!(uploads_in(&s3), held, "listing removes nothing");
     let repaired = fsck(true);
-    assert!(repaired.contains(&format!("abandoned upload {d1} by a")) && repaired.contains("aborted"), "{repaired}");
-    assert!(s3.unfinished_uploads().is_empty(), "the upload is gone from SeaweedFS");
+    assert!(repaired.contains(&format!("abandoned upload {d1} by a")) && repaired.contains("removed"), "{repaired}");
+    assert!(uploads_in(&s3).is_empty(), "the upload's chunks are gone from SeaweedFS");
+    assert!(s3.list("abandon/progress").is_empty(), "its record is gone");
     assert!(!fsck(false).contains("abandoned upload"));
 
-    // a runs again; b is killed mid-upload of another blob: a's background sweep aborts it.
+    // a runs again; b is killed mid-upload of another blob: a's background sweep removes it.
     let a = Tender::start(&cfgs[0], &dir.path().join("a-data"), &dir.path().join("a2.log"));
     let mut b = Tender::start(&cfgs[1], &dir.path().join("b-data"), &dir.path().join("b.log"));
     kill_mid_upload(&mut b, &s3, &format!("/v2/ghcr.io/e2e/big/blobs/{d2}"), &d2, SIZE + 1);
     let killed = std::time::Instant::now();
-    assert_eq!(s3.unfinished_uploads().len(), 1);
-    poll_until("a's sweep to abort b's abandoned upload", Duration::from_secs(60), || {
-        s3.unfinished_uploads().is_empty().then_some(())
+    assert_eq!(uploads_in(&s3).len(), 1);
+    poll_until("a's sweep to remove b's abandoned upload", Duration::from_secs(60), || {
+        uploads_in(&s3).is_empty().then_some(())
     });
     let after = killed.elapsed();
-    eprintln!("abandoned upload aborted by a sweep {after:?} after the kill");
-    assert!(after >= Duration::from_secs(7), "aborted {after:?} after the kill, before 3 x leaseTtl");
+    eprintln!("abandoned upload removed by a sweep {after:?} after the kill");
+    assert!(after >= Duration::from_secs(7), "removed {after:?} after the kill, before 3 x leaseTtl");
     // The line follows the abort: wait for it (bounded) rather than race it.
     poll_until("a to log the aborted upload", Duration::from_secs(15), || {
-        tender::tail(&dir.path().join("a2.log"), 5000).contains("aborted an abandoned multipart upload").then_some(())
+        tender::tail(&dir.path().join("a2.log"), 5000).contains("removed an abandoned upload").then_some(())
     });
-    assert!(s3.list(&format!("abandon/uploads/sha256/{}", &d2[7..])).is_empty(), "its record is gone");
+    assert!(s3.list("abandon/progress").is_empty(), "its record is gone");
     drop(a);
 }

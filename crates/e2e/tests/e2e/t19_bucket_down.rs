@@ -228,3 +228,62 @@ fn should_show_a_wrong_secret_as_the_bucket_down_for_denied_and_serve_without_it
     });
     assert!(!s3.has("denied/tender-bucket.json"), "nothing was written with a wrong secret");
 }
+
+/// Issue 19 (9): a client of a replica waiting on another's fill lease gets its first byte
+/// while the holder still fetches, not after the whole object reached the bucket: the holder
+/// writes each chunk as it lands and the waiter reads the chunks as they appear. One upstream
+/// transfer; both bodies byte-exact.
+#[test]
+fn should_stream_a_fill_in_progress_to_a_waiting_replica() {
+    const SIZE: usize = 48 << 20;
+    let dir = TestDir::new("s3-follow");
+    let s3 = S3Server::start(dir.path(), BUCKET);
+    let body = std::sync::Arc::new(tender_e2e::slow::noise(SIZE));
+    let digest = format!("sha256:{}", hex::encode(Sha256::digest(body.as_slice())));
+    // 16 MiB/s: 3 s for the whole blob, a 5 MiB chunk about every 0.3 s.
+    let upstream = tender_e2e::slow::SlowBlobServer::start("e2e/big", &digest, body.clone(), 16 << 20);
+    let mut cfgs = Vec::new();
+    for name in ["a", "b"] {
+        let cfg = dir.path().join(format!("{name}.yaml"));
+        write_config(&cfg, &[("ghcr.io", &upstream.url())], &s3.storage_yaml(dir.path(), "follow", name, ""));
+        cfgs.push(cfg);
+    }
+    let a = Tender::start(&cfgs[0], &dir.path().join("a-data"), &dir.path().join("a.log"));
+    let b = Tender::start(&cfgs[1], &dir.path().join("b-data"), &dir.path().join("b.log"));
+    let path = format!("/v2/ghcr.io/e2e/big/blobs/{digest}");
+    let index = format!("follow/index/sha256/{}.json", &digest[7..]);
+
+    let holder = {
+        let (a, path) = (a.addr, path.clone());
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let (mut first, mut h) = (None, Sha256::new());
+            let head = Conn::open(a)?.request_to("GET", &path, &[], &mut |x| {
+                first.get_or_insert_with(|| start.elapsed());
+                h.update(x);
+            })?;
+            Ok::<_, std::io::Error>((head.status, hex::encode(h.finalize()), first, start.elapsed()))
+        })
+    };
+    poll_until("a to be filling", Duration::from_secs(30), || {
+        upstream.hits().iter().any(|h| h.method == "GET" && h.sent >= 1 << 20).then_some(())
+    });
+    let (status, got, waited) = timed_get(&b, &path, &[]).expect("b's client is not cut");
+    let (a_status, a_got, a_first, a_whole) = holder.join().unwrap().expect("a's client is not cut");
+    assert_eq!((status, a_status), (200, 200));
+    assert_eq!(got, *body, "byte-exact through the chunks in progress");
+    assert_eq!(a_got, hex::encode(Sha256::digest(body.as_slice())));
+    eprintln!("holder: first byte {a_first:?}, whole {a_whole:?}; waiter: first byte {waited:?}");
+    assert!(
+        waited < a_whole / 2,
+        "the waiter's first byte ({waited:?}) came after half the holder's fill ({a_whole:?}): it waited for the index"
+    );
+    let gets = upstream.hits().iter().filter(|h| h.method == "GET").count();
+    assert_eq!(gets, 1, "one upstream transfer for both replicas");
+    poll_until("the index to be written", Duration::from_secs(30), || s3.has(&index).then_some(()));
+    assert!(
+        tender::tail(&dir.path().join("b.log"), 200).contains("reading its chunks from the bucket as they land"),
+        "b followed a's upload"
+    );
+    drop((a, b));
+}
