@@ -71,7 +71,7 @@ impl BucketSettings {
             lease: true,
             lease_ttl: Duration::from_secs(30),
             replica: "tender".into(),
-            request_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             retries: 2,
             probe_interval: Duration::from_secs(5),

@@ -6,6 +6,8 @@
 //!   streaming from the growing spool, retry and resume, verify before commit.
 //! - [`mirror`]: registry semantics on top: tags with a TTL and stale-if-error, manifests,
 //!   blobs.
+//! - [`shared`] and [`source`]: the shared bucket as a source between the local store and
+//!   the upstream.
 //!
 //! An upstream is always chosen from configuration, never from a request.
 
@@ -23,6 +25,7 @@ pub mod metrics;
 pub mod mirror;
 pub mod settings;
 pub mod shared;
+pub mod source;
 pub mod wire;
 
 pub use client::Upstream;

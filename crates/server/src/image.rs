@@ -80,7 +80,7 @@ async fn serve(
     if let Some(resp) = stored(&mut describe, info)? {
         return Ok(resp);
     }
-    if let Some(bucket) = mirror.flights().shared() {
+    {
         let expect = Expect::Tofu { key: key.clone(), container: container(asset.compression()) };
         if let Some(found) = mirror.flights().shared_lookup(&expect).await {
             describe.etag_digest = Some(found.digest);
@@ -89,7 +89,7 @@ async fn serve(
             }
             let (m, path, k, c) = (mirror.clone(), asset.path(), key.clone(), container(asset.compression()));
             let fallback = object::Fallback { store: store.clone(), claim: Box::new(move || m.asset(&path, &k, c)) };
-            if let Some(resp) = object::shared(bucket, &found, &describe, headers, head, fallback) {
+            if let Some(resp) = object::shared(mirror.flights(), &found, &describe, headers, head, fallback) {
                 info.cache = Some(CacheResult::Shared.as_str());
                 info.digest = Some(found.digest.to_string());
                 return resp;

@@ -8,15 +8,10 @@ use std::time::SystemTime;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode, Version};
 use axum::response::Response;
-use bytes::Bytes;
-use futures::stream::{self, BoxStream};
-use futures::StreamExt;
-use tender_bucket::Bucket;
-use tender_fetch::flight::{stored_pieces, stored_reader, Claim, Fill, Phase};
+use tender_fetch::flight::{stored_pieces, stored_reader, Fill, Flights, Phase};
 use tender_fetch::shared::SharedObject;
-use tender_fetch::FetchError;
+pub use tender_fetch::source::Fallback;
 use tender_oci::{Digest, ErrorCode};
-use tender_store::Store;
 
 use crate::error::{ApiError, Subject};
 use crate::range::{self, RangeAsk};
@@ -221,84 +216,12 @@ pub async fn filling(
     }
 }
 
-/// Where the rest of a range comes from when the bucket fails while serving it: the object's
-/// claim as a miss would make it (a fill from the upstream, or the local copy committed since).
-pub struct Fallback {
-    pub store: Arc<Store>,
-    pub claim: Box<dyn FnOnce() -> Result<Claim, FetchError> + Send>,
-}
-
-impl Fallback {
-    /// Bytes `from..end` of the object, from its local copy or its fill.
-    fn open(self, digest: Digest, from: u64, end: u64) -> std::io::Result<BoxStream<'static, std::io::Result<Bytes>>> {
-        match (self.claim)().map_err(std::io::Error::other)? {
-            Claim::Stored(d) => {
-                let (file, len) = self
-                    .store
-                    .open_object(&d)
-                    .map_err(std::io::Error::other)?
-                    .ok_or_else(|| std::io::Error::other(format!("{digest} vanished from the store")))?;
-                Ok(stored_reader(file, len, d, from, end))
-            }
-            Claim::Filling(fill) => Ok(fill.reader(from, Some(end), false)),
-        }
-    }
-}
-
-/// Bytes `start..end` from the bucket; when the bucket fails (at the first byte or later), the
-/// rest from `fallback` at the same byte: the client sees latency, never a cut. Corrupt bucket
-/// bytes are never handed on (each chunk is verified first), so the fallback covers them too.
-fn resilient_range(
-    bucket: &Arc<Bucket>,
-    found: &SharedObject,
-    start: u64,
-    end: u64,
-    fallback: Fallback,
-) -> BoxStream<'static, std::io::Result<Bytes>> {
-    enum From {
-        Bucket(BoxStream<'static, Result<Bytes, tender_bucket::BucketError>>, Fallback),
-        Other(BoxStream<'static, std::io::Result<Bytes>>),
-        Done,
-    }
-    let digest = found.digest;
-    let first = From::Bucket(bucket.read(digest, found.index.clone(), start, end), fallback);
-    stream::unfold((first, start), move |(from, pos)| async move {
-        match from {
-            From::Bucket(mut s, fallback) => match s.next().await {
-                Some(Ok(b)) => {
-                    let next = pos + b.len() as u64;
-                    Some((Ok(b), (From::Bucket(s, fallback), next)))
-                }
-                None => None,
-                Some(Err(e)) => {
-                    tracing::warn!(%digest, at = pos, end, error = %e,
-                        "shared bucket failed while serving a range; the rest from the local copy or the upstream");
-                    drop(s);
-                    match fallback.open(digest, pos, end) {
-                        Ok(mut other) => {
-                            let item = other.next().await?;
-                            Some((item, (From::Other(other), pos)))
-                        }
-                        Err(e) => Some((Err(e), (From::Done, pos))),
-                    }
-                }
-            },
-            From::Other(mut s) => {
-                let item = s.next().await?;
-                Some((item, (From::Other(s), pos)))
-            }
-            From::Done => None,
-        }
-    })
-    .boxed()
-}
-
 /// Serve an object this replica does not hold but the shared bucket does, when that needs no
 /// local copy: a `HEAD`, a `304`, or a range (fetched as whole chunks, each verified before a
 /// byte of it goes out; should the bucket fail, the rest comes through `fallback`). `None`: a
 /// full body, which the caller fills into the local cache.
 pub fn shared(
-    bucket: &Arc<Bucket>,
+    flights: &Flights,
     found: &SharedObject,
     d: &Describe,
     req: &HeaderMap,
@@ -316,7 +239,7 @@ pub fn shared(
         RangeAsk::Full => None,
         RangeAsk::Unsatisfiable => Some(Err(unsatisfiable(size))),
         RangeAsk::Partial { start, end } => {
-            let body = resilient_range(bucket, found, start, end, fallback);
+            let body = flights.shared_range(found, start, end, fallback);
             Some(
                 d.builder()
                     .status(StatusCode::PARTIAL_CONTENT)

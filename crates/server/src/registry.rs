@@ -250,12 +250,7 @@ async fn blob(
     // Stored here or in the bucket (perhaps for another upstream): nothing of it, not even a
     // 304, goes to a client of `up` unless the blob is known to exist in `up`.
     let here = store.object_len(digest).is_some();
-    let shared = match (here, mirror.flights().shared()) {
-        (false, Some(bucket)) => {
-            mirror.flights().shared_lookup(&Expect::Digest(*digest)).await.map(|found| (bucket.clone(), found))
-        }
-        _ => None,
-    };
+    let shared = if here { None } else { mirror.flights().shared_lookup(&Expect::Digest(*digest)).await };
     if (here || shared.is_some())
         && !mirror
             .known_in(up, repo, digest, ObjectKind::Blob)
@@ -269,10 +264,10 @@ async fn blob(
         info.cache = Some(CacheResult::Hit.as_str());
         return object::stored(file, len, *digest, &describe, headers, head);
     }
-    if let Some((bucket, found)) = &shared {
+    if let Some(found) = &shared {
         let (m, up2, repo2, d) = (mirror.clone(), up.clone(), repo.clone(), *digest);
         let fallback = object::Fallback { store: store.clone(), claim: Box::new(move || m.blob(&up2, &repo2, &d)) };
-        if let Some(resp) = object::shared(bucket, found, &describe, headers, head, fallback) {
+        if let Some(resp) = object::shared(mirror.flights(), found, &describe, headers, head, fallback) {
             info.cache = Some(CacheResult::Shared.as_str());
             return resp;
         }

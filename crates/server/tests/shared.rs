@@ -464,3 +464,27 @@ async fn should_continue_from_upstream_when_the_followed_replica_dies() {
     assert_eq!(ranges, vec![format!("bytes={}-", 1 << 20)], "continued from the upstream at the byte reached");
     assert_eq!(fake.blob_gets(), 1);
 }
+
+/// Issue 19 (5): right after `fsck --bucket --repair` moved a corrupt object aside, a replica
+/// that still remembers its index serves a range over it byte-exact: the bucket's answer
+/// (gone) hands the range over to the upstream at the same byte, never a cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_serve_a_byte_exact_range_right_after_fsck_repair_with_the_old_index_cached() {
+    let (fake, mem, _a, body, digest, path) = in_bucket(3 << 20, 16).await;
+    let c = replica(&fake, None, bucket(&mem, "c")).await;
+    // c learns the index (a HEAD answered from the bucket).
+    assert_eq!(client().head(c.url(&path)).send().await.unwrap().status(), 200);
+    rot(&mem, &digest, &body, (1 << 20) + 9).await;
+    let repaired = bucket(&mem, "fsck").fsck(true).await.unwrap();
+    assert_eq!(repaired.quarantined, 1, "{repaired:?}");
+    for range in ["bytes=0-2097151", "bytes=1048576-1049000", "bytes=3000000-"] {
+        let got = get(&c.url(&path), &[("range", range)]).await;
+        assert_eq!(got.status, 206, "{range}");
+        let (from, to) = match range.trim_start_matches("bytes=").split_once('-').unwrap() {
+            (f, "") => (f.parse::<usize>().unwrap(), body.len()),
+            (f, t) => (f.parse::<usize>().unwrap(), t.parse::<usize>().unwrap() + 1),
+        };
+        assert_eq!(sha(&got.body.expect("not cut")), sha(&body.slice(from..to)), "{range} byte-exact");
+        c.wait_idle().await;
+    }
+}

@@ -1120,7 +1120,7 @@ mod tests {
         let s = load("");
         assert_eq!(
             (s.request_timeout, s.connect_timeout, s.retries, s.probe_interval),
-            (Duration::from_secs(60), Duration::from_secs(5), 2, Duration::from_secs(5))
+            (Duration::from_secs(10), Duration::from_secs(5), 2, Duration::from_secs(5))
         );
         let s = load("    requestTimeout: 2s\n    retries: 0\n    probeInterval: 500ms\n");
         assert_eq!(

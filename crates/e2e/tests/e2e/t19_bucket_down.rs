@@ -287,3 +287,49 @@ fn should_stream_a_fill_in_progress_to_a_waiting_replica() {
     );
     drop((a, b));
 }
+
+/// Issue 19 (5): right after `tender fsck --bucket --repair` quarantined a corrupt object, a
+/// replica that still remembers its index serves ranges over it byte-exact (the rest from the
+/// upstream at the same byte), never a cut.
+#[test]
+fn should_serve_byte_exact_ranges_right_after_fsck_repair() {
+    const SIZE: usize = 12 << 20;
+    let dir = TestDir::new("s3-repair");
+    let s3 = S3Server::start(dir.path(), BUCKET);
+    let body = std::sync::Arc::new(tender_e2e::slow::noise(SIZE));
+    let digest = format!("sha256:{}", hex::encode(Sha256::digest(body.as_slice())));
+    let upstream = tender_e2e::slow::SlowBlobServer::start("e2e/big", &digest, body.clone(), 1 << 30);
+    let mut cfgs = Vec::new();
+    for name in ["a", "c"] {
+        let cfg = dir.path().join(format!("{name}.yaml"));
+        write_config(&cfg, &[("ghcr.io", &upstream.url())], &s3.storage_yaml(dir.path(), "repair", name, ""));
+        cfgs.push(cfg);
+    }
+    let a = Tender::start(&cfgs[0], &dir.path().join("a-data"), &dir.path().join("a.log"));
+    let path = format!("/v2/ghcr.io/e2e/big/blobs/{digest}");
+    let (status, got, _) = timed_get(&a, &path, &[]).expect("a's fill");
+    assert_eq!((status, got.len()), (200, SIZE));
+    let index = format!("repair/index/sha256/{}.json", &digest[7..]);
+    poll_until("the blob to reach the bucket", Duration::from_secs(60), || s3.has(&index).then_some(()));
+    // c remembers the index (a HEAD answered from the bucket).
+    let c = Tender::start(&cfgs[1], &dir.path().join("c-data"), &dir.path().join("c.log"));
+    assert_eq!(Conn::open(c.addr).unwrap().request("HEAD", &path, &[]).unwrap().status(), 200);
+
+    // Bit rot in the second chunk; fsck --bucket --repair moves the object aside.
+    let (key, first) = s3.chunk_key("repair", &digest, 6 << 20);
+    let mut bad = body[first as usize..(first as usize + (5 << 20)).min(SIZE)].to_vec();
+    bad[77] ^= 0x20;
+    s3.put(&key, &bad);
+    let repair = tender::run(["fsck", "--bucket", "--repair", "--config", cfgs[1].to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&repair.stdout);
+    assert_eq!(repair.status.code(), Some(0), "{out}");
+    assert!(out.contains("quarantined 1"), "{out}");
+
+    for (from, to) in [(0usize, (6 << 20) - 1), (5 << 20, (5 << 20) + 1000), ((10 << 20) + 3, SIZE - 1)] {
+        let range = format!("bytes={from}-{to}");
+        let (status, got, _) = timed_get(&c, &path, &[("Range", range.as_str())]).expect("a range, not cut");
+        assert_eq!(status, 206, "{range}");
+        assert!(got == body[from..=to], "{range}: byte-exact");
+    }
+    drop((a, c));
+}
