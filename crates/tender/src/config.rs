@@ -858,7 +858,7 @@ fn resolve_s3(name: &str, raw: &RawS3) -> Result<tender_bucket::BucketSettings, 
             _ => {
                 return Err(err(
                     "storage.s3.chunkSize",
-                    format!("{c:?} is not a size from 5Mi (the S3 multipart minimum) to 1Gi; write it like 8Mi"),
+                    format!("{c:?} is not a size from 5Mi to 1Gi; write it like 8Mi"),
                 ))
             }
         };
