@@ -98,6 +98,8 @@ impl Recorded {
 /// [`PartUpload::abort`], it stops renewing its record and the sweep removes it.
 pub struct PartUpload {
     bucket: Arc<Bucket>,
+    /// The upload's id (also in the record; kept here so no chunk waits on the record's lock).
+    upload: String,
     path: ObjectPath,
     /// The record, written under this lock so writes never overtake one another.
     record: Arc<tokio::sync::Mutex<Recorded>>,
@@ -129,7 +131,7 @@ impl Drop for PartUpload {
 
 impl PartUpload {
     pub fn upload_id(&self) -> String {
-        self.record.try_lock().map(|r| r.progress.upload.clone()).unwrap_or_default()
+        self.upload.clone()
     }
 
     /// Chunks handed over so far.
@@ -336,6 +338,7 @@ impl Bucket {
         };
         PartUpload {
             bucket: self.clone(),
+            upload: record.upload.clone(),
             path: self.progress_path(&key),
             record: Arc::new(tokio::sync::Mutex::new(Recorded { progress: record, landed: Default::default() })),
             pending: VecDeque::new(),

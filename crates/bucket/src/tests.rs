@@ -655,8 +655,10 @@ async fn should_complete_uploads_and_drop_their_records() {
     assert_eq!(read_all(&b, d, 0, bytes.len() as u64).await.unwrap(), bytes);
     let records: Vec<_> = mem.list(Some(&ObjectPath::from("fleet/progress"))).collect().await;
     assert!(records.is_empty(), "{records:?}");
-    let parts: Vec<_> = mem.list(Some(&ObjectPath::from("fleet/parts"))).collect().await;
-    assert_eq!(parts.len(), 6, "one object per chunk");
+    let parts: Vec<_> = mem.list(Some(&ObjectPath::from("fleet/parts"))).map(|m| m.unwrap().location).collect().await;
+    let upload = b.index(&d).await.unwrap().unwrap().upload.clone().unwrap();
+    let want: Vec<_> = (0..6).map(|i| ObjectPath::from(format!("fleet/parts/{upload}/{i:08}"))).collect();
+    assert_eq!(parts, want, "one object per chunk, under its upload");
 }
 
 /// A multipart upload a tender before bucket format 3 left behind, with its record, is still

@@ -428,8 +428,8 @@ impl Flights {
         // Copying from the bucket: the digest, and an asset's trust record.
         let mut from_bucket: Option<(Digest, Option<tender_store::TrustRecord>)> = None;
         let mut streamer = None;
-        // Reading another replica's upload in progress (its lease holder may die).
-        let mut following = false;
+        // Reading another replica's upload in progress (its lease holder may die): its id.
+        let mut following: Option<String> = None;
         if let Some(bucket) = &self.shared {
             match shared::plan(bucket, &self.store, &fill.key, &expect, known_in.as_deref(), deadline).await {
                 Plan::Bucket(found) => {
@@ -441,7 +441,7 @@ impl Flights {
                 }
                 Plan::Follow(digest, progress) => {
                     from_bucket = Some((digest, None));
-                    following = true;
+                    following = Some(progress.upload.clone());
                     let label = shared::source_label(bucket);
                     let key = fill.key.clone();
                     source = Arc::new(shared::FollowSource { bucket: bucket.clone(), label, key, digest, progress });
@@ -510,7 +510,7 @@ impl Flights {
                         bucket.forget(&digest);
                     }
                     (source, expect) = origin.clone();
-                    if std::mem::take(&mut following) {
+                    if let Some(failed) = following.take() {
                         // The replica we followed stopped: become the one that fetches (the
                         // lease ran out), so the other waiters follow this fill instead; or
                         // follow whoever took over first.
@@ -521,9 +521,10 @@ impl Flights {
                                     streamer = Some(shared::spawn_streamer(bucket.clone(), fill.clone(), *d, key));
                                     lease = Some(l);
                                 }
-                                shared::TakeOver::Follow(progress) => {
+                                // Never the upload that just failed: that would go round.
+                                shared::TakeOver::Follow(progress) if progress.upload != failed => {
                                     from_bucket = Some((*d, None));
-                                    following = true;
+                                    following = Some(progress.upload.clone());
                                     let label = shared::source_label(bucket);
                                     let key = fill.key.clone();
                                     source = Arc::new(shared::FollowSource {
@@ -534,13 +535,13 @@ impl Flights {
                                         progress,
                                     });
                                 }
-                                shared::TakeOver::Alone => {}
+                                shared::TakeOver::Follow(_) | shared::TakeOver::Alone => {}
                             }
                         }
                     }
                     upstream = source.upstream().to_string();
                     self.metrics.fills_started.get_or_create(&upstream_label(&upstream)).inc();
-                    let gated = if following { false } else { self.gated(&expect, false) };
+                    let gated = if following.is_some() { false } else { self.gated(&expect, false) };
                     fill.state.send_modify(|s| s.gated = gated);
                     writer = w;
                 }

@@ -488,3 +488,41 @@ async fn should_serve_a_byte_exact_range_right_after_fsck_repair_with_the_old_in
         c.wait_idle().await;
     }
 }
+
+/// A chunk the followed upload lists but the bucket no longer holds (while its holder is alive
+/// and keeps the lease): the waiter continues from the upstream at that byte at once, rather
+/// than following the same upload round and round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_leave_a_followed_upload_that_lost_a_listed_chunk_for_the_upstream() {
+    let fake = FakeUpstream::start().await;
+    let body = random_bytes((2 << 20) + 5, 93);
+    let digest = fake.add_blob(body.clone());
+    let d: tender_oci::Digest = digest.parse().unwrap();
+    let mem = Arc::new(InMemory::new());
+    let mut s = BucketSettings::new("fleet");
+    s.chunk_size = 1 << 20;
+    s.replica = "holder".into();
+    s.lease_ttl = Duration::from_secs(60);
+    let holder = Bucket::with_store(mem.clone(), s, BucketMetrics::default());
+    let key = format!("ghcr.io@{digest}");
+    let lease = match holder.lease(&key).await.unwrap() {
+        tender_bucket::LeaseOutcome::Won(l) => l,
+        o => panic!("{o:?}"),
+    };
+    let mut up = holder.begin_parts(Some(&key), Some(d), Some(body.len() as u64));
+    up.put_chunk(body.slice(0..1 << 20)).await.unwrap();
+    up.put_chunk(body.slice(1 << 20..2 << 20)).await.unwrap();
+    up.flush().await.unwrap();
+    mem.delete(&object_store::path::Path::from(format!("parts/{}/00000001", up.upload_id()))).await.unwrap();
+
+    let b = replica(&fake, None, bucket(&mem, "b")).await;
+    let started = Instant::now();
+    let got = get(&b.url(&format!("/v2/ghcr.io/x/blobs/{digest}")), &[]).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(sha(&got.body.expect("not cut")), sha(&body), "byte-exact");
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    let ranges = fake.state.ranges.lock().unwrap().clone();
+    assert_eq!(ranges, vec![format!("bytes={}-", 1 << 20)], "continued from the upstream at the missing chunk");
+    assert_eq!(fake.blob_gets(), 1);
+    drop((up, lease));
+}

@@ -281,6 +281,11 @@ fn should_stream_a_fill_in_progress_to_a_waiting_replica() {
     let gets = upstream.hits().iter().filter(|h| h.method == "GET").count();
     assert_eq!(gets, 1, "one upstream transfer for both replicas");
     poll_until("the index to be written", Duration::from_secs(30), || s3.has(&index).then_some(()));
+    // Every chunk under its upload, nothing beside: 48 MiB in chunks of 5 MiB.
+    let (_, _) = s3.chunk_key("follow", &digest, 0);
+    let uploads = s3.list("follow/parts");
+    assert_eq!(uploads.len(), 1, "one upload, no chunk outside it: {uploads:?}");
+    assert_eq!(s3.list(&format!("follow/parts/{}", uploads[0])).len(), 10);
     assert!(
         tender::tail(&dir.path().join("b.log"), 200).contains("reading its chunks from the bucket as they land"),
         "b followed a's upload"
