@@ -187,6 +187,12 @@ impl S3Server {
         crate::http::request(self.filer, "HEAD", &path, &[]).is_ok_and(|r| r.status() == 200)
     }
 
+    /// An object's bytes (asked of the filer); `None` when the bucket does not hold it.
+    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+        let path = format!("/buckets/{}/{key}", self.bucket);
+        crate::http::request(self.filer, "GET", &path, &[]).ok().filter(|r| r.status() == 200).map(|r| r.body)
+    }
+
     /// The names under a directory of the bucket (asked of the filer); none when it is absent.
     pub fn list(&self, dir: &str) -> Vec<String> {
         let path = format!("/buckets/{}/{dir}/?limit=10000", self.bucket);
