@@ -148,7 +148,7 @@ impl Bucket {
         }
         objects.sort_by_cached_key(|(last, d, _)| (*last, d.to_string()));
         let leased = self.leased_objects(now).await?;
-        let grace = u64::try_from(self.settings.gc_grace.as_secs()).unwrap_or(u64::MAX);
+        let grace = self.settings.gc_grace.as_secs();
         let now_secs = now / 1000;
         for (last, d, index) in objects {
             if report.bytes_after <= max_size {
