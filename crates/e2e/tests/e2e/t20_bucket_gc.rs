@@ -120,6 +120,22 @@ fn should_evict_the_least_recently_served_blobs_and_still_serve_every_blob() {
     for (d, _) in &blobs {
         assert!(s3.has(&format!("fleet/index/sha256/{}.json", &d[7..])), "{d} kept by the dry run");
     }
+    // The same, for people: a line per object and the sizes.
+    let human = tender::run([
+        "gc",
+        "--bucket",
+        "--config",
+        c_cfg.to_str().unwrap(),
+        "--max-size",
+        &max.to_string(),
+        "--dry-run",
+    ]);
+    let out = String::from_utf8_lossy(&human.stdout);
+    assert_eq!(human.status.code(), Some(0), "{out}");
+    for d in &want {
+        assert!(out.contains(&format!("would evict {d} (")), "{out}");
+    }
+    assert!(out.contains(&format!("would free {} bytes from 2 objects", total - max)), "{out}");
 
     let r = gc(&c_cfg, max, false);
     assert_eq!(names(&r), want, "{r:#}");
