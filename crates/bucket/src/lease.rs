@@ -15,11 +15,11 @@ use crate::{key_hash, Bucket, BucketError};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct LeaseRecord {
-    key: String,
-    owner: String,
+pub(crate) struct LeaseRecord {
+    pub key: String,
+    pub owner: String,
     /// Milliseconds since the Unix epoch, by the holder's clock.
-    expires_at: u64,
+    pub expires_at: u64,
 }
 
 pub(crate) fn now_ms() -> u64 {

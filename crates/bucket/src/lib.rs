@@ -21,6 +21,10 @@
 //! trust/<sha256(key)>.json      first verified digest of an Image Factory asset
 //! leases/<sha256(key)>.json     the replica fetching `key` from upstream now (conditional create)
 //! quarantine/<alg>/<hex>        content `tender fsck --repair` found corrupt (moved, never deleted)
+//! served/<replica>/<shard>.json
+//!                               digest → when this replica last served it (seconds), for the
+//!                               digests whose hex starts with <shard> (0-f); flushed in batches
+//!                               (module `served`), merged by `tender gc --bucket` (module `gc`)
 //! uploads/<alg>/<hex>/<sha256(upload id)>.json
 //!                               a multipart upload by a tender before format 3 (see
 //!                               [`uploads`]): one left unrenewed is abandoned and aborted
@@ -36,11 +40,13 @@
 //! bucket that is down.
 
 pub mod breaker;
+mod gc;
 mod index;
 mod lease;
 mod maintenance;
 mod metrics;
 pub mod parts;
+mod served;
 mod settings;
 mod uploads;
 
@@ -61,11 +67,13 @@ use tender_oci::Digest;
 use tender_store::TrustRecord;
 
 pub use breaker::{BucketState, Cause};
+pub use gc::{BucketGcReport, EvictedObject};
 pub use index::ChunkIndex;
 pub use lease::{Lease, LeaseOutcome};
 pub use maintenance::{BucketFsckReport, BucketProblem};
 pub use metrics::BucketMetrics;
 pub use parts::{PartUpload, Progress};
+pub use served::SERVED_PER_SHARD;
 pub use settings::{BucketSettings, Credentials, MIN_CHUNK_SIZE};
 pub use uploads::AbandonedUpload;
 
@@ -161,6 +169,9 @@ pub struct Bucket {
     /// The last check found conditional writes; without them the replica runs as with
     /// `lease: false`.
     conditional: AtomicBool,
+    /// Objects this replica served since the last flush of its served records, and when
+    /// (seconds since the Unix epoch; module `served`).
+    served: Mutex<HashMap<Digest, u64>>,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -197,6 +208,7 @@ impl Bucket {
             metrics,
             breaker,
             conditional: AtomicBool::new(true),
+            served: Mutex::default(),
         })
     }
 

@@ -57,6 +57,11 @@ pub struct BucketSettings {
     /// The first wait before probing a bucket that is down; doubled after each failed probe,
     /// up to 16 times this.
     pub probe_interval: Duration,
+    /// `tender gc --bucket`'s cap when `--max-size` is not given (`maxSize`).
+    pub max_size: Option<u64>,
+    /// `tender gc --bucket` keeps objects served (or uploaded) within this (`gcGrace`): a
+    /// replica may be reading them right now.
+    pub gc_grace: Duration,
 }
 
 impl BucketSettings {
@@ -76,6 +81,8 @@ impl BucketSettings {
             connect_timeout: Duration::from_secs(5),
             retries: 2,
             probe_interval: Duration::from_secs(5),
+            max_size: None,
+            gc_grace: Duration::from_secs(600),
         }
     }
 

@@ -760,3 +760,244 @@ async fn should_list_chunks_in_progress_until_the_index_is_written() {
     // Another key's record is not this one's.
     assert!(other.progress("up@y").await.unwrap().is_none());
 }
+
+// ---- tender gc --bucket, served records ----
+
+/// `n` bytes unlike every other `tag`'s.
+fn distinct(tag: u8, n: usize) -> Vec<u8> {
+    let mut v = content(n);
+    v[0] = tag;
+    v[1] = tag.wrapping_mul(31);
+    v
+}
+
+/// Seconds since the epoch, an hour ahead: later than every upload of the test.
+fn later_secs() -> u64 {
+    tender_store::now_secs() + 3600
+}
+
+/// A gc run as at a day from now, past the grace of everything the test served.
+async fn gc_tomorrow(b: &Bucket, max: u64, dry_run: bool) -> BucketGcReport {
+    b.gc_at(max, dry_run, (tender_store::now_secs() + 86_400) * 1000).await.unwrap()
+}
+
+fn evicted(r: &BucketGcReport) -> Vec<String> {
+    r.evicted.iter().map(|e| e.digest.clone()).collect()
+}
+
+async fn keys_under(mem: &InMemory, dir: &str) -> Vec<String> {
+    let p = ObjectPath::from(dir);
+    let mut keys: Vec<String> = mem.list(Some(&p)).map(|m| m.unwrap().location.to_string()).collect::<Vec<_>>().await;
+    keys.sort();
+    keys
+}
+
+async fn put_lease(mem: &InMemory, key: &str, expires_at: u64) {
+    let body = serde_json::json!({ "key": key, "owner": "c", "expiresAt": expires_at });
+    let p = ObjectPath::from(format!("fleet/leases/{}.json", key_hash(key)));
+    mem.put(&p, PutPayload::from(serde_json::to_vec(&body).unwrap())).await.unwrap();
+}
+
+#[tokio::test]
+async fn should_evict_the_least_recently_served_across_replicas_down_to_the_cap() {
+    let mem = Arc::new(InMemory::new());
+    let (a, b) = (bucket_on(&mem, "a"), bucket_on(&mem, "b"));
+    let mut d = Vec::new();
+    for i in 0..4 {
+        d.push(uploaded(&a, &distinct(i, 1000)).await);
+    }
+    let t = later_secs();
+    // d0: a long ago, b lately (newest wins); d1: a; d2: b, before d1; d3: never (its upload).
+    a.note_served_at(&d[0], t + 10);
+    a.note_served_at(&d[1], t + 30);
+    b.note_served_at(&d[0], t + 40);
+    b.note_served_at(&d[2], t + 20);
+    a.flush_served().await.unwrap();
+    b.flush_served().await.unwrap();
+
+    let r = gc_tomorrow(&a, 2000, false).await;
+    assert_eq!(evicted(&r), vec![d[3].to_string(), d[2].to_string()], "{r:?}");
+    assert_eq!(r.evicted[1].last_served, t + 20);
+    assert!(r.evicted[0].last_served < t, "never served: its upload time");
+    assert_eq!((r.objects_before, r.bytes_before, r.objects_after, r.bytes_after), (4, 4000, 2, 2000));
+    assert_eq!((r.skipped_under_lease, r.skipped_recent, r.dry_run, r.max_size), (0, 0, false, 2000));
+    for (i, kept) in [(0, true), (1, true), (2, false), (3, false)] {
+        assert_eq!(b.index(&d[i]).await.unwrap().is_some(), kept, "d{i}");
+    }
+    // At the cap: nothing more goes.
+    let again = gc_tomorrow(&b, 2000, false).await;
+    assert!(again.evicted.is_empty(), "{again:?}");
+    assert_eq!((again.objects_before, again.bytes_after), (2, 2000));
+}
+
+#[tokio::test]
+async fn should_never_evict_an_object_under_a_live_lease_and_evict_it_once_the_lease_expired() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let mut d = Vec::new();
+    for i in 0..4 {
+        d.push(uploaded(&b, &distinct(i, 1000)).await);
+    }
+    let t = later_secs();
+    for (i, digest) in d.iter().enumerate() {
+        b.note_served_at(digest, t + i as u64);
+    }
+    b.flush_served().await.unwrap();
+    // Three forms of fill key: a blob, a manifest, an OS image (digest by its trust record).
+    let now_ms = (tender_store::now_secs() + 86_400) * 1000;
+    let live = now_ms + 60_000;
+    put_lease(&mem, &format!("ghcr.io@{}", d[0]), live).await;
+    put_lease(&mem, &format!("manifest:{}", d[1]), live).await;
+    let image = "image:abc/v1.9.0/metal-amd64.iso";
+    b.put_trust(&TrustRecord { key: image.into(), digest: d[2], size: 1000, first_seen: 1 }).await.unwrap();
+    put_lease(&mem, image, live).await;
+    // An expired lease protects nothing.
+    put_lease(&mem, &format!("ghcr.io@{}", d[3]), now_ms - 1).await;
+
+    let r = b.gc_at(0, false, now_ms).await.unwrap();
+    assert_eq!(evicted(&r), vec![d[3].to_string()], "{r:?}");
+    assert_eq!((r.skipped_under_lease, r.objects_after, r.bytes_after), (3, 3, 3000));
+    for x in &d[..3] {
+        assert!(b.index(x).await.unwrap().is_some());
+    }
+    // Past the leases' expiry they go, least recently served first.
+    let r = b.gc_at(0, false, live + 1).await.unwrap();
+    assert_eq!(evicted(&r), vec![d[0].to_string(), d[1].to_string(), d[2].to_string()], "{r:?}");
+    assert_eq!((r.skipped_under_lease, r.objects_after, r.bytes_after), (0, 0, 0));
+    // The trust record stays: it names the asset's digest, not a bucket copy.
+    assert!(b.trust(image).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn should_change_nothing_in_a_dry_run() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let d0 = uploaded(&b, &distinct(0, 1500)).await;
+    let d1 = uploaded(&b, &distinct(1, 1500)).await;
+    b.note_served_at(&d1, later_secs());
+    b.flush_served().await.unwrap();
+    let before = keys_under(&mem, "fleet").await;
+    let r = gc_tomorrow(&b, 2000, true).await;
+    assert!(r.dry_run);
+    assert_eq!(evicted(&r), vec![d0.to_string()]);
+    assert_eq!((r.objects_before, r.bytes_before, r.objects_after, r.bytes_after), (2, 3000, 1, 1500));
+    assert_eq!(keys_under(&mem, "fleet").await, before);
+    assert_eq!(read_all(&bucket_on(&mem, "x"), d0, 0, 1500).await.unwrap(), distinct(0, 1500));
+}
+
+#[tokio::test]
+async fn should_keep_what_was_served_within_the_grace() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let d = uploaded(&b, &distinct(0, 1000)).await;
+    // Uploaded just now, never served: within the grace (10 min by default).
+    let r = b.gc(0, false).await.unwrap();
+    assert!(r.evicted.is_empty(), "{r:?}");
+    assert_eq!((r.skipped_recent, r.bytes_after), (1, 1000));
+    assert!(b.index(&d).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn should_leave_readers_seeing_an_evicted_object_absent() {
+    let mem = Arc::new(InMemory::new());
+    let (a, b) = (bucket_on(&mem, "a"), bucket_on(&mem, "b"));
+    let bytes = distinct(7, 3000);
+    let d = uploaded(&a, &bytes).await;
+    a.put_known(&d, "ghcr.io").await.unwrap();
+    // b read it and remembers its index.
+    assert_eq!(read_all(&b, d, 0, 3000).await.unwrap(), bytes);
+    let r = gc_tomorrow(&a, 0, false).await;
+    assert_eq!(evicted(&r), vec![d.to_string()]);
+    assert!(a.index(&d).await.unwrap().is_none(), "the evicting replica forgot it");
+    assert!(bucket_on(&mem, "c").index(&d).await.unwrap().is_none(), "a fresh replica never sees it");
+    // A replica that remembered the index finds the content gone, then forgets it too.
+    assert!(read_all(&b, d, 0, 3000).await.expect_err("content gone").is_not_found());
+    assert!(b.index(&d).await.unwrap().is_none());
+    assert!(!bucket_on(&mem, "c").is_known(&d, "ghcr.io").await.unwrap());
+    for dir in ["fleet/index", "fleet/objects", "fleet/parts", "fleet/known"] {
+        assert!(keys_under(&mem, dir).await.is_empty(), "{dir}: {:?}", keys_under(&mem, dir).await);
+    }
+}
+
+/// The record of `replica`'s shard `shard`, as stored.
+async fn served_record(mem: &InMemory, replica: &str, shard: char) -> Option<served::ServedRecord> {
+    let p = ObjectPath::from(format!("fleet/served/{replica}/{shard}.json"));
+    match mem.get(&p).await {
+        Ok(g) => Some(serde_json::from_slice(&g.bytes().await.unwrap()).unwrap()),
+        Err(object_store::Error::NotFound { .. }) => None,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[tokio::test]
+async fn should_flush_served_times_by_shard_keep_the_newest_and_cap_each_record() {
+    let mem = Arc::new(InMemory::new());
+    let (a, b) = (bucket_on(&mem, "a"), bucket_on(&mem, "b"));
+    // 64 digests, four or so per shard; noted at times 100 + i.
+    let digests: Vec<Digest> = (0..64u8).map(|i| Digest::of(&[i])).collect();
+    for (i, d) in digests.iter().enumerate() {
+        a.note_served_at(d, 100 + i as u64);
+    }
+    let shards: std::collections::BTreeSet<char> = digests.iter().map(|d| d.hex().chars().next().unwrap()).collect();
+    assert_eq!(a.flush_served_capped(2).await.unwrap(), shards.len());
+    for s in &shards {
+        let r = served_record(&mem, "a", *s).await.unwrap();
+        assert_eq!(r.replica, "a");
+        let mut want: Vec<(u64, String)> = digests
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.hex().starts_with(*s))
+            .map(|(i, d)| (100 + i as u64, d.to_string()))
+            .collect();
+        want.sort();
+        let keep: std::collections::BTreeMap<String, u64> =
+            want.iter().rev().take(2).map(|(t, d)| (d.clone(), *t)).collect();
+        assert_eq!(r.served, keep, "shard {s}: the newest two");
+    }
+    // Nothing noted: nothing written. One digest noted older than recorded: one shard
+    // rewritten, the newer time kept.
+    assert_eq!(a.flush_served().await.unwrap(), 0);
+    let last = digests[63];
+    let s = last.hex().chars().next().unwrap();
+    a.note_served_at(&last, 5);
+    assert_eq!(a.flush_served().await.unwrap(), 1);
+    assert_eq!(served_record(&mem, "a", s).await.unwrap().served[&last.to_string()], 163);
+    // Another replica's records merge, newest per digest.
+    b.note_served_at(&last, 500);
+    b.note_served_at(&digests[0], 1);
+    b.flush_served().await.unwrap();
+    let merged = a.served_times().await.unwrap();
+    assert_eq!(merged[&last], 500);
+    assert!(merged.len() <= 2 * shards.len() + 1);
+}
+
+#[test]
+fn should_cap_served_entries_dropping_the_oldest() {
+    let mut m: std::collections::BTreeMap<String, u64> = (0..10).map(|i| (format!("d{i}"), 100 - i)).collect();
+    served::cap_entries(&mut m, 3);
+    assert_eq!(m.into_iter().collect::<Vec<_>>(), vec![("d0".into(), 100), ("d1".into(), 99), ("d2".into(), 98)]);
+}
+
+#[tokio::test]
+async fn should_keep_served_times_for_the_next_flush_while_the_bucket_is_down() {
+    let (store, b) = faulty_bucket(Duration::from_secs(5));
+    b.check().await.unwrap();
+    let d = Digest::of(b"served while down");
+    b.note_served_at(&d, 42);
+    store.set(Fault::Refuse);
+    assert!(b.flush_served().await.is_err());
+    // Down now: refused at once, still kept.
+    assert!(b.flush_served().await.expect_err("down").is_down());
+    store.set(Fault::None);
+    assert!(b.probe().await);
+    assert_eq!(b.flush_served().await.unwrap(), 1);
+    assert_eq!(b.served_times().await.unwrap().get(&d), Some(&42));
+}
+
+#[test]
+fn should_read_the_digest_of_a_fill_key() {
+    let d = Digest::of(b"x");
+    assert_eq!(gc::key_digest(&format!("ghcr.io@{d}")), Some(d));
+    assert_eq!(gc::key_digest(&format!("manifest:{d}")), Some(d));
+    assert_eq!(gc::key_digest("image:abc/v1.9.0/metal-amd64.iso"), None);
+}

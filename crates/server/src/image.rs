@@ -31,6 +31,9 @@ fn container(c: Compression) -> Container {
 pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
     let mut info = AccessInfo { route: "image", upstream: Some("image-factory".into()), ..AccessInfo::default() };
     let result = serve(&app, req.method(), req.uri(), req.headers(), req.version(), &mut info).await;
+    if result.is_ok() {
+        crate::registry::note_served(&app, &info);
+    }
     let mut resp = result.unwrap_or_else(IntoResponse::into_response);
     resp.extensions_mut().insert(info);
     resp

@@ -66,6 +66,9 @@ pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response 
             tracing::warn!(digest = %d, error = %e, "could not pin");
         }
     }
+    if result.is_ok() && matches!(info.route, "manifest" | "blob") {
+        note_served(&app, &info);
+    }
     let mut resp = match result {
         Ok(r) => r,
         Err(e) => e.into_response(),
@@ -75,6 +78,20 @@ pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response 
         resp.headers_mut().insert("oci-namespace", ns);
     }
     with_info(resp, info)
+}
+
+/// Note for the shared bucket's size cap (`tender gc --bucket`) that this replica served the
+/// object `info` names, from its data directory, the bucket or a fill (a map insert; the
+/// records are flushed in batches). A pass served nothing of ours.
+pub(crate) fn note_served(app: &AppState, info: &AccessInfo) {
+    let mirror = app.mirror();
+    let Some(bucket) = mirror.flights().shared() else { return };
+    if info.cache.is_none_or(|c| c == CacheResult::Pass.as_str()) {
+        return;
+    }
+    if let Some(d) = info.digest.as_deref().and_then(|d| d.parse::<Digest>().ok()) {
+        bucket.note_served(&d);
+    }
 }
 
 async fn dispatch(app: &Arc<AppState>, req: &Parts, info: &mut AccessInfo) -> Result<Response, ApiError> {

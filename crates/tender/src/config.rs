@@ -76,6 +76,8 @@ pub struct RawS3 {
     pub connect_timeout: Option<String>,
     pub retries: Option<u32>,
     pub probe_interval: Option<String>,
+    pub max_size: Option<String>,
+    pub gc_grace: Option<String>,
 }
 
 /// Another tender that every upstream request goes to (tiered caches).
@@ -891,6 +893,12 @@ fn resolve_s3(name: &str, raw: &RawS3) -> Result<tender_bucket::BucketSettings, 
     if s.probe_interval < Duration::from_millis(100) {
         return Err(err("storage.s3.probeInterval", "must be at least 100ms".into()));
     }
+    if let Some(m) = &raw.max_size {
+        s.max_size = Some(parse_size(m).ok_or_else(|| {
+            err("storage.s3.maxSize", format!("{m:?} is not a size; write it like 500Gi, 100G or 1073741824"))
+        })?);
+    }
+    s.gc_grace = duration(name, "storage.s3.gcGrace", &raw.gc_grace, s.gc_grace)?;
     s.replica = match &raw.replica {
         Some(r) => r.clone(),
         None => std::env::var("HOSTNAME")
@@ -1137,6 +1145,23 @@ mod tests {
         check_err(&format!("{base}    retries: 11\n"), &none, &["storage.s3.retries"]);
         check_err(&format!("{base}    probeInterval: 10ms\n"), &none, &["storage.s3.probeInterval"]);
         check_err(&format!("{base}    probeInterval: often\n"), &none, &["storage.s3.probeInterval", "not a duration"]);
+    }
+
+    /// Issue 19: `tender gc --bucket`'s cap and grace.
+    #[test]
+    fn should_resolve_the_bucket_size_cap_and_gc_grace() {
+        let base = "storage:\n  s3:\n    endpoint: http://127.0.0.1:9000\n    bucket: fleet\n    replica: r\n";
+        let load = |extra: &str| {
+            let yaml = format!("{base}{extra}");
+            resolve("t", parse("t", &yaml).unwrap(), &Overrides::default()).unwrap().storage.unwrap()
+        };
+        let s = load("");
+        assert_eq!((s.max_size, s.gc_grace), (None, Duration::from_secs(600)));
+        let s = load("    maxSize: 2Ti\n    gcGrace: 0s\n");
+        assert_eq!((s.max_size, s.gc_grace), (Some(2 << 40), Duration::ZERO));
+        let none = Overrides::default();
+        check_err(&format!("{base}    maxSize: lots\n"), &none, &["storage.s3.maxSize", "not a size"]);
+        check_err(&format!("{base}    gcGrace: soon\n"), &none, &["storage.s3.gcGrace", "not a duration"]);
     }
 
     #[test]

@@ -51,6 +51,13 @@ pub struct GcArgs {
     /// Report what would be freed; change nothing
     #[arg(long)]
     pub dry_run: bool,
+    /// Cap the bucket of storage.s3 (from --config) instead of the data directory: evict the
+    /// least recently served objects (default cap: storage.s3.maxSize); safe while replicas run
+    #[arg(long, requires = "config", conflicts_with_all = ["data", "server"])]
+    pub bucket: bool,
+    /// Print the report as JSON
+    #[arg(long)]
+    pub json: bool,
     /// Act through this running tender (POST /api/v1/admin/gc) instead of the data directory;
     /// pass the admin token with --token-file [env: TENDER_SERVER, TENDER_ADMIN_TOKEN_FILE]
     #[arg(long, value_name = "URL", conflicts_with = "data")]
@@ -197,6 +204,55 @@ pub fn fsck(args: FsckArgs) -> anyhow::Result<ExitCode> {
     Ok(if report.corrupt.is_empty() || args.repair { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
+/// `tender gc --bucket`: evict the bucket's least recently served objects down to the cap.
+/// Needs no lock: an object under a live fill lease or served within `gcGrace` stays, and an
+/// eviction hides the index before the content goes.
+fn gc_bucket(args: &GcArgs, max_size: Option<u64>) -> anyhow::Result<ExitCode> {
+    let (name, raw) = config::read(args.config.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
+    let s = config::resolve(&name, raw, &config::Overrides::default()).map_err(|e| Failure::usage(e.to_string()))?;
+    let Some(settings) = s.storage else {
+        return Err(Failure::usage(format!("{name} has no storage.s3 section; --bucket caps that bucket")));
+    };
+    let Some(cap) = max_size.or(settings.max_size) else {
+        return Err(Failure::usage(format!(
+            "no size cap for the bucket: pass --max-size or set storage.s3.maxSize in {name}"
+        )));
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let report = rt.block_on(async {
+        let bucket = tender_bucket::Bucket::new(settings, tender_bucket::BucketMetrics::default())
+            .map_err(|e| Failure::usage(e.to_string()))?;
+        bucket.gc(cap, args.dry_run).await.map_err(|e| Failure::transient(e.to_string()))
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verb = if report.dry_run { "would evict" } else { "evicted" };
+    for e in &report.evicted {
+        println!("{verb} {} ({} bytes, last served {})", e.digest, e.size, e.last_served);
+    }
+    if report.skipped_under_lease > 0 || report.skipped_recent > 0 {
+        println!(
+            "kept {} objects under a live fill lease and {} served within storage.s3.gcGrace",
+            report.skipped_under_lease, report.skipped_recent
+        );
+    }
+    println!(
+        "bucket {}: {} {} bytes from {} objects; {} objects, {} bytes before, {} objects, {} bytes after (cap {} bytes)",
+        report.bucket,
+        if report.dry_run { "would free" } else { "freed" },
+        report.freed_bytes(),
+        report.evicted.len(),
+        report.objects_before,
+        report.bytes_before,
+        report.objects_after,
+        report.bytes_after,
+        report.max_size
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
     let max_size = match &args.max_size {
         Some(s) => Some(config::parse_size(s).ok_or_else(|| {
@@ -204,6 +260,9 @@ pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
         })?),
         None => None,
     };
+    if args.bucket {
+        return gc_bucket(&args, max_size);
+    }
     if let Some(server) = &server_or_env(&args.server, args.data.is_some() || args.config.is_some()) {
         let mut q = format!("/api/v1/admin/gc?dryRun={}", args.dry_run);
         if let Some(m) = max_size {
@@ -214,7 +273,7 @@ pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
             .map_err(|e| Failure::problem(format!("{server}: not a gc plan: {e}")))?;
         let report: Option<GcReport> = serde_json::from_value(v["report"].clone())
             .map_err(|e| Failure::problem(format!("{server}: not a gc report: {e}")))?;
-        print_gc(&plan, report.as_ref());
+        print_gc(&plan, report.as_ref(), args.json)?;
         return Ok(ExitCode::SUCCESS);
     }
     if args.client.is_set() {
@@ -229,12 +288,17 @@ pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
         store.gc_plan(cap, Duration::ZERO, &|d| pins.contains(d)).map_err(|e| Failure::problem(e.to_string()))?;
     let report =
         if args.dry_run { None } else { Some(store.gc_apply(&plan).map_err(|e| Failure::problem(e.to_string()))?) };
-    print_gc(&plan, report.as_ref());
+    print_gc(&plan, report.as_ref(), args.json)?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// The plan of a dry run, or what a run freed.
-fn print_gc(plan: &GcPlan, report: Option<&GcReport>) {
+/// The plan of a dry run, or what a run freed (as JSON: `{"plan": …, "report": …}`, the
+/// report `null` in a dry run).
+fn print_gc(plan: &GcPlan, report: Option<&GcReport>, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "plan": plan, "report": report }))?);
+        return Ok(());
+    }
     match report {
         None => {
             for o in &plan.evict {
@@ -258,4 +322,5 @@ fn print_gc(plan: &GcPlan, report: Option<&GcReport>) {
             plan.total_bytes - r.freed_bytes
         ),
     }
+    Ok(())
 }

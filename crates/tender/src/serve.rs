@@ -269,6 +269,11 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How often a replica writes what it served to the bucket's served records (and at shutdown).
+const SERVED_FLUSH: Duration = Duration::from_secs(60);
+/// The most the last flush of the served records may delay the exit.
+const SHUTDOWN_FLUSH: Duration = Duration::from_secs(5);
+
 /// The bucket of `storage.s3`, checked: one that cannot keep the lease promise (no conditional
 /// writes) refuses the start; one that cannot be reached now is probed in the background and
 /// used once a probe gets through (the probe checks conditional writes again; without them
@@ -288,6 +293,7 @@ pub(crate) async fn open_bucket(
     }
     bucket.spawn_prober();
     bucket.spawn_sweeper();
+    bucket.spawn_flusher(SERVED_FLUSH);
     Ok(Some(bucket))
 }
 
@@ -400,6 +406,17 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
         None => main.await.context("serving")?,
     }
     app.tick_savings();
+    if let Some(bucket) = app.mirror().flights().shared() {
+        // What this replica served since the last flush, for `tender gc --bucket`; a bucket
+        // that is down refuses at once, a hung one delays the exit by at most SHUTDOWN_FLUSH.
+        match tokio::time::timeout(SHUTDOWN_FLUSH, bucket.flush_served()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not flush the served records to the shared bucket"),
+            Err(_) => {
+                tracing::warn!(after = ?SHUTDOWN_FLUSH, "flushing the served records to the shared bucket took too long; left out")
+            }
+        }
+    }
     if let Err(e) = app.metrics().served.save(&served_path) {
         tracing::warn!(error = %e, "could not save the served statistics");
     }
