@@ -77,6 +77,8 @@ pub use served::SERVED_PER_SHARD;
 pub use settings::{BucketSettings, Credentials, MIN_CHUNK_SIZE};
 pub use uploads::AbandonedUpload;
 
+/// Chunks a copy into a replica's cache requests at once (so holds in memory at most).
+pub const COPY_AHEAD: usize = 4;
 /// Indexes kept in memory (they never change once written); the map is cleared when full.
 const INDEX_CACHE: usize = 8192;
 /// Known-upstream records remembered (positive answers only); the set is cleared when full.
@@ -794,7 +796,8 @@ impl Bucket {
     }
 
     /// Bytes `start..end` of a committed object. Each chunk is verified before any of it is
-    /// yielded; a mismatch ends the stream with an error. One chunk is read ahead.
+    /// yielded; a mismatch ends the stream with an error. One chunk is read ahead (a range
+    /// holds at most two chunks in memory).
     pub fn read(
         self: &Arc<Self>,
         d: Digest,
@@ -802,25 +805,57 @@ impl Bucket {
         start: u64,
         end: u64,
     ) -> BoxStream<'static, Result<Bytes, BucketError>> {
+        self.read_ahead(d, index, start, end, 2)
+    }
+
+    /// A whole object copied into a replica's cache: [`Bucket::read`] with [`COPY_AHEAD`]
+    /// chunks requested at once (one request per chunk costs a round trip that one stream of
+    /// the same bytes would not; several in flight hide it).
+    pub fn copy(
+        self: &Arc<Self>,
+        d: Digest,
+        index: Arc<ChunkIndex>,
+        start: u64,
+        end: u64,
+    ) -> BoxStream<'static, Result<Bytes, BucketError>> {
+        self.read_ahead(d, index, start, end, COPY_AHEAD)
+    }
+
+    fn read_ahead(
+        self: &Arc<Self>,
+        d: Digest,
+        index: Arc<ChunkIndex>,
+        start: u64,
+        end: u64,
+        ahead: usize,
+    ) -> BoxStream<'static, Result<Bytes, BucketError>> {
         let end = end.min(index.size);
         if start >= end {
             return stream::empty().boxed();
         }
         let cs = index.chunk_size;
         let (first, last) = ((start / cs) as usize, ((end - 1) / cs) as usize);
-        let me = self.clone();
+        let (me, me_name) = (self.clone(), self.settings.bucket.clone());
         stream::iter(first..=last)
             .map(move |i| {
                 let (me, index) = (me.clone(), index.clone());
-                async move {
+                // Each chunk its own task: its request goes on while the reader writes.
+                let task = tokio::spawn(async move {
                     let bytes = me.chunk(&d, &index, i).await?;
                     let base = i as u64 * cs;
                     let from = start.saturating_sub(base) as usize;
                     let to = ((end - base) as usize).min(bytes.len());
                     Ok(bytes.slice(from..to))
+                });
+                let bucket = me_name.clone();
+                async move {
+                    match task.await {
+                        Ok(r) => r,
+                        Err(e) => Err(BucketError::Setup { bucket, message: format!("chunk read task: {e}") }),
+                    }
                 }
             })
-            .buffered(2)
+            .buffered(ahead.max(1))
             .boxed()
     }
 

@@ -26,8 +26,9 @@ use crate::index::{is_upload_id, new_upload_id};
 use crate::lease::now_ms;
 use crate::{key_hash, Bucket, BucketError, ChunkIndex};
 
-/// Chunk uploads in flight per upload: enough to keep the link busy, two chunks of memory.
-const IN_FLIGHT: usize = 2;
+/// Chunk uploads in flight per upload: one request per chunk costs a round trip; several in
+/// flight keep the link busy (at most this many chunks of memory).
+const IN_FLIGHT: usize = 4;
 
 /// What an upload in progress has written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

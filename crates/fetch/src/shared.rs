@@ -256,7 +256,7 @@ impl Source for BucketSource {
         async move {
             let total = index.size;
             let b = bucket.clone();
-            let body = bucket.read(d, index, offset, total).map(move |r| r.map_err(|e| fetch_error(&b, e))).boxed();
+            let body = bucket.copy(d, index, offset, total).map(move |r| r.map_err(|e| fetch_error(&b, e))).boxed();
             Ok(Opened { partial: true, total: Some(total), body })
         }
         .boxed()
@@ -400,7 +400,7 @@ impl Follow {
                         Ok(Some(index)) => {
                             let at = (self.next as u64).saturating_mul(cs).saturating_add(self.skip as u64);
                             let size = index.size;
-                            self.rest = Some(self.bucket.read(self.digest, index, at, size));
+                            self.rest = Some(self.bucket.copy(self.digest, index, at, size));
                             continue;
                         }
                         Ok(None) => Some(Err(self.err("the replica fetching it gave up".into()))),
