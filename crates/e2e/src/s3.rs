@@ -14,7 +14,6 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::proc::Guard;
-use crate::registry::free_port;
 
 /// The key pair of the one identity the server accepts; tender reads it from files.
 pub const ACCESS_KEY_ID: &str = "AKIAE2ETESTKEY";
@@ -56,11 +55,24 @@ pub fn weed_bin() -> PathBuf {
 impl S3Server {
     /// Start SeaweedFS with its data under `dir` and one bucket, logging to `dir/weed.log`,
     /// and wait until the bucket exists.
+    /// Ports picked at random can be taken between the pick and `weed`'s bind (by another
+    /// test's connection, say), which leaves SeaweedFS half up: a start that does not come up
+    /// within 30 s is retried once on other ports.
     pub fn start(dir: &Path, bucket: &str) -> S3Server {
-        let ports = std::array::from_fn(|_| free_port());
-        let mut s = S3Server::on_ports(dir, bucket, ports);
-        s.start_again();
-        s
+        for attempt in 1..=2 {
+            let mut s = S3Server::on_ports(dir, bucket, distinct_ports());
+            s.spawn();
+            if s.wait_up(Duration::from_secs(30)) {
+                return s;
+            }
+            eprintln!(
+                "SeaweedFS did not come up on {:?} (attempt {attempt}); its log ends:\n{}",
+                s.ports,
+                crate::tender::tail(&s.log, 3000)
+            );
+            s.guard = None;
+        }
+        panic!("SeaweedFS did not come up twice; see {}", dir.join("weed.log").display());
     }
 
     /// A server on free ports that is not running yet: its address is known, nothing listens
@@ -83,12 +95,38 @@ impl S3Server {
 
     /// A server on fresh free ports, not started.
     pub fn unstarted(dir: &Path, bucket: &str) -> S3Server {
-        S3Server::on_ports(dir, bucket, std::array::from_fn(|_| free_port()))
+        S3Server::on_ports(dir, bucket, distinct_ports())
     }
 
     /// Start (or start again, after [`S3Server::kill`]) on the same ports and data, and wait
     /// until the S3 port answers and the filer holds the bucket.
     pub fn start_again(&mut self) {
+        self.spawn();
+        assert!(
+            self.wait_up(Duration::from_secs(60)),
+            "timed out after 60s waiting for SeaweedFS to serve the bucket; its log ends:\n{}",
+            crate::tender::tail(&self.log, 3000)
+        );
+    }
+
+    /// Whether the S3 port answers and the filer holds the bucket within `limit`.
+    fn wait_up(&self, limit: Duration) -> bool {
+        let (addr, filer, bucket) = (self.addr, self.filer, self.bucket.clone());
+        let until = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < until {
+            let up = crate::http::get(addr, "/").is_ok()
+                && crate::http::request(filer, "GET", "/buckets/", &[("Accept", "application/json")])
+                    .is_ok_and(|r| r.status() == 200 && r.text().contains(&format!("\"/buckets/{bucket}\"")));
+            if up {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// Start `weed mini` on this server's ports and data.
+    fn spawn(&mut self) {
         let identities = self.dir.join("weed-s3.json");
         let config = serde_json::json!({"identities": [{
             "name": "tender",
@@ -129,12 +167,6 @@ impl S3Server {
         }
         cmd.current_dir(&self.dir).stdin(Stdio::null()).stdout(out).stderr(err);
         self.guard = Some(Guard::spawn("weed", &mut cmd));
-        let (addr, filer, bucket) = (self.addr, self.filer, self.bucket.clone());
-        crate::poll_until("SeaweedFS to serve the bucket", Duration::from_secs(60), || {
-            crate::http::get(addr, "/").ok()?;
-            let r = crate::http::request(filer, "GET", "/buckets/", &[("Accept", "application/json")]).ok()?;
-            (r.status() == 200 && r.text().contains(&format!("\"/buckets/{bucket}\""))).then_some(())
-        });
     }
 
     fn pid(&self) -> u32 {
@@ -246,4 +278,12 @@ impl Drop for S3Server {
         // A paused server must run again to die cleanly; SIGKILL ends a stopped process too.
         self.kill();
     }
+}
+
+/// [`PORTS`] different free ports: all bound at once before any is released, so no two are
+/// the same.
+fn distinct_ports() -> [u16; PORTS] {
+    let held: Vec<std::net::TcpListener> =
+        (0..PORTS).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0")).collect();
+    std::array::from_fn(|i| held[i].local_addr().expect("local address of a bound socket").port())
 }
