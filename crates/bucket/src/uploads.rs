@@ -71,16 +71,19 @@ impl Bucket {
         Ok(found)
     }
 
+    /// The records under `dir` (at most [`MAX_RECORDS`]; past the breaker, with the deadline).
+    async fn records(&self, dir: &str) -> Result<Vec<object_store::path::Path>, BucketError> {
+        let dir = self.path(dir);
+        match self.timed("list", &dir, self.store.list(Some(&dir)).try_collect::<Vec<_>>()).await? {
+            Ok(m) => Ok(m.into_iter().take(MAX_RECORDS).map(|m| m.location).collect()),
+            Err(e) => Err(self.store_err("list", &dir, e)),
+        }
+    }
+
     /// Chunk-object uploads whose uploader is gone ([`Bucket::abandoned_uploads`]).
     async fn abandoned_parts(&self, remove: bool) -> Result<Vec<AbandonedUpload>, BucketError> {
-        let dir = self.path("progress");
-        let metas: Vec<_> = match self.timed("list", &dir, self.store.list(Some(&dir)).try_collect::<Vec<_>>()).await? {
-            Ok(m) => m,
-            Err(e) => return Err(self.store_err("list", &dir, e)),
-        };
         let mut found = Vec::new();
-        for meta in metas.into_iter().take(MAX_RECORDS) {
-            let p = meta.location;
+        for p in self.records("progress").await? {
             let Some(record) = self.get_json_via::<Progress>(&p, false).await.ok().flatten() else { continue };
             let lease_live = record.leased && self.lease_live(&record.key).await?;
             let now = now_ms();
@@ -130,14 +133,8 @@ impl Bucket {
 
     /// Multipart uploads of tenders before bucket format 3 whose uploader is gone.
     async fn abandoned_multipart(&self, remove: bool) -> Result<Vec<AbandonedUpload>, BucketError> {
-        let dir = self.path("uploads");
-        let metas: Vec<_> = match self.timed("list", &dir, self.store.list(Some(&dir)).try_collect::<Vec<_>>()).await? {
-            Ok(m) => m,
-            Err(e) => return Err(self.store_err("list", &dir, e)),
-        };
         let mut found = Vec::new();
-        for meta in metas.into_iter().take(MAX_RECORDS) {
-            let p = meta.location;
+        for p in self.records("uploads").await? {
             let Some(record) = self.get_json_via::<UploadRecord>(&p, false).await.ok().flatten() else {
                 // Unreadable or gone: a record is ours to judge only when it parses.
                 continue;
