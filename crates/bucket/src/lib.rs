@@ -686,7 +686,7 @@ impl Bucket {
         let size = file.metadata().await.map_err(local_err)?.len();
         let mut file = tokio::io::BufReader::with_capacity(1 << 20, file);
         let (mut upload, mut done) = match resume {
-            Some(mut u) if u.chunk_size().await == chunk => {
+            Some(mut u) if u.chunk_size() == chunk => {
                 u.set_total(Some(size)).await;
                 let done = u.chunks().await;
                 (u, done)

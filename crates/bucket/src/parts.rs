@@ -99,8 +99,10 @@ impl Recorded {
 /// [`PartUpload::abort`], it stops renewing its record and the sweep removes it.
 pub struct PartUpload {
     bucket: Arc<Bucket>,
-    /// The upload's id (also in the record; kept here so no chunk waits on the record's lock).
+    /// The upload's id and chunk size (also in the record; kept here so no chunk waits on the
+    /// record's lock).
     upload: String,
+    chunk_size: u64,
     path: ObjectPath,
     /// The record, written under this lock so writes never overtake one another.
     record: Arc<tokio::sync::Mutex<Recorded>>,
@@ -135,11 +137,6 @@ impl PartUpload {
         self.upload.clone()
     }
 
-    /// Chunks handed over so far.
-    pub fn queued(&self) -> usize {
-        self.queued
-    }
-
     /// The object's size, once known (readers following the upload use it).
     pub async fn set_total(&mut self, total: Option<u64>) {
         self.record.lock().await.progress.total = total;
@@ -150,8 +147,8 @@ impl PartUpload {
         self.record.lock().await.progress.chunks.clone()
     }
 
-    pub async fn chunk_size(&self) -> u64 {
-        self.record.lock().await.progress.chunk_size
+    pub fn chunk_size(&self) -> u64 {
+        self.chunk_size
     }
 
     /// Write the record now, before the first chunk, so replicas waiting on the lease follow
@@ -165,9 +162,9 @@ impl PartUpload {
         Ok(())
     }
 
-    /// Write chunk number [`PartUpload::queued`] (chunks are handed over in order, each but the
-    /// last exactly `chunkSize` long). Returns once at most two chunks are still in flight;
-    /// the record lists a chunk once it is in the bucket.
+    /// Write the next chunk (chunks are handed over in order, each but the last exactly
+    /// `chunkSize` long). Returns once fewer than [`IN_FLIGHT`] chunks are in flight; the record
+    /// lists a chunk once it is in the bucket.
     pub async fn put_chunk(&mut self, bytes: Bytes) -> Result<(), BucketError> {
         self.announce().await?;
         let i = self.queued;
@@ -257,7 +254,7 @@ impl PartUpload {
         }
         let (chunks, chunk_size, upload) = {
             let r = self.record.lock().await;
-            (r.progress.chunks.clone(), r.progress.chunk_size, r.progress.upload.clone())
+            (r.progress.chunks.clone(), self.chunk_size, self.upload.clone())
         };
         let b = self.bucket.clone();
         let mut index = ChunkIndex::of_parts(size, chunk_size, chunks, &b.settings.replica, &upload);
@@ -340,6 +337,7 @@ impl Bucket {
         PartUpload {
             bucket: self.clone(),
             upload: record.upload.clone(),
+            chunk_size: record.chunk_size,
             path: self.progress_path(&key),
             record: Arc::new(tokio::sync::Mutex::new(Recorded { progress: record, landed: Default::default() })),
             pending: VecDeque::new(),

@@ -18,9 +18,15 @@ use tender_bucket::{Bucket, BucketMetrics, BucketSettings};
 use tender_server::{Security, Surface};
 
 fn bucket(mem: &Arc<InMemory>, replica: &str) -> Arc<Bucket> {
+    bucket_with_ttl(mem, replica, BucketSettings::new("fleet").lease_ttl)
+}
+
+/// [`bucket`] with its own fill lease TTL.
+fn bucket_with_ttl(mem: &Arc<InMemory>, replica: &str, ttl: Duration) -> Arc<Bucket> {
     let mut s = BucketSettings::new("fleet");
     s.chunk_size = 1 << 20;
     s.replica = replica.into();
+    s.lease_ttl = ttl;
     Bucket::with_store(mem.clone(), s, BucketMetrics::default())
 }
 
@@ -437,15 +443,8 @@ async fn should_continue_from_upstream_when_the_followed_replica_dies() {
     let digest = fake.add_blob(body.clone());
     let d: tender_oci::Digest = digest.parse().unwrap();
     let mem = Arc::new(InMemory::new());
-    let with_ttl = |name: &str, ttl: Duration| {
-        let mut s = BucketSettings::new("fleet");
-        s.chunk_size = 1 << 20;
-        s.replica = name.into();
-        s.lease_ttl = ttl;
-        Bucket::with_store(mem.clone(), s, BucketMetrics::default())
-    };
     // The dead replica: it held the lease and wrote one chunk, then stopped.
-    let ghost = with_ttl("ghost", Duration::from_secs(2));
+    let ghost = bucket_with_ttl(&mem, "ghost", Duration::from_secs(2));
     let key = format!("ghcr.io@{digest}");
     let lease = match ghost.lease(&key).await.unwrap() {
         tender_bucket::LeaseOutcome::Won(l) => l,
@@ -456,7 +455,7 @@ async fn should_continue_from_upstream_when_the_followed_replica_dies() {
     up.flush().await.unwrap();
     drop((up, lease));
 
-    let b = replica(&fake, None, with_ttl("b", Duration::from_millis(300))).await;
+    let b = replica(&fake, None, bucket_with_ttl(&mem, "b", Duration::from_millis(300))).await;
     let got = get(&b.url(&format!("/v2/ghcr.io/x/blobs/{digest}")), &[]).await;
     assert_eq!(got.status, 200);
     assert_eq!(sha(&got.body.expect("not cut")), sha(&body), "byte-exact");
@@ -499,11 +498,7 @@ async fn should_leave_a_followed_upload_that_lost_a_listed_chunk_for_the_upstrea
     let digest = fake.add_blob(body.clone());
     let d: tender_oci::Digest = digest.parse().unwrap();
     let mem = Arc::new(InMemory::new());
-    let mut s = BucketSettings::new("fleet");
-    s.chunk_size = 1 << 20;
-    s.replica = "holder".into();
-    s.lease_ttl = Duration::from_secs(60);
-    let holder = Bucket::with_store(mem.clone(), s, BucketMetrics::default());
+    let holder = bucket_with_ttl(&mem, "holder", Duration::from_secs(60));
     let key = format!("ghcr.io@{digest}");
     let lease = match holder.lease(&key).await.unwrap() {
         tender_bucket::LeaseOutcome::Won(l) => l,

@@ -229,6 +229,31 @@ fn should_show_a_wrong_secret_as_the_bucket_down_for_denied_and_serve_without_it
     assert!(!s3.has("denied/tender-bucket.json"), "nothing was written with a wrong secret");
 }
 
+/// A bucket on SeaweedFS, a `size`-byte blob served at `rate` bytes/s, and one config per
+/// replica name under `prefix`: (server, upstream, blob, its digest, configs). Keep the server
+/// and the upstream alive for the test.
+fn blob_and_bucket(
+    dir: &TestDir,
+    prefix: &str,
+    names: &[&str],
+    size: usize,
+    rate: u64,
+) -> (S3Server, tender_e2e::slow::SlowBlobServer, std::sync::Arc<Vec<u8>>, String, Vec<std::path::PathBuf>) {
+    let s3 = S3Server::start(dir.path(), BUCKET);
+    let body = std::sync::Arc::new(tender_e2e::slow::noise(size));
+    let digest = format!("sha256:{}", hex::encode(Sha256::digest(body.as_slice())));
+    let upstream = tender_e2e::slow::SlowBlobServer::start("e2e/big", &digest, body.clone(), rate);
+    let cfgs = names
+        .iter()
+        .map(|name| {
+            let cfg = dir.path().join(format!("{name}.yaml"));
+            write_config(&cfg, &[("ghcr.io", &upstream.url())], &s3.storage_yaml(dir.path(), prefix, name, ""));
+            cfg
+        })
+        .collect();
+    (s3, upstream, body, digest, cfgs)
+}
+
 /// Issue 19 (9): a client of a replica waiting on another's fill lease gets its first byte
 /// while the holder still fetches, not after the whole object reached the bucket: the holder
 /// writes each chunk as it lands and the waiter reads the chunks as they appear. One upstream
@@ -237,17 +262,8 @@ fn should_show_a_wrong_secret_as_the_bucket_down_for_denied_and_serve_without_it
 fn should_stream_a_fill_in_progress_to_a_waiting_replica() {
     const SIZE: usize = 48 << 20;
     let dir = TestDir::new("s3-follow");
-    let s3 = S3Server::start(dir.path(), BUCKET);
-    let body = std::sync::Arc::new(tender_e2e::slow::noise(SIZE));
-    let digest = format!("sha256:{}", hex::encode(Sha256::digest(body.as_slice())));
     // 16 MiB/s: 3 s for the whole blob, a 5 MiB chunk about every 0.3 s.
-    let upstream = tender_e2e::slow::SlowBlobServer::start("e2e/big", &digest, body.clone(), 16 << 20);
-    let mut cfgs = Vec::new();
-    for name in ["a", "b"] {
-        let cfg = dir.path().join(format!("{name}.yaml"));
-        write_config(&cfg, &[("ghcr.io", &upstream.url())], &s3.storage_yaml(dir.path(), "follow", name, ""));
-        cfgs.push(cfg);
-    }
+    let (s3, upstream, body, digest, cfgs) = blob_and_bucket(&dir, "follow", &["a", "b"], SIZE, 16 << 20);
     let a = Tender::start(&cfgs[0], &dir.path().join("a-data"), &dir.path().join("a.log"));
     let b = Tender::start(&cfgs[1], &dir.path().join("b-data"), &dir.path().join("b.log"));
     let path = format!("/v2/ghcr.io/e2e/big/blobs/{digest}");
@@ -300,16 +316,7 @@ fn should_stream_a_fill_in_progress_to_a_waiting_replica() {
 fn should_serve_byte_exact_ranges_right_after_fsck_repair() {
     const SIZE: usize = 12 << 20;
     let dir = TestDir::new("s3-repair");
-    let s3 = S3Server::start(dir.path(), BUCKET);
-    let body = std::sync::Arc::new(tender_e2e::slow::noise(SIZE));
-    let digest = format!("sha256:{}", hex::encode(Sha256::digest(body.as_slice())));
-    let upstream = tender_e2e::slow::SlowBlobServer::start("e2e/big", &digest, body.clone(), 1 << 30);
-    let mut cfgs = Vec::new();
-    for name in ["a", "c"] {
-        let cfg = dir.path().join(format!("{name}.yaml"));
-        write_config(&cfg, &[("ghcr.io", &upstream.url())], &s3.storage_yaml(dir.path(), "repair", name, ""));
-        cfgs.push(cfg);
-    }
+    let (s3, _upstream, body, digest, cfgs) = blob_and_bucket(&dir, "repair", &["a", "c"], SIZE, 1 << 30);
     let a = Tender::start(&cfgs[0], &dir.path().join("a-data"), &dir.path().join("a.log"));
     let path = format!("/v2/ghcr.io/e2e/big/blobs/{digest}");
     let (status, got, _) = timed_get(&a, &path, &[]).expect("a's fill");
