@@ -414,16 +414,10 @@ impl Mirror {
         let Some(meta) = store.meta_get(digest).map_err(local)? else {
             return Ok(None);
         };
-        let Some(bytes) = store.read_object(digest).map_err(local)? else {
+        let Some(bytes) = store.read_small(digest).map_err(local)? else {
             return Ok(None);
         };
-        Ok(Some(ManifestHit {
-            digest: *digest,
-            media_type: meta.media_type,
-            bytes: Bytes::from(bytes),
-            cache,
-            stale_age: None,
-        }))
+        Ok(Some(ManifestHit { digest: *digest, media_type: meta.media_type, bytes, cache, stale_age: None }))
     }
 
     async fn fetch_manifest(

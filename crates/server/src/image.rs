@@ -73,12 +73,12 @@ async fn serve(
     // A trusted asset that is stored: a hit.
     let stored = |describe: &mut Describe, info: &mut AccessInfo| -> Result<Option<Response>, ApiError> {
         let Some(t) = store.trust_get(&key).map_err(local)? else { return Ok(None) };
-        let Some((file, len)) = store.open_object(&t.digest).map_err(local)? else { return Ok(None) };
+        let Some(object) = store.open_stored(&t.digest).map_err(local)? else { return Ok(None) };
         info.cache = Some(CacheResult::Hit.as_str());
         info.digest = Some(t.digest.to_string());
         describe.etag_digest = Some(t.digest);
         describe.last_modified = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(t.first_seen));
-        object::stored(file, len, t.digest, describe, headers, head).map(Some)
+        object::stored(object, t.digest, describe, headers, head).map(Some)
     };
     if let Some(resp) = stored(&mut describe, info)? {
         return Ok(resp);
@@ -122,15 +122,15 @@ async fn serve(
     {
         Claim::Stored(digest) => {
             info.cache = Some(CacheResult::Hit.as_str());
-            let (file, len) = store
-                .open_object(&digest)
+            let object = store
+                .open_stored(&digest)
                 .map_err(local)?
                 .ok_or_else(|| ApiError::new(ErrorCode::BlobUnknown, "asset vanished"))?;
             describe.etag_digest = Some(digest);
             if let Some(t) = store.trust_get(&key).map_err(local)? {
                 describe.last_modified = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(t.first_seen));
             }
-            object::stored(file, len, digest, &describe, headers, head)
+            object::stored(object, digest, &describe, headers, head)
         }
         Claim::Filling(fill) => {
             // A fill whose content already verified (its commit is under way) holds every byte:

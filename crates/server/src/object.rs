@@ -12,6 +12,7 @@ use tender_fetch::flight::{stored_pieces, stored_reader, Fill, Flights, Phase};
 use tender_fetch::shared::SharedObject;
 pub use tender_fetch::source::Fallback;
 use tender_oci::{Digest, ErrorCode};
+use tender_store::Stored;
 
 use crate::error::{ApiError, Subject};
 use crate::range::{self, RangeAsk};
@@ -117,15 +118,15 @@ pub fn head(d: &Describe, len: Option<u64>) -> Result<Response, ApiError> {
     b.body(Body::empty()).map_err(internal)
 }
 
-/// Serve a committed object.
+/// Serve a committed object: its bytes from memory (a small object), or its file.
 pub fn stored(
-    file: std::fs::File,
-    len: u64,
+    object: Stored,
     digest: Digest,
     d: &Describe,
     req: &HeaderMap,
     is_head: bool,
 ) -> Result<Response, ApiError> {
+    let len = object.len();
     if d.not_modified(req) {
         return d.builder().status(StatusCode::NOT_MODIFIED).body(Body::empty()).map_err(internal);
     }
@@ -139,23 +140,28 @@ pub fn stored(
             .status(StatusCode::PARTIAL_CONTENT)
             .header(header::CONTENT_LENGTH, end - start)
             .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{len}", end - 1))
-            .body(stored_body(file, len, digest, start, end))
+            .body(stored_body(object, digest, start, end))
             .map_err(internal),
         RangeAsk::Full => d
             .builder()
             .status(StatusCode::OK)
             .header(header::CONTENT_LENGTH, len)
-            .body(stored_body(file, len, digest, 0, len))
+            .body(stored_body(object, digest, 0, len))
             .map_err(internal),
     }
 }
 
-/// The body of a committed object's bytes `start..end`: file spans sent with `sendfile` where
-/// the connection can (plain HTTP/1), read and copied otherwise.
-fn stored_body(file: std::fs::File, len: u64, digest: Digest, start: u64, end: u64) -> Body {
-    match zerocopy::current() {
-        Some(slot) => zerocopy::body(stored_pieces(file, len, digest, start, end), slot),
-        None => Body::from_stream(stored_reader(file, len, digest, start, end)),
+/// The body of a committed object's bytes `start..end`: one buffer for an object in memory
+/// (written with the head in one call), file spans sent with `sendfile` where the connection
+/// can (plain HTTP/1), read and copied otherwise.
+fn stored_body(object: Stored, digest: Digest, start: u64, end: u64) -> Body {
+    match object {
+        // `start..end` lies within the object: `ask` resolved it against its length.
+        Stored::Memory(bytes) => Body::from(bytes.slice(start as usize..end as usize)),
+        Stored::File { file, len } => match zerocopy::current() {
+            Some(slot) => zerocopy::body(stored_pieces(file, len, digest, start, end), slot),
+            None => Body::from_stream(stored_reader(file, len, digest, start, end)),
+        },
     }
 }
 

@@ -266,9 +266,9 @@ async fn blob(
     let describe = blob_describe(digest);
     // Stored here or in the bucket (perhaps for another upstream): nothing of it, not even a
     // 304, goes to a client of `up` unless the blob is known to exist in `up`.
-    let here = store.object_len(digest).is_some();
-    let shared = if here { None } else { mirror.flights().shared_lookup(&Expect::Digest(*digest)).await };
-    if (here || shared.is_some())
+    let here = store.open_stored(digest).map_err(local)?;
+    let shared = if here.is_some() { None } else { mirror.flights().shared_lookup(&Expect::Digest(*digest)).await };
+    if (here.is_some() || shared.is_some())
         && !mirror
             .known_in(up, repo, digest, ObjectKind::Blob)
             .await
@@ -277,9 +277,9 @@ async fn blob(
         info.cache = Some(CacheResult::Pass.as_str());
         return Err(unknown_blob(up, repo, digest));
     }
-    if let Some((file, len)) = store.open_object(digest).map_err(local)? {
+    if let Some(object) = here {
         info.cache = Some(CacheResult::Hit.as_str());
-        return object::stored(file, len, *digest, &describe, headers, head);
+        return object::stored(object, *digest, &describe, headers, head);
     }
     if let Some(found) = &shared {
         let (m, up2, repo2, d) = (mirror.clone(), up.clone(), repo.clone(), *digest);
@@ -305,11 +305,11 @@ async fn blob(
                 return Err(unknown_blob(up, repo, digest));
             }
             info.cache = Some(CacheResult::Hit.as_str());
-            let (file, len) = store
-                .open_object(digest)
+            let object = store
+                .open_stored(digest)
                 .map_err(local)?
                 .ok_or_else(|| ApiError::new(ErrorCode::BlobUnknown, "blob vanished"))?;
-            object::stored(file, len, *digest, &describe, headers, head)
+            object::stored(object, *digest, &describe, headers, head)
         }
         Claim::Filling(fill) => {
             if headers.get("x-tender-prefetch").is_some_and(|v| v.as_bytes() == b"1") {

@@ -5,10 +5,12 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tender_oci::{Algorithm, Digest};
 
 use crate::fsutil::{sync_dir, write_atomic};
+use crate::memory::{Memory, MemoryLimit};
 use crate::spool::{Sealed, SpoolWriter};
 
 /// The data directory format this tender writes. 2: objects record the upstreams they are
@@ -96,6 +98,29 @@ pub struct Store {
     pub(crate) known_lock: std::sync::Mutex<()>,
     /// Known-upstream records read or written lately (they only grow while the object lives).
     pub(crate) known_cache: std::sync::Mutex<std::collections::HashMap<Digest, Vec<String>>>,
+    /// Small objects and the records a hit reads, in memory.
+    pub(crate) memory: Memory,
+}
+
+/// A committed object to serve: its bytes (a small object, verified when read from disk) or
+/// its open file.
+#[derive(Debug)]
+pub enum Stored {
+    Memory(Bytes),
+    File { file: File, len: u64 },
+}
+
+impl Stored {
+    pub fn len(&self) -> u64 {
+        match self {
+            Stored::Memory(b) => b.len() as u64,
+            Stored::File { len, .. } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Store {
@@ -144,6 +169,7 @@ impl Store {
             _lock: lock,
             known_lock: std::sync::Mutex::new(()),
             known_cache: std::sync::Mutex::new(std::collections::HashMap::new()),
+            memory: Memory::new(MemoryLimit::default()),
         };
         if mode == OpenMode::Exclusive {
             for d in ["objects/sha256", "meta/sha256", "known/sha256", "tags", "spool", "quarantine"] {
@@ -183,6 +209,17 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Keep small objects in memory within `limit` (default: [`MemoryLimit::default`]).
+    pub fn with_memory(mut self, limit: MemoryLimit) -> Store {
+        self.memory = Memory::new(limit);
+        self
+    }
+
+    /// Objects kept in memory and their bytes.
+    pub fn memory_usage(&self) -> (usize, u64) {
+        self.memory.usage()
     }
 
     /// Whether another process holds the directory's lock now.
@@ -243,6 +280,73 @@ impl Store {
         let meta = file.metadata().map_err(|e| self.err(e))?;
         touch(&path, &meta);
         Ok(Some((file, meta.len())))
+    }
+
+    /// A committed object to serve, refreshing its place in the LRU order. One no larger than
+    /// the memory limit's `max_object` comes as its bytes: from memory, or read whole and
+    /// verified against its digest (then kept in memory). One that does not match its digest
+    /// is moved to `quarantine/` and reported absent, so that it is fetched again.
+    pub fn open_stored(&self, digest: &Digest) -> Result<Option<Stored>, StoreError> {
+        if let Some(hit) = self.memory.object(digest) {
+            if hit.claim_touch(crate::records::now_secs(), TOUCH_EVERY.as_secs()) {
+                if let Ok(f) = File::options().write(true).open(self.object_path(digest)) {
+                    let _ = f.set_modified(SystemTime::now());
+                }
+            }
+            return Ok(Some(Stored::Memory(hit.bytes)));
+        }
+        let path = self.object_path(digest);
+        let mut file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.err(e)),
+        };
+        let meta = file.metadata().map_err(|e| self.err(e))?;
+        let touched = touch(&path, &meta);
+        let len = meta.len();
+        if len > self.memory.limit.max_object {
+            return Ok(Some(Stored::File { file, len }));
+        }
+        let mut buf = vec![0u8; len as usize];
+        file.read_exact(&mut buf).map_err(|e| self.err(e))?;
+        let actual = digest.algorithm().digest(&buf);
+        if actual != *digest {
+            tracing::error!(%digest, %actual, path = %path.display(), "stored object does not match its digest; quarantined, to be fetched again");
+            self.quarantine(digest, &path)?;
+            return Ok(None);
+        }
+        let bytes = Bytes::from(buf);
+        self.memory.keep_object(digest, bytes.clone(), touched);
+        Ok(Some(Stored::Memory(bytes)))
+    }
+
+    /// Move a corrupt object aside (`quarantine/<name>.<time>`), forgetting it.
+    pub(crate) fn quarantine(&self, digest: &Digest, path: &Path) -> Result<PathBuf, StoreError> {
+        self.memory.forget_object(digest);
+        let stamp = crate::records::now_secs();
+        // sha256 objects keep the name format 2 gave them; others name their algorithm.
+        let name = match digest.algorithm() {
+            Algorithm::Sha256 => format!("{}.{stamp}", digest.hex()),
+            other => format!("{other}-{}.{stamp}", digest.hex()),
+        };
+        let target = self.quarantine_dir().join(name);
+        fs::create_dir_all(self.quarantine_dir()).map_err(|e| self.err(e))?;
+        fs::rename(path, &target).map_err(|e| self.err(e))?;
+        Ok(target)
+    }
+
+    /// A small committed object (a manifest) whole, through memory like [`Store::open_stored`]
+    /// (one larger than the memory limit's `max_object` is read from disk).
+    pub fn read_small(&self, digest: &Digest) -> Result<Option<Bytes>, StoreError> {
+        match self.open_stored(digest)? {
+            None => Ok(None),
+            Some(Stored::Memory(b)) => Ok(Some(b)),
+            Some(Stored::File { mut file, len }) => {
+                let mut buf = Vec::with_capacity(len as usize);
+                file.read_to_end(&mut buf).map_err(|e| self.err(e))?;
+                Ok(Some(Bytes::from(buf)))
+            }
+        }
     }
 
     /// Read a small committed object (a manifest) whole.
@@ -314,6 +418,7 @@ impl Store {
     /// Remove a committed object (eviction, `catalog trust --reset`) and its known-upstream
     /// record (a later copy may come from another upstream).
     pub fn remove_object(&self, digest: &Digest) -> Result<(), StoreError> {
+        self.memory.forget_object(digest);
         self.forget_known(digest)?;
         match fs::remove_file(self.object_path(digest)) {
             Ok(()) => Ok(()),
@@ -347,13 +452,19 @@ fn take_lock(root: &Path) -> Result<File, StoreError> {
     Ok(f)
 }
 
-/// Refresh an object's mtime, the LRU clock, unless it was refreshed recently.
-fn touch(path: &Path, meta: &fs::Metadata) {
+/// Refresh an object's mtime, the LRU clock, unless it was refreshed recently. The mtime it
+/// has now, in seconds.
+fn touch(path: &Path, meta: &fs::Metadata) -> u64 {
     let now = SystemTime::now();
-    let stale = meta.modified().ok().and_then(|m| now.duration_since(m).ok()).is_none_or(|age| age > TOUCH_EVERY);
+    let modified = meta.modified().ok();
+    let stale = modified.and_then(|m| now.duration_since(m).ok()).is_none_or(|age| age > TOUCH_EVERY);
+    let secs = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     if stale {
         if let Ok(f) = File::options().write(true).open(path) {
-            let _ = f.set_modified(now);
+            if f.set_modified(now).is_ok() {
+                return secs(now);
+            }
         }
     }
+    modified.map_or(0, secs)
 }

@@ -24,11 +24,13 @@
 mod fsutil;
 mod layout;
 mod maintenance;
+mod memory;
 mod records;
 mod spool;
 
 pub use fsutil::write_atomic;
-pub use layout::{OpenMode, Store, StoreError, FORMAT_VERSION};
+pub use layout::{OpenMode, Store, StoreError, Stored, FORMAT_VERSION};
 pub use maintenance::{FsckReport, GcPlan, GcReport};
+pub use memory::MemoryLimit;
 pub use records::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord};
 pub use spool::{Sealed, SpoolWriter};

@@ -94,15 +94,7 @@ impl Store {
                 tracing::warn!(digest = %expected, actual = %actual, "fsck: object does not match its digest");
                 report.corrupt.push(expected.to_string());
                 if repair {
-                    let stamp = crate::records::now_secs();
-                    // sha256 objects keep the name format 2 gave them; others name their algorithm.
-                    let name = match algorithm {
-                        Algorithm::Sha256 => format!("{}.{stamp}", expected.hex()),
-                        other => format!("{other}-{}.{stamp}", expected.hex()),
-                    };
-                    let target = self.quarantine_dir().join(name);
-                    fs::create_dir_all(self.quarantine_dir()).map_err(|e| self.err(e))?;
-                    fs::rename(&path, &target).map_err(|e| self.err(e))?;
+                    let target = self.quarantine(&expected, &path)?;
                     report.quarantined.push(target.display().to_string());
                 }
             }

@@ -11,6 +11,7 @@ use tender_oci::{Algorithm, Digest};
 
 use crate::fsutil::write_atomic;
 use crate::layout::{Store, StoreError};
+use crate::memory::Memory;
 
 /// What a tag pointed to when tender last asked its upstream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,17 +109,31 @@ impl Store {
     }
 
     pub fn tag_get(&self, upstream: &str, repository: &str, tag: &str) -> Result<Option<TagRecord>, StoreError> {
-        read_json(&self.tag_path(upstream, repository, tag)).map_err(|e| self.err(e))
+        let key = Memory::tag_key(upstream, repository, tag);
+        if let Some(r) = self.memory.tag(&key) {
+            return Ok(Some(r));
+        }
+        let r: Option<TagRecord> = read_json(&self.tag_path(upstream, repository, tag)).map_err(|e| self.err(e))?;
+        if let Some(r) = &r {
+            self.memory.keep_tag(key, r.clone());
+        }
+        Ok(r)
     }
 
     pub fn tag_put(&self, record: &TagRecord) -> Result<(), StoreError> {
         let path = self.tag_path(&record.upstream, &record.repository, &record.tag);
+        let key = Memory::tag_key(&record.upstream, &record.repository, &record.tag);
+        // Dropped first: should the write fail, the next read sees what the disk holds.
+        self.memory.forget_tag(&key);
         let bytes = serde_json::to_vec(record).map_err(|e| self.err(io::Error::other(e)))?;
-        write_atomic(&path, &bytes).map_err(|e| self.err(e))
+        write_atomic(&path, &bytes).map_err(|e| self.err(e))?;
+        self.memory.keep_tag(key, record.clone());
+        Ok(())
     }
 
     /// Remove a tag record (`tender tag rm`). `Ok(false)`: there was none.
     pub fn tag_remove(&self, upstream: &str, repository: &str, tag: &str) -> Result<bool, StoreError> {
+        self.memory.forget_tag(&Memory::tag_key(upstream, repository, tag));
         match fs::remove_file(self.tag_path(upstream, repository, tag)) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
@@ -243,12 +258,22 @@ impl Store {
     }
 
     pub fn meta_get(&self, digest: &Digest) -> Result<Option<ManifestMeta>, StoreError> {
-        read_json(&self.meta_path(digest)).map_err(|e| self.err(e))
+        if let Some(m) = self.memory.meta(digest) {
+            return Ok(Some(m));
+        }
+        let m: Option<ManifestMeta> = read_json(&self.meta_path(digest)).map_err(|e| self.err(e))?;
+        if let Some(m) = &m {
+            self.memory.keep_meta(digest, m.clone());
+        }
+        Ok(m)
     }
 
     pub fn meta_put(&self, digest: &Digest, meta: &ManifestMeta) -> Result<(), StoreError> {
+        self.memory.forget_meta(digest);
         let bytes = serde_json::to_vec(meta).map_err(|e| self.err(io::Error::other(e)))?;
-        write_atomic(&self.meta_path(digest), &bytes).map_err(|e| self.err(e))
+        write_atomic(&self.meta_path(digest), &bytes).map_err(|e| self.err(e))?;
+        self.memory.keep_meta(digest, meta.clone());
+        Ok(())
     }
 }
 

@@ -1,0 +1,149 @@
+//! What a hit reads, kept in memory: small committed objects (their bytes verified against
+//! their digest when read from disk), manifest media types and tag records. Bounded (objects
+//! by bytes, records by count) and written through: every change to a record or an object
+//! goes through [`Store`](crate::Store), which updates or drops the copy here. Only the process
+//! that holds the directory's lock keeps one, so no other writer can make it stale.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use quick_cache::sync::Cache;
+use quick_cache::Weighter;
+use tender_oci::Digest;
+
+use crate::records::{ManifestMeta, TagRecord};
+
+/// Bookkeeping a cached object costs beyond its bytes (entry, key, counters), for the budget.
+const ENTRY_OVERHEAD: u64 = 160;
+/// Records (tags, manifest media types) kept, each.
+const RECORDS: usize = 16_384;
+
+/// How much memory a store may use for small objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryLimit {
+    /// Bytes of object content in all (0: no object is kept in memory).
+    pub bytes: u64,
+    /// The largest object kept, and read whole (verified) instead of sent from its file.
+    pub max_object: u64,
+}
+
+impl Default for MemoryLimit {
+    fn default() -> MemoryLimit {
+        MemoryLimit { bytes: 64 << 20, max_object: 64 << 10 }
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct CachedObject {
+    pub(crate) bytes: Bytes,
+    /// The object's mtime (its LRU clock on disk) as last set or seen, in seconds.
+    pub(crate) touched: Arc<AtomicU64>,
+}
+
+#[derive(Clone)]
+struct ByLength;
+
+impl Weighter<Digest, CachedObject> for ByLength {
+    fn weight(&self, _: &Digest, v: &CachedObject) -> u64 {
+        v.bytes.len() as u64 + ENTRY_OVERHEAD
+    }
+}
+
+pub(crate) struct Memory {
+    pub(crate) limit: MemoryLimit,
+    objects: Option<Cache<Digest, CachedObject, ByLength>>,
+    tags: Cache<String, TagRecord>,
+    meta: Cache<Digest, ManifestMeta>,
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memory")
+            .field("limit", &self.limit)
+            .field("objects", &self.objects.as_ref().map_or(0, Cache::len))
+            .field("object_bytes", &self.objects.as_ref().map_or(0, Cache::weight))
+            .finish()
+    }
+}
+
+impl Memory {
+    pub(crate) fn new(limit: MemoryLimit) -> Memory {
+        let objects = (limit.bytes > 0 && limit.max_object > 0).then(|| {
+            // quick_cache sizes its tables by the expected count: objects of a few KiB.
+            let estimated = usize::try_from(limit.bytes / 4096).unwrap_or(usize::MAX).clamp(16, 1 << 20);
+            Cache::with_weighter(estimated, limit.bytes, ByLength)
+        });
+        Memory { limit, objects, tags: Cache::new(RECORDS), meta: Cache::new(RECORDS) }
+    }
+
+    pub(crate) fn object(&self, d: &Digest) -> Option<CachedObject> {
+        self.objects.as_ref()?.get(d)
+    }
+
+    /// Keep a verified object's bytes (only when it fits the per-object limit).
+    pub(crate) fn keep_object(&self, d: &Digest, bytes: Bytes, touched: u64) {
+        if let Some(c) = &self.objects {
+            if bytes.len() as u64 <= self.limit.max_object {
+                c.insert(*d, CachedObject { bytes, touched: Arc::new(AtomicU64::new(touched)) });
+            }
+        }
+    }
+
+    /// Forget an object and its manifest record (removed, quarantined).
+    pub(crate) fn forget_object(&self, d: &Digest) {
+        if let Some(c) = &self.objects {
+            c.remove(d);
+        }
+        self.meta.remove(d);
+    }
+
+    pub(crate) fn tag_key(upstream: &str, repository: &str, tag: &str) -> String {
+        let mut k = String::with_capacity(upstream.len() + repository.len() + tag.len() + 2);
+        for (i, part) in [upstream, repository, tag].into_iter().enumerate() {
+            if i > 0 {
+                k.push('\0');
+            }
+            k.push_str(part);
+        }
+        k
+    }
+
+    pub(crate) fn tag(&self, key: &str) -> Option<TagRecord> {
+        self.tags.get(key)
+    }
+
+    pub(crate) fn keep_tag(&self, key: String, record: TagRecord) {
+        self.tags.insert(key, record);
+    }
+
+    pub(crate) fn forget_tag(&self, key: &str) {
+        self.tags.remove(key);
+    }
+
+    pub(crate) fn meta(&self, d: &Digest) -> Option<ManifestMeta> {
+        self.meta.get(d)
+    }
+
+    pub(crate) fn keep_meta(&self, d: &Digest, meta: ManifestMeta) {
+        self.meta.insert(*d, meta);
+    }
+
+    pub(crate) fn forget_meta(&self, d: &Digest) {
+        self.meta.remove(d);
+    }
+
+    /// Objects held and their bytes (the status page, metrics).
+    pub(crate) fn usage(&self) -> (usize, u64) {
+        self.objects.as_ref().map_or((0, 0), |c| (c.len(), c.weight()))
+    }
+}
+
+impl CachedObject {
+    /// Whether the on-disk LRU clock is due a refresh at `now` (seconds), claiming it if so.
+    pub(crate) fn claim_touch(&self, now: u64, every: u64) -> bool {
+        let last = self.touched.load(Ordering::Relaxed);
+        now.saturating_sub(last) > every
+            && self.touched.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+}
