@@ -113,7 +113,19 @@ impl Digest {
 
     /// The hex characters without the algorithm.
     pub fn hex(&self) -> String {
-        hex::encode(self.as_bytes())
+        self.hex_in(&mut [0u8; 128]).to_string()
+    }
+
+    /// The hex characters without the algorithm, written into `buf` (no allocation).
+    pub fn hex_in<'a>(&self, buf: &'a mut [u8; 128]) -> &'a str {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let raw = self.as_bytes();
+        for (pair, b) in buf.chunks_exact_mut(2).zip(raw) {
+            pair[0] = DIGITS[usize::from(b >> 4)];
+            pair[1] = DIGITS[usize::from(b & 0x0f)];
+        }
+        // Only ASCII hex digits were written.
+        std::str::from_utf8(&buf[..raw.len() * 2]).unwrap_or_default()
     }
 
     /// Parse the lowercase hex of an `algorithm` digest (no prefix), as store paths hold it.
@@ -143,7 +155,9 @@ impl FromStr for Digest {
 
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.algorithm, self.hex())
+        f.write_str(self.algorithm.name())?;
+        f.write_str(":")?;
+        f.write_str(self.hex_in(&mut [0u8; 128]))
     }
 }
 

@@ -21,12 +21,24 @@ pub struct AccessInfo {
     pub route: &'static str,
     pub upstream: Option<String>,
     pub cache: Option<&'static str>,
-    pub digest: Option<String>,
+    pub digest: Option<tender_oci::Digest>,
     /// `<upstream>/<repository>` for registry requests (`image-factory/<schematic>/<version>/<asset>`
     /// for OS images), for the served statistics.
     pub repository: Option<String>,
     /// Keep what this request fetched out of eviction (a prefetch with `X-Tender-Pin: 1`).
     pub pin: bool,
+}
+
+/// A digest in the access log, or nothing.
+struct DigestField<'a>(Option<&'a tender_oci::Digest>);
+
+impl std::fmt::Display for DigestField<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(d) => std::fmt::Display::fmt(d, f),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The OCI error code of an error response.
@@ -100,7 +112,7 @@ impl Drop for CountingBody {
             bytes = self.bytes,
             duration_ms = (secs * 1000.0).round() as u64,
             cache = r.info.cache.unwrap_or(""),
-            digest = r.info.digest.as_deref().unwrap_or(""),
+            digest = %DigestField(r.info.digest.as_ref()),
             error = r.error.unwrap_or(""),
             complete,
             prefetch = r.prefetch,

@@ -75,7 +75,7 @@ async fn serve(
         let Some(t) = store.trust_get(&key).map_err(local)? else { return Ok(None) };
         let Some(object) = store.open_stored(&t.digest).map_err(local)? else { return Ok(None) };
         info.cache = Some(CacheResult::Hit.as_str());
-        info.digest = Some(t.digest.to_string());
+        info.digest = Some(t.digest);
         describe.etag_digest = Some(t.digest);
         describe.last_modified = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(t.first_seen));
         object::stored(object, t.digest, describe, headers, head).map(Some)
@@ -94,7 +94,7 @@ async fn serve(
             let fallback = object::Fallback { store: store.clone(), claim: Box::new(move || m.asset(&path, &k, c)) };
             if let Some(resp) = object::shared(mirror.flights(), &found, &describe, headers, head, fallback) {
                 info.cache = Some(CacheResult::Shared.as_str());
-                info.digest = Some(found.digest.to_string());
+                info.digest = Some(found.digest);
                 return resp;
             }
             describe.etag_digest = None;

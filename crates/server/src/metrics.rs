@@ -1,5 +1,8 @@
 //! HTTP-side metrics. Names are part of tender's interface (README lists them).
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -52,6 +55,18 @@ pub struct ServerMetrics {
     /// The fetch layer's counters (bytes received per upstream, for the savings).
     fetch: FetchMetrics,
     registry: Registry,
+    /// The request metrics of each (route, method, status), found once: label sets from
+    /// closed sets, so bounded.
+    handles: Mutex<HashMap<(&'static str, &'static str, u16), RequestHandles>>,
+    /// The cache counters of each (kind, result, prefetch) and upstream (configured names).
+    cache_handles: Mutex<HashMap<(&'static str, &'static str, bool), HashMap<String, Counter>>>,
+}
+
+#[derive(Debug, Clone)]
+struct RequestHandles {
+    requests: Counter,
+    bytes: Counter,
+    duration: Histogram,
 }
 
 /// The size of the store and the room left on its file system.
@@ -157,6 +172,8 @@ impl ServerMetrics {
             sendfile_bytes,
             fetch: fetch.clone(),
             registry,
+            handles: Mutex::default(),
+            cache_handles: Mutex::default(),
         }
     }
 
@@ -173,15 +190,27 @@ impl ServerMetrics {
 
     pub(crate) fn observe(&self, info: &AccessInfo, method: &str, status: u16, bytes: u64, secs: f64, prefetch: bool) {
         let route = if info.route.is_empty() { "other" } else { info.route };
-        self.requests
-            .get_or_create(&vec![
-                ("route".to_string(), route.to_string()),
-                ("method".to_string(), method_label(method).to_string()),
-                ("status".to_string(), status.to_string()),
-            ])
-            .inc();
-        self.bytes_served.get_or_create(&vec![("route".to_string(), route.to_string())]).inc_by(bytes);
-        self.duration.get_or_create(&vec![("route".to_string(), route.to_string())]).observe(secs);
+        let method = method_label(method);
+        let handles = {
+            let mut h = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+            h.entry((route, method, status))
+                .or_insert_with(|| RequestHandles {
+                    requests: self
+                        .requests
+                        .get_or_create(&vec![
+                            ("route".to_string(), route.to_string()),
+                            ("method".to_string(), method.to_string()),
+                            ("status".to_string(), status.to_string()),
+                        ])
+                        .clone(),
+                    bytes: self.bytes_served.get_or_create(&vec![("route".to_string(), route.to_string())]).clone(),
+                    duration: self.duration.get_or_create(&vec![("route".to_string(), route.to_string())]).clone(),
+                })
+                .clone()
+        };
+        handles.requests.inc();
+        handles.bytes.inc_by(bytes);
+        handles.duration.observe(secs);
         // Only answers that served something: a 304 or an error says nothing about demand.
         if !prefetch && (200..300).contains(&status) {
             if let Some(repo) = &info.repository {
@@ -189,14 +218,27 @@ impl ServerMetrics {
             }
         }
         if let Some(result) = info.cache {
-            self.cache
-                .get_or_create(&vec![
-                    ("kind".to_string(), route.to_string()),
-                    ("result".to_string(), result.to_string()),
-                    ("upstream".to_string(), info.upstream.clone().unwrap_or_default()),
-                    ("prefetch".to_string(), prefetch.to_string()),
-                ])
-                .inc();
+            let upstream = info.upstream.as_deref().unwrap_or_default();
+            let mut h = self.cache_handles.lock().unwrap_or_else(|p| p.into_inner());
+            let by_upstream = h.entry((route, result, prefetch)).or_default();
+            match by_upstream.get(upstream) {
+                Some(c) => {
+                    c.inc();
+                }
+                None => {
+                    let c = self
+                        .cache
+                        .get_or_create(&vec![
+                            ("kind".to_string(), route.to_string()),
+                            ("result".to_string(), result.to_string()),
+                            ("upstream".to_string(), upstream.to_string()),
+                            ("prefetch".to_string(), prefetch.to_string()),
+                        ])
+                        .clone();
+                    c.inc();
+                    by_upstream.insert(upstream.to_string(), c);
+                }
+            }
         }
     }
 

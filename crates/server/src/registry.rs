@@ -61,7 +61,7 @@ pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response 
         (Some(up), Some(_)) => HeaderValue::from_str(up).ok(),
         _ => None,
     };
-    if let (true, Ok(_), Some(d)) = (info.pin, &result, info.digest.as_deref().and_then(|d| d.parse::<Digest>().ok())) {
+    if let (true, Ok(_), Some(d)) = (info.pin, &result, info.digest) {
         if let Err(e) = app.mirror().flights().store().pin(&d, "prefetch") {
             tracing::warn!(digest = %d, error = %e, "could not pin");
         }
@@ -89,7 +89,7 @@ pub(crate) fn note_served(app: &AppState, info: &AccessInfo) {
     if info.cache.is_none_or(|c| c == CacheResult::Pass.as_str()) {
         return;
     }
-    if let Some(d) = info.digest.as_deref().and_then(|d| d.parse::<Digest>().ok()) {
+    if let Some(d) = info.digest {
         bucket.note_served(&d);
     }
 }
@@ -133,7 +133,7 @@ async fn dispatch(app: &Arc<AppState>, req: &Parts, info: &mut AccessInfo) -> Re
         }
         RouteKind::Blob(digest) => {
             info.route = "blob";
-            info.digest = Some(digest.to_string());
+            info.digest = Some(digest);
             blob(app, &up, &repo, &digest, req, info).await
         }
         RouteKind::TagsList => {
@@ -215,7 +215,7 @@ async fn manifest(
         .await
         .map_err(|e| ApiError::from_fetch(&e, Subject::Manifest))?;
     info.cache = Some(hit.cache.as_str());
-    info.digest = Some(hit.digest.to_string());
+    info.digest = Some(hit.digest);
     let mut builder = Response::builder()
         .header(header::CONTENT_TYPE, &hit.media_type)
         .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")

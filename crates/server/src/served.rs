@@ -60,7 +60,10 @@ impl Served {
         if repos.len() >= MAX_REPOSITORIES && !repos.contains_key(repository) {
             return;
         }
-        let r = repos.entry(repository.to_string()).or_default();
+        if !repos.contains_key(repository) {
+            repos.insert(repository.to_string(), Default::default());
+        }
+        let Some(r) = repos.get_mut(repository) else { return };
         match route {
             "manifest" => r.manifest_requests += 1,
             // An OS image is one object, like a blob.

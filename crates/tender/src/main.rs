@@ -1,5 +1,10 @@
 //! The `tender` binary: commands, configuration and wiring. The only crate that uses anyhow.
 
+/// mimalloc: per-thread free lists without glibc's locks and consolidation, on a request path
+/// that allocates for every header, log line and label.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod catalog_cmd;
 mod client;
 mod clone_cmd;
@@ -13,6 +18,7 @@ mod docs_cmd;
 mod exit;
 mod export;
 mod import_cmd;
+mod logsink;
 mod maint;
 mod prefetch;
 mod probe;
@@ -98,6 +104,8 @@ fn main() -> ExitCode {
         Command::Completions(args) => docs_cmd::completions(&args),
         Command::Man(args) => docs_cmd::man(&args),
     };
+    // Access lines still batched reach the log before the process ends.
+    logsink::flush();
     match result {
         Ok(code) => code,
         Err(err) => {
