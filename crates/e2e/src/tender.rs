@@ -55,6 +55,10 @@ where
     proc::output_within(&mut command(args), COMMAND_LIMIT)
 }
 
+/// The path of [`Tender::access`]'s marker requests (answered 404).
+const SYNC_PATH: &str = "/e2e-log-sync/";
+static SYNC_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// One access-log line.
 #[derive(Debug, Clone)]
 pub struct Access {
@@ -161,9 +165,25 @@ impl Tender {
         json_lines(&self.log)
     }
 
-    /// Every access-log line so far.
+    /// Every access-log line of the requests answered so far. tender batches access lines (a
+    /// few milliseconds): a marker request whose own line is awaited (bounded) orders every
+    /// earlier line into the log first. The marker lines are left out.
     pub fn access(&self) -> Vec<Access> {
-        self.log_json().iter().filter_map(Access::from_json).collect()
+        let n = SYNC_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let marker = format!("{SYNC_PATH}{}-{n}", std::process::id());
+        // A TLS listener answers no plain request: then the log is read as it is.
+        if crate::http::get(self.addr, &marker).is_ok() {
+            crate::poll_until("the access log to reach the marker request", Duration::from_secs(10), || {
+                json_lines(&self.log)
+                    .iter()
+                    .any(|v| {
+                        v.get("target").and_then(Value::as_str) == Some("access")
+                            && v.get("path").and_then(Value::as_str) == Some(marker.as_str())
+                    })
+                    .then_some(())
+            });
+        }
+        self.log_json().iter().filter_map(Access::from_json).filter(|a| !a.path.starts_with(SYNC_PATH)).collect()
     }
 
     pub fn signal(&self, sig: &str) {

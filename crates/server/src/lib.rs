@@ -376,7 +376,7 @@ async fn metrics_handler(
     let a = app.clone();
     let _ = tokio::task::spawn_blocking(move || {
         let (bytes, objects) = a.sizes.get(&store);
-        a.metrics.storage.update(bytes, objects, store.root());
+        a.metrics.storage.update(bytes, objects, &store);
     })
     .await;
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.render())

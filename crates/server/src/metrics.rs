@@ -74,6 +74,8 @@ struct RequestHandles {
 pub struct StorageGauges {
     pub cache_bytes: Gauge,
     pub cache_objects: Gauge,
+    pub memory_bytes: Gauge,
+    pub memory_objects: Gauge,
     pub data_free: Gauge,
     pub data_capacity: Gauge,
 }
@@ -82,6 +84,12 @@ impl StorageGauges {
     fn register(&self, r: &mut Registry) {
         r.register("tender_cache_size_bytes", "Bytes of the stored objects", self.cache_bytes.clone());
         r.register("tender_cache_objects", "Stored objects", self.cache_objects.clone());
+        r.register(
+            "tender_cache_memory_bytes",
+            "Bytes of small objects kept in memory (cache.memory)",
+            self.memory_bytes.clone(),
+        );
+        r.register("tender_cache_memory_objects", "Small objects kept in memory", self.memory_objects.clone());
         r.register(
             "tender_data_free_bytes",
             "Bytes available to tender on the data directory's file system",
@@ -94,12 +102,16 @@ impl StorageGauges {
         );
     }
 
-    /// Read the store size (`bytes`, `objects`) and statvfs of `root` into the gauges.
-    pub fn update(&self, bytes: u64, objects: usize, root: &std::path::Path) {
+    /// Read the store size (`bytes`, `objects`), what it keeps in memory and statvfs of its
+    /// root into the gauges.
+    pub fn update(&self, bytes: u64, objects: usize, store: &tender_store::Store) {
         let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         self.cache_bytes.set(g(bytes));
         self.cache_objects.set(g(objects as u64));
-        if let Ok(st) = rustix::fs::statvfs(root) {
+        let (in_memory, memory_bytes) = store.memory_usage();
+        self.memory_objects.set(g(in_memory as u64));
+        self.memory_bytes.set(g(memory_bytes));
+        if let Ok(st) = rustix::fs::statvfs(store.root()) {
             self.data_free.set(g(st.f_bavail.saturating_mul(st.f_frsize)));
             self.data_capacity.set(g(st.f_blocks.saturating_mul(st.f_frsize)));
         }

@@ -147,3 +147,118 @@ impl CachedObject {
             && self.touched.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use std::fs;
+
+    use tender_oci::Digest;
+
+    use crate::{MemoryLimit, OpenMode, Store, Stored, TagRecord};
+
+    fn store(dir: &std::path::Path, limit: MemoryLimit) -> Store {
+        Store::open(dir, OpenMode::Exclusive).unwrap().with_memory(limit)
+    }
+
+    fn put(s: &Store, bytes: &[u8]) -> Digest {
+        let d = Digest::of(bytes);
+        s.put_bytes("test", bytes, &d).unwrap();
+        d
+    }
+
+    fn bytes_of(o: Option<Stored>) -> Option<Vec<u8>> {
+        match o? {
+            Stored::Memory(b) => Some(b.to_vec()),
+            Stored::File { .. } => panic!("a small object came as its file"),
+        }
+    }
+
+    #[test]
+    fn should_serve_the_verified_bytes_of_a_small_object_from_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), MemoryLimit::default());
+        let d = put(&s, b"small blob");
+        assert_eq!(bytes_of(s.open_stored(&d).unwrap()).unwrap(), b"small blob");
+        assert_eq!(s.memory_usage().0, 1);
+        // Rot on disk after the read: memory still holds the bytes that verified.
+        fs::write(s.object_path(&d), b"rotten bits").unwrap();
+        assert_eq!(bytes_of(s.open_stored(&d).unwrap()).unwrap(), b"small blob");
+        // Removal forgets the copy in memory.
+        s.remove_object(&d).unwrap();
+        assert!(s.open_stored(&d).unwrap().is_none());
+        assert_eq!(s.memory_usage(), (0, 0));
+    }
+
+    #[test]
+    fn should_quarantine_a_small_object_that_fails_its_digest_instead_of_serving_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // Nothing kept in memory: every read comes from disk, and is checked.
+        let s = store(dir.path(), MemoryLimit { bytes: 0, ..MemoryLimit::default() });
+        let d = put(&s, b"small blob");
+        assert_eq!(bytes_of(s.open_stored(&d).unwrap()).unwrap(), b"small blob");
+        assert_eq!(s.memory_usage(), (0, 0));
+        fs::write(s.object_path(&d), b"rotten bits").unwrap();
+        assert!(s.open_stored(&d).unwrap().is_none(), "a small object that fails its digest is never served");
+        assert!(!s.object_path(&d).exists());
+        let moved: Vec<_> = fs::read_dir(dir.path().join("quarantine")).unwrap().flatten().collect();
+        assert_eq!(moved.len(), 1);
+        assert!(moved[0].file_name().to_string_lossy().starts_with(&d.hex()));
+        assert!(s.read_small(&d).unwrap().is_none());
+    }
+
+    #[test]
+    fn should_send_an_object_over_the_per_object_limit_from_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), MemoryLimit { bytes: 1 << 20, max_object: 16 });
+        let d = put(&s, b"seventeen bytes!!");
+        match s.open_stored(&d).unwrap().unwrap() {
+            Stored::File { len, .. } => assert_eq!(len, 17),
+            Stored::Memory(_) => panic!("an object over memoryObjectMax came from memory"),
+        }
+        assert_eq!(s.memory_usage(), (0, 0));
+        assert_eq!(s.read_small(&d).unwrap().unwrap().as_ref(), b"seventeen bytes!!");
+    }
+
+    #[test]
+    fn should_keep_the_objects_in_memory_within_their_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), MemoryLimit { bytes: 64 << 10, max_object: 4096 });
+        let digests: Vec<_> = (0..200u32).map(|i| put(&s, &vec![i as u8; 2000 + i as usize])).collect();
+        for (i, d) in digests.iter().enumerate() {
+            assert_eq!(bytes_of(s.open_stored(d).unwrap()).unwrap(), vec![i as u8; 2000 + i]);
+        }
+        let (n, bytes) = s.memory_usage();
+        assert!(bytes <= 64 << 10, "{bytes} bytes in memory over a budget of 64 KiB");
+        assert!(n > 0 && n < 200, "{n} objects kept");
+    }
+
+    #[test]
+    fn should_write_tag_and_manifest_records_through_to_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), MemoryLimit::default());
+        let rec = |d: Digest| TagRecord {
+            upstream: "up".into(),
+            repository: "r".into(),
+            tag: "v1".into(),
+            digest: d,
+            media_type: "m".into(),
+            size: 1,
+            fetched_at: 5,
+            imported: false,
+        };
+        let (a, b) = (Digest::of(b"a"), Digest::of(b"b"));
+        s.tag_put(&rec(a)).unwrap();
+        assert_eq!(s.tag_get("up", "r", "v1").unwrap().unwrap().digest, a);
+        s.tag_put(&rec(b)).unwrap();
+        assert_eq!(s.tag_get("up", "r", "v1").unwrap().unwrap().digest, b);
+        assert!(s.tag_remove("up", "r", "v1").unwrap());
+        assert!(s.tag_get("up", "r", "v1").unwrap().is_none());
+        assert!(s.tag_get("up", "r", "v2").unwrap().is_none());
+        let meta = crate::ManifestMeta { media_type: "x".into(), size: 3 };
+        s.meta_put(&a, &meta).unwrap();
+        assert_eq!(s.meta_get(&a).unwrap().unwrap(), meta);
+        s.meta_put(&a, &crate::ManifestMeta { media_type: "y".into(), size: 3 }).unwrap();
+        assert_eq!(s.meta_get(&a).unwrap().unwrap().media_type, "y");
+    }
+}

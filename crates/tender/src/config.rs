@@ -184,6 +184,8 @@ pub struct RawFetch {
 pub struct RawCache {
     pub max_size: Option<String>,
     pub gc_interval: Option<String>,
+    pub memory: Option<String>,
+    pub memory_object_max: Option<String>,
 }
 
 /// Command-line values that override the file.
@@ -285,6 +287,8 @@ pub struct Settings {
     pub factory_first_byte_timeout: Duration,
     pub cache_max_size: Option<u64>,
     pub gc_interval: Duration,
+    /// Small objects kept in memory (`cache.memory`, `cache.memoryObjectMax`).
+    pub memory: tender_store::MemoryLimit,
     /// The golden image catalog (`catalog:`), validated; see docs/catalog.md.
     pub catalog: tender_catalog::CatalogSettings,
     pub tls: Option<TlsSettings>,
@@ -385,6 +389,10 @@ fn duration(name: &str, key: &str, v: &Option<String>, default: Duration) -> Res
 }
 
 /// Parse a size: plain bytes, or with K/M/G/T (powers of 1000) or Ki/Mi/Gi/Ti (powers of 1024).
+/// The largest `cache.memoryObjectMax`: an object is read whole, and verified, per request
+/// when it is not in memory.
+const MAX_MEMORY_OBJECT: u64 = 16 << 20;
+
 pub fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -633,6 +641,25 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
     let factory_first_byte_timeout =
         duration(name, "fetch.factoryFirstByteTimeout", &f.factory_first_byte_timeout, Duration::from_secs(600))?;
     let gc_interval = duration(name, "cache.gcInterval", &raw.cache.gc_interval, Duration::from_secs(300))?;
+    let memory = {
+        let d = tender_store::MemoryLimit::default();
+        let size = |key: &str, v: &Option<String>, default: u64| match v {
+            None => Ok(default),
+            Some(s) => parse_size(s)
+                .ok_or_else(|| err(key, format!("{s:?} is not a size; write it like 64Mi, 0 (off) or 65536"))),
+        };
+        let limit = tender_store::MemoryLimit {
+            bytes: size("cache.memory", &raw.cache.memory, d.bytes)?,
+            max_object: size("cache.memoryObjectMax", &raw.cache.memory_object_max, d.max_object)?,
+        };
+        if limit.max_object > MAX_MEMORY_OBJECT {
+            return Err(err(
+                "cache.memoryObjectMax",
+                format!("{} bytes is over the limit of {MAX_MEMORY_OBJECT} (16Mi): larger objects are sent from their files", limit.max_object),
+            ));
+        }
+        limit
+    };
     let catalog = tender_catalog::config::resolve(raw.catalog.as_ref(), &data, image_factory.as_str())
         .map_err(|p| err(&p.key, p.message))?;
     let tls = resolve_tls(name, &raw.tls, o)?;
@@ -660,6 +687,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         fetch,
         factory_first_byte_timeout,
         cache_max_size,
+        memory,
         gc_interval,
         catalog,
     })

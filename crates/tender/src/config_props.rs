@@ -93,6 +93,8 @@ const KEYS: &[&str] = &[
     "cache",
     "maxSize",
     "gcInterval",
+    "memory",
+    "memoryObjectMax",
     "catalog",
     "images",
     "schematic",

@@ -6,6 +6,7 @@
 //! lines is the order of events. [`flush`] writes what is buffered (at exit).
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -16,42 +17,50 @@ const BATCH_DELAY: Duration = Duration::from_millis(2);
 /// A buffer this full is written at once, by the writer that filled it.
 const BATCH_BYTES: usize = 64 * 1024;
 
-/// The log's destination: standard error.
+/// The log's destination (standard error in `tender serve`).
 pub struct Sink {
     state: Mutex<State>,
     wake: Condvar,
+    /// Whether the flusher thread runs (without it every line is written at once).
+    flusher: AtomicBool,
 }
 
 struct State {
     buf: Vec<u8>,
     /// The flusher was asked to write the buffer.
     pending: bool,
+    out: Box<dyn Write + Send>,
 }
 
-static SINK: Sink = Sink { state: Mutex::new(State { buf: Vec::new(), pending: false }), wake: Condvar::new() };
-/// Whether the flusher thread runs (without it every line is written at once).
-static FLUSHER: OnceLock<bool> = OnceLock::new();
+static SINK: OnceLock<&'static Sink> = OnceLock::new();
 
-/// The process's log sink; its flusher thread starts with the first use.
+/// The process's log sink, on standard error; its flusher thread starts with the first use.
 pub fn sink() -> &'static Sink {
-    FLUSHER.get_or_init(|| {
-        match std::thread::Builder::new().name("tender-log".into()).spawn(|| SINK.run()) {
-            Ok(_) => true,
-            Err(e) => {
-                eprintln!("tender: log flusher not started ({e}); writing every line at once");
-                false
-            }
-        }
-    });
-    &SINK
+    SINK.get_or_init(|| Sink::start(Box::new(std::io::stderr())))
 }
 
 /// Write what is buffered now (before the process exits).
 pub fn flush() {
-    SINK.write_out(&mut SINK.lock());
+    if let Some(s) = SINK.get() {
+        s.write_out(&mut s.lock());
+    }
 }
 
 impl Sink {
+    /// A sink writing to `out`, with its flusher thread (it lives as long as the process).
+    fn start(out: Box<dyn Write + Send>) -> &'static Sink {
+        let sink: &'static Sink = Box::leak(Box::new(Sink {
+            state: Mutex::new(State { buf: Vec::new(), pending: false, out }),
+            wake: Condvar::new(),
+            flusher: AtomicBool::new(false),
+        }));
+        match std::thread::Builder::new().name("tender-log".into()).spawn(move || sink.run()) {
+            Ok(_) => sink.flusher.store(true, Ordering::Release),
+            Err(e) => eprintln!("tender: log flusher not started ({e}); writing every line at once"),
+        }
+        sink
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -60,8 +69,9 @@ impl Sink {
     fn write_out(&self, st: &mut State) {
         st.pending = false;
         if !st.buf.is_empty() {
-            let _ = std::io::stderr().lock().write_all(&st.buf);
-            st.buf.clear();
+            let State { buf, out, .. } = st;
+            let _ = out.write_all(buf).and_then(|()| out.flush());
+            buf.clear();
         }
     }
 
@@ -83,13 +93,14 @@ impl Sink {
 /// One log line being written (tracing-subscriber formats a whole event, then writes it):
 /// the buffer stays locked from its first byte to its end, so lines never interleave.
 pub struct Line {
+    sink: &'static Sink,
     batched: bool,
     st: Option<MutexGuard<'static, State>>,
 }
 
 impl Write for Line {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.st.get_or_insert_with(|| SINK.lock()).buf.extend_from_slice(b);
+        self.st.get_or_insert_with(|| self.sink.lock()).buf.extend_from_slice(b);
         Ok(b.len())
     }
 
@@ -101,11 +112,11 @@ impl Write for Line {
 impl Drop for Line {
     fn drop(&mut self) {
         let Some(st) = self.st.as_mut() else { return };
-        if !self.batched || st.buf.len() >= BATCH_BYTES || FLUSHER.get() != Some(&true) {
-            SINK.write_out(st);
+        if !self.batched || st.buf.len() >= BATCH_BYTES || !self.sink.flusher.load(Ordering::Acquire) {
+            self.sink.write_out(st);
         } else if !st.pending {
             st.pending = true;
-            SINK.wake.notify_one();
+            self.sink.wake.notify_one();
         }
     }
 }
@@ -114,10 +125,59 @@ impl<'a> MakeWriter<'a> for &'static Sink {
     type Writer = Line;
 
     fn make_writer(&'a self) -> Line {
-        Line { batched: false, st: None }
+        Line { sink: self, batched: false, st: None }
     }
 
     fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Line {
-        Line { batched: meta.target() == "access", st: None }
+        Line { sink: self, batched: meta.target() == "access", st: None }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+    use std::sync::Arc;
+
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn line(sink: &'static Sink, batched: bool, text: &str) {
+        let mut l = Line { sink, batched, st: None };
+        l.write_all(text.as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn should_batch_access_lines_and_keep_every_line_in_order() {
+        let out = Shared::default();
+        let sink = Sink::start(Box::new(out.clone()));
+        let text = || String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        line(sink, true, "a1\n");
+        line(sink, true, "a2\n");
+        // Other lines go at once, after the access lines before them.
+        line(sink, false, "warn\n");
+        assert_eq!(text(), "a1\na2\nwarn\n");
+        line(sink, true, "a3\n");
+        // The flusher writes a3 within BATCH_DELAY; bounded wait.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !text().ends_with("a3\n") {
+            assert!(std::time::Instant::now() < deadline, "the flusher never wrote a3: {:?}", text());
+            std::thread::yield_now();
+        }
+        assert_eq!(text(), "a1\na2\nwarn\na3\n");
+        // A full buffer is written by the line that filled it.
+        let big = "x".repeat(BATCH_BYTES) + "\n";
+        line(sink, true, &big);
+        assert!(text().ends_with(&big), "a full buffer is written at once");
     }
 }

@@ -311,7 +311,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCode> {
     crate::datadir::check(&settings.data).map_err(Failure::problem)?;
     crate::datadir::own_files();
-    let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
+    let store = Store::open(&settings.data, OpenMode::Exclusive)
+        .map_err(|e| Failure::problem(e.to_string()))?
+        .with_memory(settings.memory);
     crate::datadir::close_logged(&settings.data, &settings.catalog);
     learn_parent(&mut settings).await?;
     let store = Arc::new(store);
