@@ -23,6 +23,7 @@
 # env: REPS=3 DUR=5 (seconds per load run) CONNS="64 512" N_BLOBS=1000 MIN_B=1024 MAX_B=4096
 #      BIG_MB=1024 BIG_CLIENTS=8 IDLE_N=10000 HOLD_S=5 SRV_CPU=0 GEN_CPU=1 PORT_BASE=17200
 #      (uses PORT_BASE .. +7) PARTS="rss small h2 manifest auth big" REG2=1 (0: no registry:2)
+#      (tender's cache.memory is a quarter of the small blobs' bytes)
 #      TENDER_BIN=<repo>/target/release/tender BENCH_OUT=<repo>/BENCHMARKS.md KEEP=1 (keep the data)
 # Raw results: WORKDIR/results.txt; client output in WORKDIR/logs; server logs in their directories.
 set -eu
@@ -131,7 +132,10 @@ FIRST_BLOB=$(head -1 "$DATA/blobs.txt")
 find "$UP/data" "$DATA/www" -type f -exec sync {} + 2>/dev/null || true
 rec "setup n_blobs=$N_BLOBS blob_bytes=$BLOB_BYTES manifest_size=$MANIFEST_SIZE manifest_digest=$MANIFEST_DIGEST big_size=$BIG_SIZE s=$(awk -v a="$T0" -v b="$(now)" 'BEGIN{printf "%.1f", b - a}')"
 
-# tender: one config per variant, the limits stated so that no request of the bench is refused
+# tender: one config per variant, the limits stated so that no request of the bench is refused.
+# Its memory cache (cache.memory) holds a quarter of the small blobs' bytes, so that the small
+# hits measure what issue 23 asks: more distinct bytes than any in-memory cache holds.
+MEM_CACHE=$((BLOB_BYTES / 4))
 tender_config() {  # tender_config NAME PORT
   local d=$W/tender-$1
   mkdir -p "$d/data"
@@ -139,6 +143,8 @@ tender_config() {  # tender_config NAME PORT
     printf 'listen: 127.0.0.1:%s\ndata: %s\nlogFormat: text\n' "$2" "$d/data"
     printf 'defaultUpstream: up\nupstreams:\n  - name: up\n    url: %s\n' "$UPURL"
     printf 'fetch:\n  tagTtl: 1h                    # manifests by tag are measured within the TTL\n'
+    printf 'cache:\n  memory: %s                # small objects in memory: less than the %s bytes of small blobs\n' \
+      "$MEM_CACHE" "$BLOB_BYTES"
     printf 'limits:\n'
     printf '  maxClientRequests: 16384      # every client is 127.0.0.1: 512 connections + margin\n'
     printf '  maxConnections: 30000         # IDLE_N=%s idle connections + the load clients\n' "$IDLE_N"
