@@ -14,6 +14,8 @@ use tender_fetch::FetchMetrics;
 use crate::access::AccessInfo;
 
 type Labels = Vec<(String, String)>;
+/// `tender_cache_requests`' kind, result and prefetch labels (the upstream is looked up by name).
+type CacheKey = (&'static str, &'static str, bool);
 
 /// The `method` label: the methods HTTP defines, anything else `other`. A label value never
 /// comes from the request as sent, so no client can grow the label set (issue 16, class 2).
@@ -59,7 +61,7 @@ pub struct ServerMetrics {
     /// closed sets, so bounded.
     handles: Mutex<HashMap<(&'static str, &'static str, u16), RequestHandles>>,
     /// The cache counters of each (kind, result, prefetch) and upstream (configured names).
-    cache_handles: Mutex<HashMap<(&'static str, &'static str, bool), HashMap<String, Counter>>>,
+    cache_handles: Mutex<HashMap<CacheKey, HashMap<String, Counter>>>,
 }
 
 #[derive(Debug, Clone)]

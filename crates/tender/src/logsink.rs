@@ -39,6 +39,13 @@ pub fn sink() -> &'static Sink {
     SINK.get_or_init(|| Sink::start(Box::new(std::io::stderr())))
 }
 
+/// Write one whole access line (written directly, not as a tracing event; see
+/// `tender_server::access::log_directly`), batched like an access event.
+pub fn write_access_line(line: &[u8]) {
+    let mut l = Line { sink: sink(), batched: true, st: None };
+    let _ = l.write_all(line);
+}
+
 /// Write what is buffered now (before the process exits).
 pub fn flush() {
     if let Some(s) = SINK.get() {

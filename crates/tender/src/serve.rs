@@ -123,14 +123,21 @@ impl ServeArgs {
 }
 
 pub fn init_logging(format: LogFormat) {
+    use tender_server::access::LogStyle;
     let filter = tracing_subscriber::EnvFilter::try_from_env("TENDER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(crate::logsink::sink());
-    let _ = match format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder.try_init(),
+    let (installed, style) = match format {
+        LogFormat::Json => (builder.json().flatten_event(true).try_init(), LogStyle::Json),
+        LogFormat::Text => (builder.try_init(), LogStyle::Text),
     };
+    // Access lines are written as this subscriber would format them, without its machinery
+    // (tender_server::access::log_directly); its `access` filter still applies. Without ANSI
+    // colours only: the direct lines have none.
+    if installed.is_ok() && !ansi {
+        tender_server::access::log_directly(style, crate::logsink::write_access_line);
+    }
 }
 
 pub(crate) fn build_mirror(
