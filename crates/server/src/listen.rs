@@ -30,24 +30,46 @@ pub struct ListenOptions {
     pub limits: Limits,
 }
 
-fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
-    let mut b = auto::Builder::new(TokioExecutor::new());
-    b.http1()
-        .timer(TokioTimer::new())
-        // Queue body chunks as given, never copy them into hyper's buffer: zero-copy bodies
-        // (zerocopy.rs) rely on it.
-        .writev(true)
-        .header_read_timeout(limits.header_timeout)
-        // hyper answers 431 when the head does not fit.
-        .max_buf_size(limits.max_header_bytes.max(8192))
-        .max_headers(128);
-    b.http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
-        .max_concurrent_streams(256)
-        .keep_alive_interval(Some(Duration::from_secs(30)))
-        .keep_alive_timeout(Duration::from_secs(20));
-    b
+/// The HTTP builders of a listener: `auto` for TLS connections (ALPN or the preface decides),
+/// and for plain ones `h1`, or `h2` when the client opens with the HTTP/2 preface (h2c prior
+/// knowledge). A plain HTTP/1 connection built with `h1` carries no HTTP/2 state: it is the
+/// common case, and 10,000 idle connections are one of issue 23's figures.
+struct Builders {
+    auto: auto::Builder<TokioExecutor>,
+    h1: hyper::server::conn::http1::Builder,
+    h2: hyper::server::conn::http2::Builder<TokioExecutor>,
+}
+
+fn builders(limits: &Limits) -> Builders {
+    let mut auto = auto::Builder::new(TokioExecutor::new());
+    let mut h1 = hyper::server::conn::http1::Builder::new();
+    let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    macro_rules! http1 {
+        ($b:expr) => {
+            $b.timer(TokioTimer::new())
+                // Queue body chunks as given, never copy them into hyper's buffer: zero-copy
+                // bodies (zerocopy.rs) rely on it.
+                .writev(true)
+                .header_read_timeout(limits.header_timeout)
+                // hyper answers 431 when the head does not fit.
+                .max_buf_size(limits.max_header_bytes.max(8192))
+                .max_headers(128)
+        };
+    }
+    macro_rules! http2 {
+        ($b:expr) => {
+            $b.timer(TokioTimer::new())
+                .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+                .max_concurrent_streams(256)
+                .keep_alive_interval(Some(Duration::from_secs(30)))
+                .keep_alive_timeout(Duration::from_secs(20))
+        };
+    }
+    http1!(auto.http1());
+    http1!(&mut h1);
+    http2!(auto.http2());
+    http2!(&mut h2);
+    Builders { auto, h1, h2 }
 }
 
 /// Serve `router` on `listener` until `shutdown` resolves, then wait for the requests in flight.
@@ -58,7 +80,7 @@ pub async fn run(
     metrics: Arc<ServerMetrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let builder = Arc::new(builder(&opts.limits));
+    let builder = Arc::new(builders(&opts.limits));
     let conns = Arc::new(Conns::default());
     // Every connection task holds a sender: when all are gone, every connection has ended.
     let (alive, mut all_ended) = tokio::sync::mpsc::channel::<()>(1);
@@ -121,16 +143,37 @@ pub async fn run(
     Ok(())
 }
 
-/// Wait for the first byte of a plain connection; false when it never came (counted) or the
-/// peer went away.
-async fn first_byte(tcp: &TcpStream, limits: &Limits, metrics: &ServerMetrics) -> bool {
-    let mut one = [0u8; 1];
-    match tokio::time::timeout(limits.first_byte_timeout, tcp.peek(&mut one)).await {
-        Ok(Ok(n)) => n > 0,
-        Ok(Err(_)) => false,
-        Err(_) => {
-            metrics.limit_refusal("first_byte_timeout");
-            false
+/// How a plain connection opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    Http1,
+    /// The HTTP/2 connection preface (`PRI * HTTP/2.0`): h2c with prior knowledge.
+    Http2,
+}
+
+/// Wait for the first bytes of a plain connection and tell HTTP/2's connection preface from
+/// an HTTP/1 request; `None` when none came in time (counted) or the peer went away.
+async fn first_bytes(tcp: &TcpStream, limits: &Limits, metrics: &ServerMetrics) -> Option<Opening> {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let deadline = tokio::time::Instant::now() + limits.first_byte_timeout;
+    let mut seen = [0u8; PREFACE.len()];
+    loop {
+        match tokio::time::timeout_at(deadline, tcp.peek(&mut seen)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return None,
+            Ok(Ok(n)) if !PREFACE.starts_with(&seen[..n]) => return Some(Opening::Http1),
+            Ok(Ok(n)) if n == PREFACE.len() => return Some(Opening::Http2),
+            // A prefix of the preface and no more yet: honest clients send it whole, so this
+            // is rare; look again shortly (peek would answer at once).
+            Ok(Ok(_)) => {
+                if tokio::time::timeout_at(deadline, tokio::time::sleep(Duration::from_millis(5))).await.is_err() {
+                    metrics.limit_refusal("first_byte_timeout");
+                    return None;
+                }
+            }
+            Err(_) => {
+                metrics.limit_refusal("first_byte_timeout");
+                return None;
+            }
         }
     }
 }
@@ -139,7 +182,7 @@ async fn first_byte(tcp: &TcpStream, limits: &Limits, metrics: &ServerMetrics) -
 async fn serve_connection(
     tcp: TcpStream,
     peer: SocketAddr,
-    builder: &auto::Builder<TokioExecutor>,
+    builder: &Builders,
     router: Router,
     opts: &ListenOptions,
     metrics: &ServerMetrics,
@@ -148,16 +191,39 @@ async fn serve_connection(
 ) {
     let opened = Instant::now();
     let Some(tls) = &opts.tls else {
-        if !first_byte(&tcp, &opts.limits, metrics).await {
+        let Some(opening) = first_bytes(&tcp, &opts.limits, metrics).await else {
             return;
-        }
+        };
         state.spoke();
         let slot = ZeroCopy::new(metrics.sendfile_bytes.clone());
         let svc = service(router, peer, false, Some(slot.clone()), state.clone());
-        let conn = builder.serve_connection(TokioIo::new(ZeroCopyStream::new(tcp, slot)), svc);
-        drive(conn, peer, opened, &opts.limits, metrics, &state, stopping).await;
+        let io = TokioIo::new(ZeroCopyStream::new(tcp, slot));
+        if opening == Opening::Http2 {
+            let conn = builder.h2.serve_connection(io, svc);
+            Box::pin(drive(conn, peer, opened, &opts.limits, metrics, &state, stopping)).await;
+        } else {
+            let conn = builder.h1.serve_connection(io, svc);
+            drive(conn, peer, opened, &opts.limits, metrics, &state, stopping).await;
+        }
         return;
     };
+    // Boxed: a plain connection's task does not carry the room a TLS one needs (10,000 idle
+    // connections are one of issue 23's figures).
+    Box::pin(serve_tls(tcp, peer, tls, builder, router, opts, metrics, state, stopping)).await;
+}
+
+#[allow(clippy::too_many_arguments, reason = "one connection's whole context, passed once")]
+async fn serve_tls(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    tls: &TlsReloader,
+    builder: &Builders,
+    router: Router,
+    opts: &ListenOptions,
+    metrics: &ServerMetrics,
+    state: Arc<ConnState>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.current());
     let stream = match tokio::time::timeout(opts.limits.handshake_timeout, acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
@@ -174,7 +240,7 @@ async fn serve_connection(
     state.spoke();
     let verified = tls.mutual() && stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
     let svc = service(router, peer, verified, None, state.clone());
-    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    let conn = builder.auto.serve_connection(TokioIo::new(stream), svc);
     drive(conn, peer, Instant::now(), &opts.limits, metrics, &state, stopping).await;
 }
 

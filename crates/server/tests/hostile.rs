@@ -272,14 +272,20 @@ async fn should_close_silent_half_sent_and_idle_connections_at_their_deadlines()
     let mut h2 = tokio::net::TcpStream::connect(tender.addr).await.unwrap();
     // The HTTP/2 preface and nothing more: protocol detection does not wait forever.
     h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+    // Half the preface and nothing more: neither HTTP/1 nor HTTP/2 yet; closed at the
+    // first-byte deadline like a silent socket.
+    let mut part = tokio::net::TcpStream::connect(tender.addr).await.unwrap();
+    part.write_all(b"PRI * HT").await.unwrap();
     let silent = closed_within(&mut silent, Duration::from_secs(5)).await.expect("silent socket closed");
     let half = closed_within(&mut half, Duration::from_secs(5)).await.expect("half-sent head closed");
     let idle = closed_within(&mut idle, Duration::from_secs(5)).await.expect("idle keep-alive closed");
     let h2 = closed_within(&mut h2, Duration::from_secs(5)).await.expect("HTTP/2 without a request closed");
-    eprintln!("closed after: silent {silent:?}, half {half:?}, idle {idle:?}, h2 {h2:?}");
+    let part = closed_within(&mut part, Duration::from_secs(5)).await.expect("half a preface closed");
+    eprintln!("closed after: silent {silent:?}, half {half:?}, idle {idle:?}, h2 {h2:?}, part {part:?}");
     assert!(silent < Duration::from_secs(2) && half < Duration::from_secs(3) && idle < Duration::from_secs(3));
+    assert!(part < Duration::from_secs(2));
     let text = metrics_text(&tender).await;
-    assert!(text.contains("tender_limit_refusals_total{limit=\"first_byte_timeout\"} 1"), "{text}");
+    assert!(text.contains("tender_limit_refusals_total{limit=\"first_byte_timeout\"} 2"), "{text}");
 }
 
 /// A registry that lies with numbers, words and sizes, one behaviour per test.
