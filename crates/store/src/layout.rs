@@ -296,7 +296,7 @@ impl Store {
             return Ok(Some(Stored::Memory(hit.bytes)));
         }
         let path = self.object_path(digest);
-        let mut file = match File::open(&path) {
+        let file = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(self.err(e)),
@@ -307,8 +307,11 @@ impl Store {
         if len > self.memory.limit.max_object {
             return Ok(Some(Stored::File { file, len }));
         }
-        let mut buf = vec![0u8; len as usize];
-        file.read_exact(&mut buf).map_err(|e| self.err(e))?;
+        // Only from the page cache: a read that would wait for the disk is left to the file
+        // path, which reads on a blocking thread (the caller runs on the async threads).
+        let Some(buf) = read_cached(&file, len).map_err(|e| self.err(e))? else {
+            return Ok(Some(Stored::File { file, len }));
+        };
         let actual = digest.algorithm().digest(&buf);
         if actual != *digest {
             tracing::error!(%digest, %actual, path = %path.display(), "stored object does not match its digest; quarantined, to be fetched again");
@@ -450,6 +453,29 @@ fn take_lock(root: &Path) -> Result<File, StoreError> {
     let _ = write!(f, "{}", std::process::id());
     let _ = f.sync_all();
     Ok(f)
+}
+
+/// The whole of a small file, if the page cache holds all of it (`RWF_NOWAIT`: never waits
+/// for the disk); `None` when it does not. tmpfs and ramfs have no `RWF_NOWAIT` (EOPNOTSUPP),
+/// but their pages are memory: read as usual.
+fn read_cached(file: &File, len: u64) -> io::Result<Option<Vec<u8>>> {
+    let mut buf = vec![0u8; len as usize];
+    let mut at = 0usize;
+    while at < buf.len() {
+        let mut iov = [io::IoSliceMut::new(&mut buf[at..])];
+        match rustix::io::preadv2(file, &mut iov, at as u64, rustix::io::ReadWriteFlags::NOWAIT) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "object shorter than its size")),
+            Ok(n) => at += n,
+            Err(rustix::io::Errno::AGAIN) => return Ok(None),
+            Err(rustix::io::Errno::OPNOTSUPP) => {
+                std::os::unix::fs::FileExt::read_exact_at(file, &mut buf[at..], at as u64)?;
+                at = buf.len();
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Some(buf))
 }
 
 /// Refresh an object's mtime, the LRU clock, unless it was refreshed recently. The mtime it

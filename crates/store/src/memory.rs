@@ -208,6 +208,26 @@ mod tests {
     }
 
     #[test]
+    fn should_leave_a_small_object_the_page_cache_lacks_to_the_file_path() {
+        // On a disk file system (tmpfs has no RWF_NOWAIT and counts as cached).
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let s = store(dir.path(), MemoryLimit::default());
+        let d = put(&s, &[5u8; 20_000]);
+        let f = fs::File::open(s.object_path(&d)).unwrap();
+        rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        // Not read on the async threads: the file path reads it where blocking is allowed.
+        match s.open_stored(&d).unwrap().unwrap() {
+            Stored::File { len, .. } => assert_eq!(len, 20_000),
+            Stored::Memory(_) => panic!("an object out of the page cache was read inline"),
+        }
+        assert_eq!(s.memory_usage().0, 0);
+        // Once its pages are in, it is read, verified and kept.
+        assert_eq!(fs::read(s.object_path(&d)).unwrap().len(), 20_000);
+        assert_eq!(bytes_of(s.open_stored(&d).unwrap()).unwrap(), vec![5u8; 20_000]);
+        assert_eq!(s.memory_usage().0, 1);
+    }
+
+    #[test]
     fn should_send_an_object_over_the_per_object_limit_from_its_file() {
         let dir = tempfile::tempdir().unwrap();
         let s = store(dir.path(), MemoryLimit { bytes: 1 << 20, max_object: 16 });
