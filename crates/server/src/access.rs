@@ -46,10 +46,10 @@ impl std::fmt::Display for DigestField<'_> {
 pub struct ErrorCodeSeen(pub &'static str);
 
 struct Record {
-    method: String,
-    path: String,
-    ns: Option<String>,
-    user_agent: String,
+    /// The request's method and target (cheap clones of what the connection parsed).
+    method: http::Method,
+    uri: http::Uri,
+    user_agent: Option<http::HeaderValue>,
     prefetch: bool,
     status: u16,
     info: AccessInfo,
@@ -65,6 +65,9 @@ struct CountingBody {
     bytes: u64,
     complete: bool,
     record: Option<Record>,
+    /// The request's place under `limits.maxClientRequests`, held until the body is done:
+    /// a 1 GiB download is one request in progress until its last byte.
+    _slot: Option<crate::limits::Slot>,
 }
 
 impl http_body::Body for CountingBody {
@@ -101,11 +104,18 @@ impl Drop for CountingBody {
             || http_body::Body::is_end_stream(&self.inner)
             || r.content_length.is_some_and(|n| n == self.bytes);
         let secs = r.started.elapsed().as_secs_f64();
-        r.metrics.observe(&r.info, &r.method, r.status, self.bytes, secs, r.prefetch);
+        // A method is a token of any length: the log line carries at most 16 bytes of it.
+        let method = {
+            let m = r.method.as_str();
+            let end = (0..=m.len().min(16)).rev().find(|&i| m.is_char_boundary(i)).unwrap_or(0);
+            &m[..end]
+        };
+        r.metrics.observe(&r.info, method, r.status, self.bytes, secs, r.prefetch);
+        let ns = r.uri.query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("ns="))).unwrap_or("");
         let line = Line {
-            method: &r.method,
-            path: &r.path,
-            ns: r.ns.as_deref().unwrap_or(""),
+            method,
+            path: r.uri.path(),
+            ns,
             upstream: r.info.upstream.as_deref().unwrap_or(""),
             status: r.status,
             bytes: self.bytes,
@@ -115,7 +125,7 @@ impl Drop for CountingBody {
             error: r.error.unwrap_or(""),
             complete,
             prefetch: r.prefetch,
-            user_agent: &r.user_agent,
+            user_agent: r.user_agent.as_ref().and_then(|v| v.to_str().ok()).unwrap_or(""),
         };
         line.emit();
     }
@@ -214,13 +224,12 @@ impl Line<'_> {
     /// written, the others as their `Debug`; JSON: strings, numbers, booleans).
     pub(crate) fn format(&self, style: LogStyle, now: std::time::SystemTime, out: &mut Vec<u8>) {
         use std::io::Write as _;
-        let mut ts = [0u8; 27];
-        let ts = timestamp(now, &mut ts);
+        // `2026-12-02T04:00:59.092601Z`, as tracing-subscriber's `SystemTime` timer writes it.
+        let ts = humantime::format_rfc3339_micros(now);
         let mut num = itoa_buf();
         match style {
             LogStyle::Text => {
-                out.extend_from_slice(ts.as_bytes());
-                out.extend_from_slice(b"  INFO access: request method=");
+                let _ = write!(out, "{ts}  INFO access: request method=");
                 out.extend_from_slice(self.method.as_bytes());
                 out.extend_from_slice(b" path=");
                 out.extend_from_slice(self.path.as_bytes());
@@ -242,9 +251,7 @@ impl Line<'_> {
                 out.extend_from_slice(self.user_agent.as_bytes());
             }
             LogStyle::Json => {
-                out.extend_from_slice(b"{\"timestamp\":\"");
-                out.extend_from_slice(ts.as_bytes());
-                out.extend_from_slice(b"\",\"level\":\"INFO\",\"message\":\"request\",\"method\":");
+                let _ = write!(out, "{{\"timestamp\":\"{ts}\",\"level\":\"INFO\",\"message\":\"request\",\"method\":");
                 json_str(out, self.method);
                 out.extend_from_slice(b",\"path\":");
                 json_str(out, self.path);
@@ -290,77 +297,85 @@ fn json_str(out: &mut Vec<u8>, s: &str) {
     }
 }
 
-/// `2026-12-02T04:00:59.092601Z`: RFC 3339 in UTC with microseconds, as tracing-subscriber's
-/// `SystemTime` timer writes it.
-fn timestamp(t: std::time::SystemTime, buf: &mut [u8; 27]) -> &str {
-    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let fields: [(usize, u64, usize); 7] = [
-        (0, year.clamp(0, 9999) as u64, 4),
-        (5, month as u64, 2),
-        (8, day as u64, 2),
-        (11, rem / 3600, 2),
-        (14, rem % 3600 / 60, 2),
-        (17, rem % 60, 2),
-        (20, u64::from(d.subsec_micros()), 6),
-    ];
-    buf.copy_from_slice(b"0000-00-00T00:00:00.000000Z");
-    for (at, mut v, width) in fields {
-        for i in (at..at + width).rev() {
-            buf[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-        }
-    }
-    std::str::from_utf8(buf).unwrap_or_default()
+/// What the access line needs of a request, taken before the request is handed on.
+pub(crate) struct Begin {
+    started: Instant,
+    method: http::Method,
+    uri: http::Uri,
+    user_agent: Option<http::HeaderValue>,
+    prefetch: bool,
 }
 
-/// Middleware: wrap every response body so it is logged and counted when done.
-pub async fn layer(State(metrics): State<Arc<ServerMetrics>>, req: Request, next: Next) -> Response {
-    let started = Instant::now();
-    // A method is a token of any length: the log line carries at most 16 bytes of it.
-    let method = {
-        let m = req.method().as_str();
-        let end = (0..=m.len().min(16)).rev().find(|&i| m.is_char_boundary(i)).unwrap_or(0);
-        m[..end].to_string()
+impl Begin {
+    pub(crate) fn of(req: &Request) -> Begin {
+        Begin {
+            started: Instant::now(),
+            method: req.method().clone(),
+            uri: req.uri().clone(),
+            user_agent: req.headers().get(http::header::USER_AGENT).cloned(),
+            prefetch: req.headers().get("x-tender-prefetch").is_some_and(|v| v.as_bytes() == b"1"),
+        }
+    }
+
+    /// Wrap the response body so the request is logged and counted when the body is done (or
+    /// dropped), holding `slot` until then. `prefetch_dropped`: the request's prefetch headers
+    /// were ignored (an anonymous client), so it is counted as an ordinary pull.
+    pub(crate) fn finish(
+        self,
+        resp: Response,
+        metrics: Arc<ServerMetrics>,
+        slot: Option<crate::limits::Slot>,
+        prefetch_dropped: bool,
+    ) -> Response {
+        let (mut parts, body) = resp.into_parts();
+        let info = parts.extensions.remove::<AccessInfo>().unwrap_or_default();
+        let error = parts.extensions.remove::<ErrorCodeSeen>().map(|e| e.0);
+        let content_length =
+            parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+        let record = Record {
+            method: self.method,
+            uri: self.uri,
+            user_agent: self.user_agent,
+            prefetch: self.prefetch && !prefetch_dropped,
+            status: parts.status.as_u16(),
+            info,
+            content_length,
+            error,
+            started: self.started,
+            metrics,
+        };
+        let body = CountingBody { inner: body, bytes: 0, complete: false, record: Some(record), _slot: slot };
+        Response::from_parts(parts, Body::new(body))
+    }
+}
+
+/// The one middleware of every listener: the access line and metrics (when the body is done),
+/// the request limits, and client authentication where `auth` (a listener that serves pulls).
+/// One layer instead of three: a small hit pays for one boxed service and one body wrapper.
+pub(crate) async fn front(State(front): State<Front>, mut req: Request, next: Next) -> Response {
+    let begin = Begin::of(&req);
+    let app = &front.app;
+    let slot = match crate::limits::admit(app, &req) {
+        Ok(slot) => slot,
+        Err(refusal) => return begin.finish(refusal, app.metrics.clone(), None, false),
     };
-    let path = req.uri().path().to_string();
-    let ns = req.uri().query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("ns="))).map(str::to_string);
-    let user_agent =
-        req.headers().get(http::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-    let prefetch = req.headers().get("x-tender-prefetch").is_some_and(|v| v.as_bytes() == b"1");
+    let mut prefetch_dropped = false;
+    if front.auth {
+        match crate::auth::check(app, &mut req).await {
+            Ok(dropped) => prefetch_dropped = dropped,
+            Err(refusal) => return begin.finish(refusal, app.metrics.clone(), slot, false),
+        }
+    }
     let resp = next.run(req).await;
-    let (mut parts, body) = resp.into_parts();
-    let prefetch = prefetch && parts.extensions.remove::<crate::auth::PrefetchIgnored>().is_none();
-    let info = parts.extensions.remove::<AccessInfo>().unwrap_or_default();
-    let error = parts.extensions.remove::<ErrorCodeSeen>().map(|e| e.0);
-    let content_length =
-        parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
-    let record = Record {
-        method,
-        path,
-        ns,
-        user_agent,
-        prefetch,
-        status: parts.status.as_u16(),
-        info,
-        content_length,
-        error,
-        started,
-        metrics,
-    };
-    let body = CountingBody { inner: body, bytes: 0, complete: false, record: Some(record) };
-    Response::from_parts(parts, Body::new(body))
+    begin.finish(resp, app.metrics.clone(), slot, prefetch_dropped)
+}
+
+/// The state of [`front`].
+#[derive(Clone)]
+pub(crate) struct Front {
+    pub app: Arc<crate::AppState>,
+    /// Authenticate clients (a listener that serves pulls).
+    pub auth: bool,
 }
 
 #[cfg(test)]

@@ -5,12 +5,11 @@ use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use sha2::{Digest as _, Sha256};
@@ -58,12 +57,6 @@ impl Identity {
         !matches!(self, Identity::Anonymous)
     }
 }
-
-/// On a response whose request's `X-Tender-Prefetch` / `X-Tender-Pin` were ignored (an
-/// anonymous client while client authentication is configured): the access log and the
-/// statistics count it as an ordinary pull.
-#[derive(Debug, Clone, Copy)]
-pub struct PrefetchIgnored;
 
 /// Set by the connection layer on requests that came over TLS with a verified client certificate.
 #[derive(Debug, Clone, Copy)]
@@ -373,19 +366,21 @@ fn exempt(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz")
 }
 
-/// Authenticate every request on a listener that requires it; record the [`Identity`].
-pub async fn layer(State(app): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+/// Authenticate a request on a listener that requires it and record its [`Identity`] on it.
+/// `Ok(true)` when the request's prefetch headers were dropped (an anonymous client's request
+/// is an ordinary pull); `Err` is the answer to send instead.
+#[allow(clippy::result_large_err, reason = "the refusal is the response itself, sent at once")]
+pub(crate) async fn check(app: &AppState, req: &mut Request) -> Result<bool, Response> {
     let Some(auth) = app.security.auth() else {
         req.extensions_mut().insert(Identity::Anonymous);
-        return next.run(req).await;
+        return Ok(false);
     };
+    if exempt(req.uri().path()) {
+        req.extensions_mut().insert(Identity::Anonymous);
+        return Ok(false);
+    }
     let cert = req.extensions().get::<VerifiedClientCert>().is_some();
     let ip = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
-    let path = req.uri().path().to_string();
-    if exempt(&path) {
-        req.extensions_mut().insert(Identity::Anonymous);
-        return next.run(req).await;
-    }
     let (identity, verdict) = match presented(req.headers()) {
         Presented::None if cert => (Identity::Certificate, Verdict::Accepted),
         Presented::None => (Identity::Anonymous, Verdict::Accepted),
@@ -400,7 +395,7 @@ pub async fn layer(State(app): State<Arc<AppState>>, mut req: Request, next: Nex
         Presented::Malformed => {
             app.metrics().auth_refusal("malformed");
             app.metrics().auth_failures.inc();
-            return challenge("authentication failed: the Authorization header is neither Basic nor Bearer");
+            return Err(challenge("authentication failed: the Authorization header is neither Basic nor Bearer"));
         }
     };
     let mut prefetch_dropped = false;
@@ -413,29 +408,25 @@ pub async fn layer(State(app): State<Arc<AppState>>, mut req: Request, next: Nex
     match verdict {
         Verdict::Accepted if identity == Identity::Anonymous && !auth.anonymous_pull() => {
             app.metrics().auth_refusal("no_credentials");
-            challenge("authentication required")
+            Err(challenge("authentication required"))
         }
         Verdict::Accepted => {
             req.extensions_mut().insert(identity);
-            let mut resp = next.run(req).await;
-            if prefetch_dropped {
-                resp.extensions_mut().insert(PrefetchIgnored);
-            }
-            resp
+            Ok(prefetch_dropped)
         }
         Verdict::Refused => {
             app.metrics().auth_refusal("bad_credentials");
             app.metrics().auth_failures.inc();
-            challenge("authentication failed: wrong user name, password or token")
+            Err(challenge("authentication failed: wrong user name, password or token"))
         }
         Verdict::RateLimited => {
             app.metrics().auth_refusal("rate_limited");
             app.metrics().auth_failures.inc();
-            too_many("too many failed authentications from this address; retry later", FAILURE_WINDOW)
+            Err(too_many("too many failed authentications from this address; retry later", FAILURE_WINDOW))
         }
         Verdict::Busy => {
             app.metrics().auth_refusal("busy");
-            too_many("too many password checks in progress; retry shortly", Duration::from_secs(1))
+            Err(too_many("too many password checks in progress; retry shortly", Duration::from_secs(1)))
         }
     }
 }

@@ -211,7 +211,6 @@ impl Viewer {
 /// endpoint of a listener that serves pulls, the health probes excepted; the admin-only
 /// listener relies on where it is bound, and its admin endpoints on the admin token.
 pub fn router_for(app: Arc<AppState>, surface: Surface) -> Router {
-    let metrics = app.metrics.clone();
     // The upstream names are on every listener: an edge tender (`--parent`) learns them there.
     let mut r = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -243,13 +242,8 @@ pub fn router_for(app: Arc<AppState>, surface: Surface) -> Router {
                 .route("/api/v1/admin/tags", axum::routing::delete(import::remove_tag));
         }
     }
-    let mut r = r.fallback(not_found);
-    if surface != Surface::Admin {
-        r = r.layer(axum::middleware::from_fn_with_state(app.clone(), auth::layer));
-    }
-    r.layer(axum::middleware::from_fn_with_state(app.clone(), limits::layer))
-        .with_state(app)
-        .layer(axum::middleware::from_fn_with_state(metrics, access::layer))
+    let front = access::Front { app: app.clone(), auth: surface != Surface::Admin };
+    r.fallback(not_found).with_state(app).layer(axum::middleware::from_fn_with_state(front, access::front))
 }
 
 /// `GET /api/v1/upstreams`: the upstream names this tender routes (`ns` values and path

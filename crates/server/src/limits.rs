@@ -6,12 +6,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::StatusCode;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use http_body_util::BodyExt;
 
 use crate::AppState;
 
@@ -62,7 +59,7 @@ impl Default for Limits {
 pub struct ClientCounts(Mutex<HashMap<IpAddr, usize>>);
 
 /// One request in progress; counted down when the response body is done or dropped.
-struct Slot {
+pub(crate) struct Slot {
     counts: Arc<ClientCounts>,
     ip: IpAddr,
 }
@@ -97,48 +94,35 @@ pub fn refusal(status: StatusCode, code: &str, message: String) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-/// URL size and per-client concurrency, before anything else looks at the request.
-pub async fn layer(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+/// URL size and per-client concurrency, before anything else looks at the request: the slot
+/// this request holds (to be kept as long as its response body), or the refusal to send.
+#[allow(clippy::result_large_err, reason = "the refusal is the response itself, sent at once")]
+pub(crate) fn admit(app: &AppState, req: &Request) -> Result<Option<Slot>, Response> {
     let limits = &app.security.limits;
     let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
     if target_len > limits.max_url_bytes {
         app.metrics().limit_refusal("url");
-        return refusal(
+        return Err(refusal(
             StatusCode::URI_TOO_LONG,
             "UNSUPPORTED",
             format!("request target of {target_len} bytes is over the limit of {} bytes", limits.max_url_bytes),
-        );
+        ));
     }
-    let ip = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
-    let slot = match ip {
-        Some(ip) => match app.client_counts.take(ip, limits.max_client_requests) {
-            Some(s) => Some(s),
-            None => {
-                app.metrics().limit_refusal("client_requests");
-                let mut resp = refusal(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "TOOMANYREQUESTS",
-                    format!(
-                        "{ip} has {} requests in progress, the limit (limits.maxClientRequests); retry when one is done",
-                        limits.max_client_requests
-                    ),
-                );
-                resp.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("1"));
-                return resp;
-            }
-        },
-        None => None,
-    };
-    let resp = next.run(req).await;
-    match slot {
-        // The slot lives as long as the body: a 1 GiB download is one request in progress
-        // until its last byte.
-        Some(slot) => resp.map(|b| {
-            Body::new(b.map_frame(move |f| {
-                let _held = &slot;
-                f
-            }))
-        }),
-        None => resp,
+    let Some(ip) = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()) else { return Ok(None) };
+    match app.client_counts.take(ip, limits.max_client_requests) {
+        Some(s) => Ok(Some(s)),
+        None => {
+            app.metrics().limit_refusal("client_requests");
+            let mut resp = refusal(
+                StatusCode::TOO_MANY_REQUESTS,
+                "TOOMANYREQUESTS",
+                format!(
+                    "{ip} has {} requests in progress, the limit (limits.maxClientRequests); retry when one is done",
+                    limits.max_client_requests
+                ),
+            );
+            resp.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("1"));
+            Err(resp)
+        }
     }
 }

@@ -125,7 +125,9 @@ pub async fn run(
             let _alive = alive;
             let state = admitted.state.clone();
             tokio::select! {
-                () = serve_connection(tcp, peer, &builder, router, &opts, &metrics, state.clone(), stopping) => {}
+                () = serve_connection(tcp, Conn {
+                    peer, builder: &builder, router, opts: &opts, metrics: &metrics, state: state.clone(), stopping,
+                }) => {}
                 // Dropping the connection closes it.
                 () = state.evicted() => tracing::debug!(%peer, "connection closed to make room for another"),
             }
@@ -178,52 +180,44 @@ async fn first_bytes(tcp: &TcpStream, limits: &Limits, metrics: &ServerMetrics) 
     }
 }
 
-#[allow(clippy::too_many_arguments, reason = "one connection's whole context, passed once")]
-async fn serve_connection(
-    tcp: TcpStream,
+/// What serving one connection needs besides its socket.
+struct Conn<'a> {
     peer: SocketAddr,
-    builder: &Builders,
+    builder: &'a Builders,
     router: Router,
-    opts: &ListenOptions,
-    metrics: &ServerMetrics,
+    opts: &'a ListenOptions,
+    metrics: &'a ServerMetrics,
     state: Arc<ConnState>,
     stopping: tokio::sync::watch::Receiver<bool>,
-) {
+}
+
+async fn serve_connection(tcp: TcpStream, c: Conn<'_>) {
     let opened = Instant::now();
-    let Some(tls) = &opts.tls else {
-        let Some(opening) = first_bytes(&tcp, &opts.limits, metrics).await else {
+    let Some(tls) = &c.opts.tls else {
+        let Some(opening) = first_bytes(&tcp, &c.opts.limits, c.metrics).await else {
             return;
         };
-        state.spoke();
-        let slot = ZeroCopy::new(metrics.sendfile_bytes.clone());
-        let svc = service(router, peer, false, Some(slot.clone()), state.clone());
+        c.state.spoke();
+        let slot = ZeroCopy::new(c.metrics.sendfile_bytes.clone());
+        let svc = service(c.router, c.peer, false, Some(slot.clone()), c.state.clone());
         let io = TokioIo::new(ZeroCopyStream::new(tcp, slot));
+        let (limits, state) = (&c.opts.limits, &c.state);
         if opening == Opening::Http2 {
-            let conn = builder.h2.serve_connection(io, svc);
-            Box::pin(drive(conn, peer, opened, &opts.limits, metrics, &state, stopping)).await;
+            let conn = c.builder.h2.serve_connection(io, svc);
+            Box::pin(drive(conn, c.peer, opened, limits, c.metrics, state, c.stopping)).await;
         } else {
-            let conn = builder.h1.serve_connection(io, svc);
-            drive(conn, peer, opened, &opts.limits, metrics, &state, stopping).await;
+            let conn = c.builder.h1.serve_connection(io, svc);
+            drive(conn, c.peer, opened, limits, c.metrics, state, c.stopping).await;
         }
         return;
     };
     // Boxed: a plain connection's task does not carry the room a TLS one needs (10,000 idle
     // connections are one of issue 23's figures).
-    Box::pin(serve_tls(tcp, peer, tls, builder, router, opts, metrics, state, stopping)).await;
+    Box::pin(serve_tls(tcp, tls, c)).await;
 }
 
-#[allow(clippy::too_many_arguments, reason = "one connection's whole context, passed once")]
-async fn serve_tls(
-    tcp: TcpStream,
-    peer: SocketAddr,
-    tls: &TlsReloader,
-    builder: &Builders,
-    router: Router,
-    opts: &ListenOptions,
-    metrics: &ServerMetrics,
-    state: Arc<ConnState>,
-    stopping: tokio::sync::watch::Receiver<bool>,
-) {
+async fn serve_tls(tcp: TcpStream, tls: &TlsReloader, c: Conn<'_>) {
+    let (peer, opts, metrics, state) = (c.peer, c.opts, c.metrics, &c.state);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.current());
     let stream = match tokio::time::timeout(opts.limits.handshake_timeout, acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
@@ -239,9 +233,9 @@ async fn serve_tls(
     };
     state.spoke();
     let verified = tls.mutual() && stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
-    let svc = service(router, peer, verified, None, state.clone());
-    let conn = builder.auto.serve_connection(TokioIo::new(stream), svc);
-    drive(conn, peer, Instant::now(), &opts.limits, metrics, &state, stopping).await;
+    let svc = service(c.router, peer, verified, None, state.clone());
+    let conn = c.builder.auto.serve_connection(TokioIo::new(stream), svc);
+    drive(conn, peer, Instant::now(), &opts.limits, metrics, state, c.stopping).await;
 }
 
 /// Run one connection with a deadline in every state: the first request head within

@@ -271,6 +271,11 @@ impl Store {
 
     /// Open a committed object for reading, refreshing its place in the LRU order.
     pub fn open_object(&self, digest: &Digest) -> Result<Option<(File, u64)>, StoreError> {
+        Ok(self.open_touched(digest)?.map(|(file, len, _)| (file, len)))
+    }
+
+    /// A committed object opened, its length, and its mtime (seconds) after the LRU refresh.
+    fn open_touched(&self, digest: &Digest) -> Result<Option<(File, u64, u64)>, StoreError> {
         let path = self.object_path(digest);
         let file = match File::open(&path) {
             Ok(f) => f,
@@ -278,8 +283,8 @@ impl Store {
             Err(e) => return Err(self.err(e)),
         };
         let meta = file.metadata().map_err(|e| self.err(e))?;
-        touch(&path, &meta);
-        Ok(Some((file, meta.len())))
+        let touched = touch(&path, &meta);
+        Ok(Some((file, meta.len(), touched)))
     }
 
     /// A committed object to serve, refreshing its place in the LRU order. One no larger than
@@ -295,15 +300,7 @@ impl Store {
             }
             return Ok(Some(Stored::Memory(hit.bytes)));
         }
-        let path = self.object_path(digest);
-        let file = match File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(self.err(e)),
-        };
-        let meta = file.metadata().map_err(|e| self.err(e))?;
-        let touched = touch(&path, &meta);
-        let len = meta.len();
+        let Some((file, len, touched)) = self.open_touched(digest)? else { return Ok(None) };
         if len > self.memory.limit.max_object {
             return Ok(Some(Stored::File { file, len }));
         }
@@ -314,6 +311,7 @@ impl Store {
         };
         let actual = digest.algorithm().digest(&buf);
         if actual != *digest {
+            let path = self.object_path(digest);
             tracing::error!(%digest, %actual, path = %path.display(), "stored object does not match its digest; quarantined, to be fetched again");
             self.quarantine(digest, &path)?;
             return Ok(None);

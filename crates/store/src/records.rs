@@ -308,7 +308,12 @@ impl Store {
     /// Whether `digest` is known to exist in `upstream` (names compare case-insensitively, as
     /// routing does).
     pub fn is_known_in(&self, digest: &Digest, upstream: &str) -> Result<bool, StoreError> {
-        Ok(self.known_upstreams(digest)?.iter().any(|u| u.eq_ignore_ascii_case(upstream)))
+        let known = |v: &[String]| v.iter().any(|u| u.eq_ignore_ascii_case(upstream));
+        // The hit path's question: answered under the cache's lock, nothing copied.
+        if let Some(hit) = self.known_cache.lock().ok().and_then(|c| c.get(digest).map(|v| known(v))) {
+            return Ok(hit);
+        }
+        Ok(known(&self.known_upstreams(digest)?))
     }
 
     /// Record that `digest` exists in `upstream`.

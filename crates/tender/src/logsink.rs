@@ -20,6 +20,9 @@ const BATCH_BYTES: usize = 64 * 1024;
 /// The log's destination (standard error in `tender serve`).
 pub struct Sink {
     state: Mutex<State>,
+    /// The destination, locked while a batch is written: lines are appended to `state`
+    /// meanwhile, so a request never waits for the file. Lock order: `state`, then `out`.
+    out: Mutex<Out>,
     wake: Condvar,
     /// Whether the flusher thread runs (without it every line is written at once).
     flusher: AtomicBool,
@@ -29,7 +32,12 @@ struct State {
     buf: Vec<u8>,
     /// The flusher was asked to write the buffer.
     pending: bool,
-    out: Box<dyn Write + Send>,
+}
+
+struct Out {
+    to: Box<dyn Write + Send>,
+    /// The last batch's buffer, cleared: the next buffer lines go into.
+    spare: Vec<u8>,
 }
 
 static SINK: OnceLock<&'static Sink> = OnceLock::new();
@@ -49,7 +57,7 @@ pub fn write_access_line(line: &[u8]) {
 /// Write what is buffered now (before the process exits).
 pub fn flush() {
     if let Some(s) = SINK.get() {
-        s.write_out(&mut s.lock());
+        s.write_out(s.lock());
     }
 }
 
@@ -57,7 +65,8 @@ impl Sink {
     /// A sink writing to `out`, with its flusher thread (it lives as long as the process).
     fn start(out: Box<dyn Write + Send>) -> &'static Sink {
         let sink: &'static Sink = Box::leak(Box::new(Sink {
-            state: Mutex::new(State { buf: Vec::new(), pending: false, out }),
+            state: Mutex::new(State { buf: Vec::new(), pending: false }),
+            out: Mutex::new(Out { to: out, spare: Vec::new() }),
             wake: Condvar::new(),
             flusher: AtomicBool::new(false),
         }));
@@ -72,13 +81,24 @@ impl Sink {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Write the buffer out. Done under the lock: lines reach the file in order.
-    fn write_out(&self, st: &mut State) {
+    /// Write the buffer out. The destination is locked before the buffer is let go of, so
+    /// batches reach the file in the order they were taken; the buffer is free again while
+    /// the batch is written.
+    fn write_out(&self, mut st: MutexGuard<'_, State>) {
         st.pending = false;
-        if !st.buf.is_empty() {
-            let State { buf, out, .. } = st;
-            let _ = out.write_all(buf).and_then(|()| out.flush());
-            buf.clear();
+        if st.buf.is_empty() {
+            return;
+        }
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let spare = std::mem::take(&mut out.spare);
+        let mut batch = std::mem::replace(&mut st.buf, spare);
+        drop(st);
+        let Out { to, spare } = &mut *out;
+        let _ = to.write_all(&batch).and_then(|()| to.flush());
+        batch.clear();
+        // A buffer grown by a burst is not kept.
+        if batch.capacity() <= 4 * BATCH_BYTES {
+            *spare = batch;
         }
     }
 
@@ -92,7 +112,7 @@ impl Sink {
             }
             // Let a burst gather into one write.
             std::thread::sleep(BATCH_DELAY);
-            self.write_out(&mut self.lock());
+            self.write_out(self.lock());
         }
     }
 }
@@ -118,11 +138,12 @@ impl Write for Line {
 
 impl Drop for Line {
     fn drop(&mut self) {
-        let Some(st) = self.st.as_mut() else { return };
+        let Some(mut st) = self.st.take() else { return };
         if !self.batched || st.buf.len() >= BATCH_BYTES || !self.sink.flusher.load(Ordering::Acquire) {
             self.sink.write_out(st);
         } else if !st.pending {
             st.pending = true;
+            drop(st);
             self.sink.wake.notify_one();
         }
     }
@@ -186,5 +207,50 @@ mod tests {
         let big = "x".repeat(BATCH_BYTES) + "\n";
         line(sink, true, &big);
         assert!(text().ends_with(&big), "a full buffer is written at once");
+    }
+
+    /// A destination whose writes wait until the test lets them go.
+    struct Gate {
+        entered: std::sync::mpsc::Sender<()>,
+        release: std::sync::mpsc::Receiver<()>,
+        out: Shared,
+    }
+
+    impl Write for Gate {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            let _ = self.entered.send(());
+            let _ = self.release.recv_timeout(Duration::from_secs(30));
+            self.out.write(b)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn should_take_access_lines_while_a_slow_write_is_in_progress() {
+        let (entered_tx, entered) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        let out = Shared::default();
+        let sink = Sink::start(Box::new(Gate { entered: entered_tx, release: release_rx, out: out.clone() }));
+        line(sink, true, "a1\n");
+        // The flusher is now inside the write of a1, held there.
+        entered.recv_timeout(Duration::from_secs(10)).unwrap();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            line(sink, true, "a2\n");
+            let _ = done_tx.send(());
+        });
+        // Before the fix the request's line waited for the file write to end.
+        assert!(done.recv_timeout(Duration::from_secs(10)).is_ok(), "an access line waited for a write in progress");
+        for _ in 0..4 {
+            let _ = release.send(());
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while String::from_utf8(out.0.lock().unwrap().clone()).unwrap() != "a1\na2\n" {
+            assert!(std::time::Instant::now() < deadline, "lines lost or out of order: {:?}", out.0.lock().unwrap());
+            let _ = release.send(());
+            std::thread::yield_now();
+        }
     }
 }
