@@ -22,6 +22,7 @@
 # Any socket error, timeout or status >= 400 in a run marks that run failed (ok=0).
 # env: REPS=3 DUR=5 (seconds per load run) CONNS="64 512" N_BLOBS=1000 MIN_B=1024 MAX_B=4096
 #      BIG_MB=1024 BIG_CLIENTS=8 IDLE_N=10000 HOLD_S=5 SRV_CPU=0 GEN_CPU=1 PORT_BASE=17200
+#      SETTLE_MAX=30 (each load run first waits, at most this long, for the servers' core to idle)
 #      (uses PORT_BASE .. +7) PARTS="rss small h2 manifest auth big" REG2=1 (0: no registry:2)
 #      (tender's cache.memory is a quarter of the small blobs' bytes)
 #      TENDER_BIN=<repo>/target/release/tender BENCH_OUT=<repo>/BENCHMARKS.md KEEP=1 (keep the data)
@@ -39,7 +40,7 @@ if [ "$QUICK" = 1 ]; then D_REPS=1 D_DUR=3 D_BIG=256 D_HOLD=3; else D_REPS=3 D_D
 REPS=${REPS:-$D_REPS} DUR=${DUR:-$D_DUR} BIG_MB=${BIG_MB:-$D_BIG} HOLD_S=${HOLD_S:-$D_HOLD}
 CONNS=${CONNS:-64 512} N_BLOBS=${N_BLOBS:-1000} MIN_B=${MIN_B:-1024} MAX_B=${MAX_B:-4096}
 BIG_CLIENTS=${BIG_CLIENTS:-8} IDLE_N=${IDLE_N:-10000} SRV_CPU=${SRV_CPU:-0} GEN_CPU=${GEN_CPU:-1}
-PARTS=${PARTS:-rss small h2 manifest auth big} REG2=${REG2:-1}
+PARTS=${PARTS:-rss small h2 manifest auth big} REG2=${REG2:-1} SETTLE_MAX=${SETTLE_MAX:-30}
 PB=${PORT_BASE:-17200}
 UP_PORT=$PB T_PLAIN=$((PB + 1)) T_TLS=$((PB + 2)) T_AUTH=$((PB + 3)) N_PLAIN=$((PB + 4))
 N_TLS=$((PB + 5)) R2_PORT=$((PB + 6))
@@ -273,17 +274,32 @@ record_run() {
   [ "${err:-1}" = 0 ] && [ "${req:-0}" -gt 0 ] || ok=0
   rec "$1 test=$2 sys=$3 conns=$4 rep=$5 tool=$6 rps=${rps:-0} p50_ms=${p50:--} p99_ms=${p99:--} requests=$req errors=$err ok=$ok $extra $(load)"
 }
+# settle : wait (at most SETTLE_MAX s) until the servers' core is idle (>= 90% over 0.5 s). A
+# slow server measured before (registry:2 at 512 connections answers for seconds after its
+# client gave up, and its upstream with it) must not share the core with the next system's run.
+settle() {
+  local _i _a _b
+  cpu_idle() { awk -v c="cpu$SRV_CPU" '$1 == c {print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
+  for _i in $(seq $((SETTLE_MAX * 2))); do
+    _a=$(cpu_idle); sleep 0.5; _b=$(cpu_idle)
+    awk -v a="$_a" -v b="$_b" 'BEGIN{split(a, x, " "); split(b, y, " "); t = y[2] - x[2]; exit !(t > 0 && (y[1] - x[1]) / t >= 0.9)}' && return 0
+  done
+  echo "settle: core $SRV_CPU still busy after ${SETTLE_MAX}s" >&2
+}
 run_wrk() {  # run_wrk PART TEST SYS CONNS REP BASEURL PATHS [AUTH]
+  settle
   local o=$W/logs/$1-$2-$3-c$4-r$5.txt
   WRK_PATHS=$7 WRK_AUTH=${8:-} gen wrk -t1 -c"$4" -d"${DUR}s" --timeout 5s -s "$BENCH/small.lua" "$6" >"$o" 2>&1 || true
   record_run "$1" "$2" "$3" "$4" "$5" wrk "$o"
 }
 run_ab_head() {  # run_ab_head PART TEST SYS CONNS REP URL
+  settle
   local o=$W/logs/$1-$2-$3-c$4-r$5.txt
   gen ab -i -k -q -c "$4" -t "$DUR" -n 100000000 -s 5 -H 'Accept: application/vnd.oci.image.manifest.v1+json' "$6" >"$o" 2>&1 || true
   record_run "$1" "$2" "$3" "$4" "$5" ab "$o"
 }
 run_h2() {  # run_h2 PART TEST SYS CONNS REP URLFILE
+  settle
   local o=$W/logs/$1-$2-$3-c$4-r$5.txt
   gen h2load -t1 -c "$4" -m 1 -D "$DUR" --tls13-ciphers "$TLS_SUITE" -i "$6" >"$o" 2>&1 || true
   record_run "$1" "$2" "$3" "$4" "$5" h2load "$o"
@@ -311,6 +327,7 @@ rss_run() {
 # big_run SYS REP : BIG_CLIENTS curl clients at once, the big blob over TLS (HTTP/1.1)
 big_run() {
   local url o t0 t1 okc=0 bad=0 pids=''
+  settle
   case $1 in tender) url=https://127.0.0.1:$T_TLS$BIG_PATH ;; nginx) url=https://127.0.0.1:$N_TLS$BIG_PATH ;; esac
   o=$W/logs/big-$1-r$2.txt; : >"$o"
   t0=$(now)

@@ -1559,6 +1559,47 @@ mod tests {
         writer.discard();
     }
 
+    /// Issue 19: the fill-lease holder's streamer writes the last, shorter chunk as soon as the
+    /// content verified, so the replicas following the upload get their last bytes without
+    /// waiting for the upload that follows the commit (3.2 s of re-hashing for 1 GiB).
+    #[tokio::test]
+    async fn should_stream_the_last_partial_chunk_once_the_content_verified() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), tender_store::OpenMode::Exclusive).unwrap();
+        let mut writer = store.create_spool("k", Algorithm::Sha256).unwrap();
+        let fill = Arc::new(Fill::new("k", "k", &writer, false, FillInfo::new("k", "u", "")).unwrap());
+        let mut settings = tender_bucket::BucketSettings::new("fleet");
+        settings.chunk_size = 1 << 20;
+        let mem = Arc::new(object_store::memory::InMemory::new());
+        let bucket = Bucket::with_store(mem, settings, tender_bucket::BucketMetrics::default());
+        let content: Vec<u8> = (0..(2 << 20) + 333).map(|i| (i % 251) as u8).collect();
+        let d = Digest::of(&content);
+        let key = format!("u@{d}");
+        let streamer = crate::shared::spawn_streamer(bucket.clone(), fill.clone(), d, key.clone());
+        writer.append(&content).unwrap();
+        fill.state.send_modify(|s| {
+            s.written = content.len() as u64;
+            s.total = Some(content.len() as u64);
+            s.phase = Phase::Streaming;
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while bucket.progress(&key).await.unwrap().is_none_or(|p| p.chunks.len() < 2) {
+            assert!(std::time::Instant::now() < deadline, "the two whole chunks were never listed");
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            bucket.progress(&key).await.unwrap().unwrap().chunks.len(),
+            2,
+            "not the partial one while streaming"
+        );
+        fill.state.send_modify(|s| s.phase = Phase::Verified(d));
+        let upload = streamer.await.unwrap().expect("the streamed upload");
+        assert_eq!(upload.chunks().await.len(), 3, "the last chunk, 333 bytes, was written by the streamer");
+        let listed = bucket.progress(&key).await.unwrap().unwrap();
+        assert_eq!(listed.chunks.len(), 3, "and listed for the waiters");
+        writer.discard();
+    }
+
     #[tokio::test]
     async fn should_wait_for_the_commit_only_once_the_content_verified() {
         let dir = tempfile::tempdir().unwrap();

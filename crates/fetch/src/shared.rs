@@ -296,10 +296,20 @@ pub(crate) fn spawn_streamer(
                 upload = Some(u);
             }
             let start = next.saturating_mul(cs);
-            if written >= start.saturating_add(cs) {
+            let verified = matches!(phase, crate::flight::Phase::Verified(_) | crate::flight::Phase::Committed(_));
+            // A whole chunk as soon as it is written; the last, shorter one once the content
+            // verified (so the waiters do not wait for the upload after the commit).
+            let len = if written >= start.saturating_add(cs) {
+                cs
+            } else if verified && written > start {
+                written - start
+            } else {
+                0
+            };
+            if len > 0 {
                 let file = fill.file();
                 let read = tokio::task::spawn_blocking(move || {
-                    let mut buf = vec![0u8; cs as usize];
+                    let mut buf = vec![0u8; len as usize];
                     std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, start).map(|()| buf)
                 })
                 .await;
@@ -312,7 +322,7 @@ pub(crate) fn spawn_streamer(
                 next = next.saturating_add(1);
                 continue;
             }
-            if matches!(phase, crate::flight::Phase::Verified(_) | crate::flight::Phase::Committed(_)) {
+            if verified {
                 let mut u = upload?;
                 return match u.flush().await {
                     Ok(()) => Some(u),
