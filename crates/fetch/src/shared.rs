@@ -302,7 +302,7 @@ pub(crate) fn spawn_streamer(
             let len = if written >= start.saturating_add(cs) {
                 cs
             } else if verified && written > start {
-                written - start
+                written.saturating_sub(start)
             } else {
                 0
             };
