@@ -108,8 +108,10 @@ def main():
       "of the same run (median of the per-repetition ratios in brackets as [min–max]).")
     w("")
     w(f"- Objects: {setup.get('n_blobs', '?')} distinct blobs of {env.get('min_b', '?')}–{env.get('max_b', '?')} "
-      f"bytes ({setup.get('blob_bytes', '?')} bytes in all; tender has no in-memory object cache, every hit is read "
-      f"from its data directory, nginx's from its files with `sendfile`), an OCI manifest of "
+      f"bytes ({setup.get('blob_bytes', '?')} bytes in all; tender's in-memory object cache, `cache.memory`, holds a "
+      "quarter of those bytes, and the wrk clients go round every blob in turn, so nearly every small hit is read "
+      "(and verified) from its data directory; nginx reads its files with `sendfile`; each run first waits for the "
+      "servers' core to idle), an OCI manifest of "
       f"{setup.get('manifest_size', '?')} bytes by tag and by digest, a {int(setup.get('big_size', 0) or 0) >> 20} MiB "
       "blob. Every cache was warmed first (each object fetched once); nginx serves the same bytes as files at the "
       "same URLs.")
