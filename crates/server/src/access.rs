@@ -46,16 +46,12 @@ impl std::fmt::Display for DigestField<'_> {
 pub struct ErrorCodeSeen(pub &'static str);
 
 struct Record {
-    /// The request's method and target (cheap clones of what the connection parsed).
-    method: http::Method,
-    uri: http::Uri,
-    user_agent: Option<http::HeaderValue>,
-    prefetch: bool,
+    /// What the request said, taken before it was handed on.
+    request: Begin,
     status: u16,
     info: AccessInfo,
     content_length: Option<u64>,
     error: Option<&'static str>,
-    started: Instant,
     metrics: Arc<ServerMetrics>,
 }
 
@@ -103,18 +99,18 @@ impl Drop for CountingBody {
         let complete = self.complete
             || http_body::Body::is_end_stream(&self.inner)
             || r.content_length.is_some_and(|n| n == self.bytes);
-        let secs = r.started.elapsed().as_secs_f64();
+        let secs = r.request.started.elapsed().as_secs_f64();
         // A method is a token of any length: the log line carries at most 16 bytes of it.
         let method = {
-            let m = r.method.as_str();
+            let m = r.request.method.as_str();
             let end = (0..=m.len().min(16)).rev().find(|&i| m.is_char_boundary(i)).unwrap_or(0);
             &m[..end]
         };
-        r.metrics.observe(&r.info, method, r.status, self.bytes, secs, r.prefetch);
-        let ns = r.uri.query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("ns="))).unwrap_or("");
+        r.metrics.observe(&r.info, method, r.status, self.bytes, secs, r.request.prefetch);
+        let ns = r.request.uri.query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("ns="))).unwrap_or("");
         let line = Line {
             method,
-            path: r.uri.path(),
+            path: r.request.uri.path(),
             ns,
             upstream: r.info.upstream.as_deref().unwrap_or(""),
             status: r.status,
@@ -124,8 +120,8 @@ impl Drop for CountingBody {
             digest: r.info.digest.as_ref(),
             error: r.error.unwrap_or(""),
             complete,
-            prefetch: r.prefetch,
-            user_agent: r.user_agent.as_ref().and_then(|v| v.to_str().ok()).unwrap_or(""),
+            prefetch: r.request.prefetch,
+            user_agent: r.request.user_agent.as_ref().and_then(|v| v.to_str().ok()).unwrap_or(""),
         };
         line.emit();
     }
@@ -226,7 +222,7 @@ impl Line<'_> {
         use std::io::Write as _;
         // `2026-12-02T04:00:59.092601Z`, as tracing-subscriber's `SystemTime` timer writes it.
         let ts = humantime::format_rfc3339_micros(now);
-        let mut num = itoa_buf();
+        let mut num = itoa::Buffer::new();
         match style {
             LogStyle::Text => {
                 let _ = write!(out, "{ts}  INFO access: request method=");
@@ -282,10 +278,6 @@ impl Line<'_> {
     }
 }
 
-fn itoa_buf() -> itoa::Buffer {
-    itoa::Buffer::new()
-}
-
 /// A JSON string, escaped as serde_json escapes it.
 fn json_str(out: &mut Vec<u8>, s: &str) {
     if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x7f) {
@@ -332,16 +324,13 @@ impl Begin {
         let error = parts.extensions.remove::<ErrorCodeSeen>().map(|e| e.0);
         let content_length =
             parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+        let prefetch = self.prefetch && !prefetch_dropped;
         let record = Record {
-            method: self.method,
-            uri: self.uri,
-            user_agent: self.user_agent,
-            prefetch: self.prefetch && !prefetch_dropped,
+            request: Begin { prefetch, ..self },
             status: parts.status.as_u16(),
             info,
             content_length,
             error,
-            started: self.started,
             metrics,
         };
         let body = CountingBody { inner: body, bytes: 0, complete: false, record: Some(record), _slot: slot };
