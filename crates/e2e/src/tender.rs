@@ -117,8 +117,23 @@ impl Tender {
     /// Like [`Tender::start`] with more `serve` arguments. With `--tls-cert` it waits for the
     /// port to accept connections instead of a plain-HTTP `/healthz`.
     pub fn start_with(config: &Path, data: &Path, log: &Path, extra: &[&str]) -> Tender {
+        Tender::start_cmd(Command::new(tender_bin()), config, data, log, extra)
+    }
+
+    /// Like [`Tender::start`], with the process allowed on the CPUs of `cpus` only (a
+    /// `taskset -c` list, such as `0`), so it sees that many CPUs from its start.
+    pub fn start_pinned(config: &Path, data: &Path, log: &Path, cpus: &str) -> Tender {
+        proc::need(&["taskset"]);
+        let mut cmd = Command::new("taskset");
+        cmd.args(["-c", cpus]).arg(tender_bin());
+        Tender::start_cmd(cmd, config, data, log, &[])
+    }
+
+    /// Start `program` (tender, or a wrapper that execs it with the arguments that follow)
+    /// with `serve` and its arguments.
+    fn start_cmd(mut cmd: Command, config: &Path, data: &Path, log: &Path, extra: &[&str]) -> Tender {
         let file = File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
-        let mut cmd = command([
+        cmd.args([
             "serve".as_ref(),
             "--config".as_ref(),
             config.as_os_str(),
@@ -128,8 +143,8 @@ impl Tender {
             "127.0.0.1:0".as_ref(),
             "--log-format".as_ref(),
             "json".as_ref(),
-        ]);
-        cmd.args(extra);
+        ] as [&std::ffi::OsStr; 9]);
+        cmd.env_remove("TENDER_LOG").stdin(Stdio::null()).args(extra);
         cmd.stdout(Stdio::null()).stderr(file);
         let mut guard = Guard::spawn("tender serve", &mut cmd);
         let addr = crate::poll_until("tender to log its listening address", START_LIMIT, || {
