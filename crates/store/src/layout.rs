@@ -100,6 +100,10 @@ pub struct Store {
     pub(crate) known_cache: std::sync::Mutex<std::collections::HashMap<Digest, Vec<String>>>,
     /// Small objects and the records a hit reads, in memory.
     pub(crate) memory: Memory,
+    /// `objects/<algorithm>` held open (an `O_PATH` handle, one per [`Algorithm::ALL`]), taken
+    /// on first use: a hit opens `xx/<hex>` relative to it, so the kernel walks two path
+    /// components, not the whole data directory's path (a path walk was 9% of a small hit).
+    objects_dirs: [std::sync::OnceLock<std::os::fd::OwnedFd>; 2],
 }
 
 /// A committed object to serve: its bytes (a small object, verified when read from disk) or
@@ -170,6 +174,7 @@ impl Store {
             known_lock: std::sync::Mutex::new(()),
             known_cache: std::sync::Mutex::new(std::collections::HashMap::new()),
             memory: Memory::new(MemoryLimit::default()),
+            objects_dirs: Default::default(),
         };
         if mode == OpenMode::Exclusive {
             for d in ["objects/sha256", "meta/sha256", "known/sha256", "tags", "spool", "quarantine"] {
@@ -276,15 +281,44 @@ impl Store {
 
     /// A committed object opened, its length, and its mtime (seconds) after the LRU refresh.
     fn open_touched(&self, digest: &Digest) -> Result<Option<(File, u64, u64)>, StoreError> {
-        let path = self.object_path(digest);
-        let file = match File::open(&path) {
+        let file = match self.open_object_file(digest) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(self.err(e)),
         };
         let meta = file.metadata().map_err(|e| self.err(e))?;
-        let touched = touch(&path, &meta);
+        let touched = touch(|| self.object_path(digest), &meta);
         Ok(Some((file, meta.len(), touched)))
+    }
+
+    /// Open a committed object for reading, relative to its held `objects/<algorithm>`
+    /// directory (by its whole path when that directory cannot be held open).
+    fn open_object_file(&self, digest: &Digest) -> io::Result<File> {
+        use rustix::fs::{Mode, OFlags};
+        let algorithm = digest.algorithm();
+        let slot = &self.objects_dirs[Algorithm::ALL.iter().position(|a| *a == algorithm).unwrap_or(0)];
+        let dir = match slot.get() {
+            Some(dir) => dir,
+            None => match rustix::fs::open(
+                self.objects_dir(algorithm),
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => slot.get_or_init(|| fd),
+                // Not made yet (no object of this algorithm): nothing to open either.
+                Err(_) => return File::open(self.object_path(digest)),
+            },
+        };
+        let mut buf = [0u8; 128];
+        let hex = digest.hex_in(&mut buf);
+        let mut rel = [0u8; 3 + 128];
+        let n = 3 + hex.len();
+        rel[..2].copy_from_slice(&hex.as_bytes()[..2]);
+        rel[2] = b'/';
+        rel[3..n].copy_from_slice(hex.as_bytes());
+        let rel = std::str::from_utf8(&rel[..n]).map_err(io::Error::other)?;
+        let fd = rustix::fs::openat(dir, rel, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+        Ok(File::from(fd))
     }
 
     /// A committed object to serve, refreshing its place in the LRU order. One no larger than
@@ -478,13 +512,13 @@ fn read_cached(file: &File, len: u64) -> io::Result<Option<Vec<u8>>> {
 
 /// Refresh an object's mtime, the LRU clock, unless it was refreshed recently. The mtime it
 /// has now, in seconds.
-fn touch(path: &Path, meta: &fs::Metadata) -> u64 {
+fn touch(path: impl FnOnce() -> PathBuf, meta: &fs::Metadata) -> u64 {
     let now = SystemTime::now();
     let modified = meta.modified().ok();
     let stale = modified.and_then(|m| now.duration_since(m).ok()).is_none_or(|age| age > TOUCH_EVERY);
     let secs = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     if stale {
-        if let Ok(f) = File::options().write(true).open(path) {
+        if let Ok(f) = File::options().write(true).open(path()) {
             if f.set_modified(now).is_ok() {
                 return secs(now);
             }

@@ -221,3 +221,33 @@ fn should_keep_sha512_objects_in_their_own_tree_verified_with_sha512() {
     store.remove_object(&d).unwrap();
     assert!(store.object_len(&d).is_none() && store.known_upstreams(&d).unwrap().is_empty());
 }
+
+#[test]
+fn should_open_objects_of_each_algorithm_through_their_held_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing in memory: every open goes to disk.
+    let limit = tender_store::MemoryLimit { bytes: 0, ..tender_store::MemoryLimit::default() };
+    let store = Store::open(dir.path(), OpenMode::Exclusive).unwrap().with_memory(limit);
+    let body = b"an object of each algorithm".to_vec();
+    let (d256, d512) = (Algorithm::Sha256.digest(&body), Algorithm::Sha512.digest(&body));
+    // Asked for before its tree exists: absent, and found once it is stored.
+    assert!(store.open_object(&d512).unwrap().is_none());
+    for d in [&d256, &d512] {
+        store.put_bytes("test", &body, d).unwrap();
+        let (mut file, len) = store.open_object(d).unwrap().unwrap_or_else(|| panic!("{d} stored"));
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut got).unwrap();
+        assert_eq!((got, len), (body.clone(), body.len() as u64), "{d}");
+        let small = store.read_small(d).unwrap().unwrap();
+        assert_eq!(small.as_ref(), body.as_slice(), "{d} read whole and verified");
+    }
+    // Removed, then stored again: the held directory sees both.
+    store.remove_object(&d256).unwrap();
+    assert!(store.open_object(&d256).unwrap().is_none());
+    store.put_bytes("test", &body, &d256).unwrap();
+    assert!(store.open_object(&d256).unwrap().is_some());
+    // An object whose bytes rotted is quarantined, not served.
+    fs::write(store.object_path(&d512), b"rotten").unwrap();
+    assert!(store.read_small(&d512).unwrap().is_none());
+    assert!(store.open_object(&d512).unwrap().is_none());
+}
