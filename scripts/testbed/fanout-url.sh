@@ -8,7 +8,7 @@
 #      RATE=           per-client curl --limit-rate, e.g. 50M
 #      MAXTIME=900     per-client limit in seconds
 #      WATCH_PID=      add vmhwm_kb (that process's peak RSS) to the summary
-#      KEEP=DIR        keep the per-client files there
+#      FANOUT_KEEP=DIR keep the per-client files there (not KEEP: the benchmarks pass KEEP=1 for their data)
 # output: "client I: ok|fail rc= http= bytes= time_s= ttfb_s= sha256=ok|BAD|-" per client, then
 #   "fanout N= wall_s= ok= fail= bytes= agg_GiBps= ttfb_min_s= ttfb_med_s= ttfb_max_s= [vmhwm_kb=]"
 # exit 1 when any client failed (curl error, not 200, wrong size or digest).
@@ -21,8 +21,13 @@ case $n in ''|*[!0-9]*|0) die "N must be a positive number, not '$n'" ;; esac
 need curl openssl python3
 VERIFY=${VERIFY:-1} MAXTIME=${MAXTIME:-900}
 [ "$VERIFY" = 0 ] || [ -n "${EXPECT_SHA256:-}" ] || die "VERIFY=1 needs EXPECT_SHA256"
-if [ -n "${KEEP:-}" ]; then out=$KEEP; mkdir -p "$out"; else out=$(mktemp -d /tmp/fanout.XXXXXX); fi
-trap '[ -n "${KEEP:-}" ] || rm -rf "$out"' EXIT
+if [ -n "${FANOUT_KEEP:-}" ]; then
+  # A kept directory may hold an earlier run's files: never read those as this run's results.
+  out=$FANOUT_KEEP; mkdir -p "$out"; rm -f "$out"/[0-9]*.stats "$out"/[0-9]*.err "$out"/[0-9]*.rc "$out"/[0-9]*.sha "$out"/[0-9]*.body
+else
+  out=$(mktemp -d /tmp/fanout.XXXXXX)
+fi
+trap '[ -n "${FANOUT_KEEP:-}" ] || rm -rf "$out"' EXIT
 
 # client I: curl's stats (one line) go to I.stats, its exit code to I.rc, the digest to I.sha
 client() {

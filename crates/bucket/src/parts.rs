@@ -19,7 +19,6 @@ use futures::stream::TryStreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{PutMode, PutPayload};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
 use tender_oci::Digest;
 
 use crate::index::{is_upload_id, new_upload_id};
@@ -172,7 +171,7 @@ impl PartUpload {
         let p = self.bucket.part_path(&self.upload_id(), i);
         let (me, record, path) = (self.bucket.clone(), self.record.clone(), self.path.clone());
         self.pending.push_back(tokio::spawn(async move {
-            let hash = hex::encode(Sha256::digest(&bytes));
+            let hash = me.sha256_hex(&bytes).await?;
             let n = bytes.len() as u64;
             me.call("put", &p, me.store.put(&p, PutPayload::from(bytes)))
                 .await?
@@ -365,7 +364,7 @@ impl Bucket {
             Ok(b) => b,
             Err(e) => return Err(self.store_err("get", &p, e)),
         };
-        let got = hex::encode(Sha256::digest(&bytes));
+        let got = self.sha256_hex(&bytes).await?;
         if got != sha256 || len.is_some_and(|n| n != bytes.len() as u64) {
             return Err(self.corrupt(
                 &p,

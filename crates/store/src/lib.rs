@@ -33,4 +33,4 @@ pub use layout::{OpenMode, Store, StoreError, Stored, FORMAT_VERSION};
 pub use maintenance::{FsckReport, GcPlan, GcReport};
 pub use memory::MemoryLimit;
 pub use records::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord};
-pub use spool::{Sealed, SpoolWriter};
+pub use spool::{Sealed, SpoolWriter, PARALLEL_APPEND_MIN};

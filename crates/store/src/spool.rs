@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 
 use tender_oci::{Algorithm, Digest, Hasher};
 
+/// The smallest span [`SpoolWriter::append_parallel`] hashes on a second thread.
+pub const PARALLEL_APPEND_MIN: usize = 1 << 20;
+
 /// An append-only spool file that hashes every byte written to it, with the algorithm of the
 /// digest it is to be committed under. Bytes once written never change (readers and a fill's
 /// in-memory window of recent bytes rely on it).
@@ -75,6 +78,30 @@ impl SpoolWriter {
     pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.file.write_all_at(bytes, self.len)?;
         self.hasher.update(bytes);
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// [`SpoolWriter::append`] for a large span (a chunk copied from the bucket is 8 MiB): the
+    /// hash runs on a second thread while this one writes, so the span costs the longer of the
+    /// two, not their sum. Smaller spans are appended in line (a thread costs more than them).
+    pub fn append_parallel(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if bytes.len() < PARALLEL_APPEND_MIN {
+            return self.append(bytes);
+        }
+        // The hash goes into a copy, kept only when both halves succeed: a failed append
+        // leaves the writer as it was, as `append` does.
+        let (file, mut hasher, at) = (&self.file, self.hasher.clone(), self.len);
+        let hashed = std::thread::scope(|s| {
+            let hashing = s.spawn(move || {
+                hasher.update(bytes);
+                hasher
+            });
+            let written = file.write_all_at(bytes, at);
+            let hashed = hashing.join().map_err(|_| io::Error::other("hashing the spooled bytes failed"));
+            written.and(hashed)
+        })?;
+        self.hasher = hashed;
         self.len += bytes.len() as u64;
         Ok(())
     }

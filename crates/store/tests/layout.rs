@@ -251,3 +251,25 @@ fn should_open_objects_of_each_algorithm_through_their_held_directories() {
     assert!(store.read_small(&d512).unwrap().is_none());
     assert!(store.open_object(&d512).unwrap().is_none());
 }
+
+#[test]
+fn should_spool_large_spans_hashed_on_a_second_thread_exactly_as_in_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), OpenMode::Exclusive).unwrap();
+    // Spans below, at and above the threshold, in an order that mixes both ways.
+    let min = tender_store::PARALLEL_APPEND_MIN;
+    let spans: Vec<Vec<u8>> =
+        [min + 3, 17, min, min - 1, 3 * min + 5].iter().enumerate().map(|(i, n)| vec![i as u8 * 37 + 1; *n]).collect();
+    let whole: Vec<u8> = spans.concat();
+    for algorithm in [Algorithm::Sha256, Algorithm::Sha512] {
+        let expected = algorithm.digest(&whole);
+        let mut w = store.create_spool(&format!("parallel-{algorithm:?}"), algorithm).unwrap();
+        for s in &spans {
+            w.append_parallel(s).unwrap();
+        }
+        assert_eq!((w.len(), w.digest_so_far()), (whole.len() as u64, expected));
+        assert_eq!(fs::read(w.path()).unwrap(), whole);
+        let path = store.commit(w.seal().unwrap(), &expected).unwrap();
+        assert_eq!(fs::read(path).unwrap(), whole, "{algorithm:?} committed");
+    }
+}
