@@ -1,5 +1,5 @@
 //! A throttled upstream that serves blobs: `GET|HEAD /v2/<repo>/blobs/<digest>` with
-//! `Content-Length`, `Range: bytes=N-` answered `206` with `Content-Range`, and every request
+//! `Content-Length` (and manifests by digest, with their media type, the same way), `Range: bytes=N-` answered `206` with `Content-Range`, and every request
 //! logged with its `Range`. Anything else is a 404. One request per connection.
 
 use std::collections::HashMap;
@@ -43,8 +43,8 @@ impl Hit {
 }
 
 struct Shared {
-    /// `/v2/<repo>/blobs/<digest>` -> content
-    blobs: HashMap<String, Arc<Vec<u8>>>,
+    /// `/v2/<repo>/blobs/<digest>` (or `/manifests/<digest>`) -> content and its media type
+    blobs: HashMap<String, (Arc<Vec<u8>>, String)>,
     bytes_per_sec: u64,
     stop: AtomicBool,
     hits: Mutex<Vec<Hit>>,
@@ -65,10 +65,19 @@ impl SlowBlobServer {
 
     /// Serve each `(digest, content)` as `/v2/<repo>/blobs/<digest>`.
     pub fn start_many(repo: &str, blobs: Vec<(String, Arc<Vec<u8>>)>, bytes_per_sec: u64) -> SlowBlobServer {
+        let objects = blobs
+            .into_iter()
+            .map(|(d, b)| (format!("/v2/{repo}/blobs/{d}"), b, "application/octet-stream".to_string()))
+            .collect();
+        SlowBlobServer::start_objects(objects, bytes_per_sec)
+    }
+
+    /// Serve each `(path, content, media type)`: blobs and manifests by digest alike.
+    pub fn start_objects(objects: Vec<(String, Arc<Vec<u8>>, String)>, bytes_per_sec: u64) -> SlowBlobServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
         let addr = listener.local_addr().expect("local address");
         let shared = Arc::new(Shared {
-            blobs: blobs.into_iter().map(|(d, b)| (format!("/v2/{repo}/blobs/{d}"), b)).collect(),
+            blobs: objects.into_iter().map(|(p, b, t)| (p, (b, t))).collect(),
             bytes_per_sec,
             stop: AtomicBool::new(false),
             hits: Mutex::new(Vec::new()),
@@ -140,7 +149,7 @@ fn serve(s: &Shared, conn: TcpStream) {
     }
     let mut hit = Hit { method: method.clone(), path: path.clone(), range: range.clone(), status: 200, sent: 0 };
     let mut conn = conn;
-    let blob = match s.blobs.get(&path) {
+    let (blob, media_type) = match s.blobs.get(&path) {
         Some(b) if method == "GET" || method == "HEAD" => b.clone(),
         _ => {
             hit.status = 404;
@@ -168,13 +177,13 @@ fn serve(s: &Shared, conn: TcpStream) {
     let head = if start > 0 {
         hit.status = 206;
         format!(
-            "HTTP/1.1 206 Partial Content\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nContent-Range: bytes {start}-{}/{len}\r\nAccept-Ranges: bytes\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 206 Partial Content\r\nContent-Type: {media_type}\r\nContent-Length: {}\r\nContent-Range: bytes {start}-{}/{len}\r\nAccept-Ranges: bytes\r\nConnection: close\r\n\r\n",
             len - start,
             len - 1
         )
     } else {
         format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {len}\r\nAccept-Ranges: bytes\r\nConnection: close\r\n\r\n"
+            "HTTP/1.1 200 OK\r\nContent-Type: {media_type}\r\nContent-Length: {len}\r\nAccept-Ranges: bytes\r\nConnection: close\r\n\r\n"
         )
     };
     let idx = record(s, hit);

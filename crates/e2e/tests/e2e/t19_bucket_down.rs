@@ -345,3 +345,66 @@ fn should_serve_byte_exact_ranges_right_after_fsck_repair() {
     }
     drop((a, c));
 }
+
+/// Issue 19 (8): two replicas asked for the same manifest by digest at once fetch it from the
+/// upstream once: the first takes the fill lease a blob would take, the other waits for it and
+/// reads the manifest from the bucket. Before, manifests by digest took no lease and both
+/// replicas fetched it.
+#[test]
+fn should_fetch_a_manifest_by_digest_once_for_two_replicas_at_once() {
+    const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+    let dir = TestDir::new("s3-manifest");
+    let s3 = S3Server::start(dir.path(), BUCKET);
+    // 1,000 layers, about 150 KB: served at 64 KiB/s, each GET takes over 2 s, so the two
+    // replicas' requests overlap.
+    let descriptor = |i: u32| {
+        serde_json::json!({
+            "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+            "digest": sha256(format!("layer {i}").as_bytes()),
+            "size": 1000 + i,
+        })
+    };
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256(b"config"), "size": 6 },
+        "layers": (0..1000).map(descriptor).collect::<Vec<_>>(),
+    }))
+    .unwrap();
+    let digest = sha256(&manifest);
+    let upstream = tender_e2e::slow::SlowBlobServer::start_objects(
+        vec![(format!("/v2/e2e/app/manifests/{digest}"), std::sync::Arc::new(manifest.clone()), OCI_MANIFEST.into())],
+        64 << 10,
+    );
+    let replicas: Vec<Tender> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let cfg = dir.path().join(format!("{name}.yaml"));
+            write_config(&cfg, &[("ghcr.io", &upstream.url())], &s3.storage_yaml(dir.path(), "manifest", name, ""));
+            Tender::start(&cfg, &dir.path().join(format!("{name}-data")), &dir.path().join(format!("{name}.log")))
+        })
+        .collect();
+    let path = format!("/v2/ghcr.io/e2e/app/manifests/{digest}");
+    let clients: Vec<_> = replicas
+        .iter()
+        .map(|t| {
+            let (addr, path) = (t.addr, path.clone());
+            std::thread::spawn(move || {
+                let r = Conn::open(addr)?.request("GET", &path, &[("Accept", OCI_MANIFEST)])?;
+                Ok::<_, std::io::Error>((r.status(), r.body))
+            })
+        })
+        .collect();
+    for c in clients {
+        let (status, body) = c.join().unwrap().expect("the manifest, not an error");
+        assert_eq!((status, sha256(&body)), (200, digest.clone()), "byte-exact on both replicas");
+    }
+    let gets: Vec<_> = upstream.hits().into_iter().filter(|h| h.method == "GET").collect();
+    assert_eq!(gets.len(), 1, "one upstream GET of the manifest for two replicas: {gets:?}");
+    let waited = ["a.log", "b.log"]
+        .iter()
+        .filter(|l| tender::tail(&dir.path().join(l), 200).contains("another replica fetches this manifest"))
+        .count();
+    assert_eq!(waited, 1, "one replica waited for the other's fetch");
+    drop(replicas);
+}
