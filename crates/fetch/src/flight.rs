@@ -352,6 +352,15 @@ impl Flights {
         }
     }
 
+    /// The digest `expect` will commit, when known before the fill ends: a registry object's,
+    /// or an asset's trust record's (a refill).
+    fn known_digest(&self, expect: &Expect) -> Option<Digest> {
+        match expect {
+            Expect::Digest(d) => Some(*d),
+            Expect::Tofu { key, .. } => self.store.trust_get(key).ok().flatten().map(|t| t.digest),
+        }
+    }
+
     /// The per-upstream slot, then the global one; both `None` when not limited.
     async fn take_slots(
         &self,
@@ -425,8 +434,9 @@ impl Flights {
         // With a shared bucket: copy what another replica committed, or wait for the replica
         // holding the lease, or fetch (holding it ourselves).
         let mut lease = None;
-        // Copying from the bucket: the digest, and an asset's trust record.
-        let mut from_bucket: Option<(Digest, Option<tender_store::TrustRecord>)> = None;
+        // Copying from the bucket: the digest (not yet known when following an asset's
+        // upload), and an asset's trust record.
+        let mut from_bucket: Option<(Option<Digest>, Option<tender_store::TrustRecord>)> = None;
         let mut streamer = None;
         // Reading another replica's upload in progress (its lease holder may die): its id.
         let mut following: Option<String> = None;
@@ -434,24 +444,28 @@ impl Flights {
             match shared::plan(bucket, &self.store, &fill.key, &expect, known_in.as_deref(), deadline).await {
                 Plan::Bucket(found) => {
                     expect = Expect::Digest(found.digest);
-                    from_bucket = Some((found.digest, found.trust.clone()));
+                    from_bucket = Some((Some(found.digest), found.trust.clone()));
                     let label = shared::source_label(bucket);
                     source = Arc::new(BucketSource { bucket: bucket.clone(), label, object: found });
                     fill.state.send_modify(|s| s.gated = false);
                 }
-                Plan::Follow(digest, progress) => {
-                    from_bucket = Some((digest, None));
+                Plan::Follow(finished, progress) => {
+                    from_bucket = Some((finished.digest(), None));
                     following = Some(progress.upload.clone());
                     let label = shared::source_label(bucket);
                     let key = fill.key.clone();
-                    source = Arc::new(shared::FollowSource { bucket: bucket.clone(), label, key, digest, progress });
-                    fill.state.send_modify(|s| s.gated = false);
+                    source = Arc::new(shared::FollowSource { bucket: bucket.clone(), label, key, finished, progress });
+                    // An asset refilled against its trust record waits for its verdict here
+                    // as it would from the factory.
+                    let gated = self.gated(&expect, false);
+                    fill.state.send_modify(|s| s.gated = gated);
                 }
                 Plan::Upstream(l) => {
-                    if let (Some(held), Expect::Digest(d)) = (&l, &expect) {
+                    if let Some(held) = &l {
                         // Replicas waiting on the lease read the chunks as they land.
                         let key = held.key().to_string();
-                        streamer = Some(shared::spawn_streamer(bucket.clone(), fill.clone(), *d, key));
+                        let digest = self.known_digest(&expect);
+                        streamer = Some(shared::spawn_streamer(bucket.clone(), fill.clone(), digest, key));
                     }
                     lease = l;
                     // The bucket's trust record (now local too) gates a refill from upstream.
@@ -506,7 +520,7 @@ impl Flights {
                     }
                     tracing::warn!(key = %fill.key, error = %e, have = w.len(),
                         "copy from the shared bucket failed; continuing from the upstream");
-                    if let (Some((digest, _)), Some(bucket)) = (from_bucket.take(), &self.shared) {
+                    if let (Some((Some(digest), _)), Some(bucket)) = (from_bucket.take(), &self.shared) {
                         bucket.forget(&digest);
                     }
                     (source, expect) = origin.clone();
@@ -514,16 +528,18 @@ impl Flights {
                         // The replica we followed stopped: become the one that fetches (the
                         // lease ran out), so the other waiters follow this fill instead; or
                         // follow whoever took over first.
-                        if let (Some(bucket), Expect::Digest(d)) = (&self.shared, &expect) {
+                        if let Some(bucket) = &self.shared {
                             match shared::take_over(bucket, &fill.key).await {
                                 shared::TakeOver::Won(l) => {
                                     let key = l.key().to_string();
-                                    streamer = Some(shared::spawn_streamer(bucket.clone(), fill.clone(), *d, key));
+                                    let digest = self.known_digest(&expect);
+                                    streamer = Some(shared::spawn_streamer(bucket.clone(), fill.clone(), digest, key));
                                     lease = Some(l);
                                 }
                                 // Never the upload that just failed: that would go round.
                                 shared::TakeOver::Follow(progress) if progress.upload != failed => {
-                                    from_bucket = Some((*d, None));
+                                    let finished = shared::Finished::of(&expect);
+                                    from_bucket = Some((finished.digest(), None));
                                     following = Some(progress.upload.clone());
                                     let label = shared::source_label(bucket);
                                     let key = fill.key.clone();
@@ -531,7 +547,7 @@ impl Flights {
                                         bucket: bucket.clone(),
                                         label,
                                         key,
-                                        digest: *d,
+                                        finished,
                                         progress,
                                     });
                                 }
@@ -541,7 +557,7 @@ impl Flights {
                     }
                     upstream = source.upstream().to_string();
                     self.metrics.fills_started.get_or_create(&upstream_label(&upstream)).inc();
-                    let gated = if following.is_some() { false } else { self.gated(&expect, false) };
+                    let gated = self.gated(&expect, false);
                     fill.state.send_modify(|s| s.gated = gated);
                     writer = w;
                 }
@@ -1575,7 +1591,7 @@ mod tests {
         let content: Vec<u8> = (0..(2 << 20) + 333).map(|i| (i % 251) as u8).collect();
         let d = Digest::of(&content);
         let key = format!("u@{d}");
-        let streamer = crate::shared::spawn_streamer(bucket.clone(), fill.clone(), d, key.clone());
+        let streamer = crate::shared::spawn_streamer(bucket.clone(), fill.clone(), Some(d), key.clone());
         writer.append(&content).unwrap();
         fill.state.send_modify(|s| {
             s.written = content.len() as u64;

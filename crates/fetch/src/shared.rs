@@ -32,9 +32,52 @@ pub(crate) enum Plan {
     Bucket(SharedObject),
     /// Another replica fetches it now and writes its chunks to the bucket as they land: read
     /// them as they appear.
-    Follow(Digest, Progress),
+    Follow(Finished, Progress),
     /// Fetch from upstream; holding the lease when one was taken.
     Upstream(Option<Lease>),
+}
+
+/// How a replica following another's upload finds the finished object once the upload's
+/// progress record is gone (its index is written before the record goes).
+#[derive(Debug, Clone)]
+pub(crate) enum Finished {
+    /// A registry object: its index by digest.
+    Digest(Digest),
+    /// An Image Factory asset, whose digest is known once fetched: the trust record the holder
+    /// puts under this key after the index names it.
+    Trust(String),
+}
+
+impl Finished {
+    /// The digest, when known before the object is.
+    pub(crate) fn digest(&self) -> Option<Digest> {
+        match self {
+            Finished::Digest(d) => Some(*d),
+            Finished::Trust(_) => None,
+        }
+    }
+
+    pub(crate) fn of(expect: &Expect) -> Finished {
+        match expect {
+            Expect::Digest(d) => Finished::Digest(*d),
+            Expect::Tofu { key, .. } => Finished::Trust(key.clone()),
+        }
+    }
+}
+
+/// The finished object's digest and index, once the bucket names both.
+async fn finished_index(
+    bucket: &Bucket,
+    finished: &Finished,
+) -> Result<Option<(Digest, Arc<ChunkIndex>)>, BucketError> {
+    let d = match finished {
+        Finished::Digest(d) => *d,
+        Finished::Trust(key) => match bucket.trust(key).await? {
+            Some(t) => t.digest,
+            None => return Ok(None),
+        },
+    };
+    Ok(bucket.index(&d).await?.map(|index| (d, index)))
 }
 
 /// The label a bucket-sourced fill carries in metrics and logs.
@@ -120,17 +163,18 @@ pub(crate) async fn plan(
                 return Plan::Upstream(Some(lease));
             }
             Ok(LeaseOutcome::Held { owner, retry_in }) => {
-                if let Expect::Digest(d) = expect {
-                    match bucket.progress(key).await {
-                        Ok(Some(p)) if p.digest.is_none_or(|pd| pd == *d) => {
-                            tracing::info!(key, %owner, upload = %p.upload, chunks = p.chunks.len(),
-                                "another replica fetches this object; reading its chunks from the bucket as they land");
-                            return Plan::Follow(*d, p);
-                        }
-                        Ok(_) => {}
-                        Err(e) if e.is_down() => return Plan::Upstream(None),
-                        Err(e) => tracing::debug!(key, error = %e, "upload progress unreadable; waiting for the index"),
+                // A registry object must be the one the upload names (when it names one); an
+                // asset's bytes are checked by this fill as a fetch from the factory would be.
+                let finished = Finished::of(expect);
+                match bucket.progress(key).await {
+                    Ok(Some(p)) if finished.digest().is_none_or(|d| p.digest.is_none_or(|pd| pd == d)) => {
+                        tracing::info!(key, %owner, upload = %p.upload, chunks = p.chunks.len(),
+                            "another replica fetches this object; reading its chunks from the bucket as they land");
+                        return Plan::Follow(finished, p);
                     }
+                    Ok(_) => {}
+                    Err(e) if e.is_down() => return Plan::Upstream(None),
+                    Err(e) => tracing::debug!(key, error = %e, "upload progress unreadable; waiting for the index"),
                 }
                 if !waited {
                     tracing::info!(key, %owner, "another replica fetches this object; waiting for it in the bucket");
@@ -270,7 +314,7 @@ impl Source for BucketSource {
 pub(crate) fn spawn_streamer(
     bucket: Arc<Bucket>,
     fill: Arc<crate::flight::Fill>,
-    digest: Digest,
+    digest: Option<Digest>,
     key: String,
 ) -> tokio::task::JoinHandle<Option<PartUpload>> {
     tokio::spawn(async move {
@@ -288,9 +332,9 @@ pub(crate) fn spawn_streamer(
             }
             if upload.is_none() && (total.is_some() || written > 0) {
                 // The upstream answered: announce the upload with its size.
-                let mut u = bucket.begin_parts(Some(&key), Some(digest), total);
+                let mut u = bucket.begin_parts(Some(&key), digest, total);
                 if let Err(e) = u.announce().await {
-                    tracing::debug!(%digest, error = %e, "upload not announced; the upload after the fill covers it");
+                    tracing::debug!(key, error = %e, "upload not announced; the upload after the fill covers it");
                     break;
                 }
                 upload = Some(u);
@@ -314,9 +358,9 @@ pub(crate) fn spawn_streamer(
                 })
                 .await;
                 let Ok(Ok(buf)) = read else { break };
-                let u = upload.get_or_insert_with(|| bucket.begin_parts(Some(&key), Some(digest), total));
+                let u = upload.get_or_insert_with(|| bucket.begin_parts(Some(&key), digest, total));
                 if let Err(e) = u.put_chunk(bytes::Bytes::from(buf)).await {
-                    tracing::debug!(%digest, error = %e, "chunk not written during the fill; the upload after it covers it");
+                    tracing::debug!(key, error = %e, "chunk not written during the fill; the upload after it covers it");
                     break;
                 }
                 next = next.saturating_add(1);
@@ -351,14 +395,14 @@ pub(crate) struct FollowSource {
     pub bucket: Arc<Bucket>,
     pub label: String,
     pub key: String,
-    pub digest: Digest,
+    pub finished: Finished,
     pub progress: Progress,
 }
 
 struct Follow {
     bucket: Arc<Bucket>,
     key: String,
-    digest: Digest,
+    finished: Finished,
     progress: Progress,
     /// The next chunk, and where in it the requested bytes start.
     next: usize,
@@ -406,11 +450,19 @@ impl Follow {
                 }
                 Ok(None) => {
                     // Finished (the index is written before the record goes), or given up.
-                    return match self.bucket.index(&self.digest).await {
-                        Ok(Some(index)) => {
+                    return match finished_index(&self.bucket, &self.finished).await {
+                        Ok(Some((d, index))) => {
                             let at = (self.next as u64).saturating_mul(cs).saturating_add(self.skip as u64);
                             let size = index.size;
-                            self.rest = Some(self.bucket.copy(self.digest, index, at, size));
+                            self.rest = Some(self.bucket.copy(d, index, at, size));
+                            continue;
+                        }
+                        // An asset's trust record follows its index: look again while the
+                        // replica that fetched it still holds the lease.
+                        Ok(None)
+                            if matches!(self.finished, Finished::Trust(_))
+                                && self.bucket.lease_live(&self.key).await.unwrap_or(false) =>
+                        {
                             continue;
                         }
                         Ok(None) => Some(Err(self.err("the replica fetching it gave up".into()))),
@@ -441,7 +493,7 @@ impl Source for FollowSource {
         let follow = Follow {
             bucket: self.bucket.clone(),
             key: self.key.clone(),
-            digest: self.digest,
+            finished: self.finished.clone(),
             progress: self.progress.clone(),
             next: usize::try_from(offset.checked_div(cs).unwrap_or(0)).unwrap_or(usize::MAX),
             skip: usize::try_from(offset.checked_rem(cs).unwrap_or(0)).unwrap_or(0),

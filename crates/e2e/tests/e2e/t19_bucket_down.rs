@@ -309,6 +309,69 @@ fn should_stream_a_fill_in_progress_to_a_waiting_replica() {
     drop((a, b));
 }
 
+/// Issue 19 (9) for an Image Factory asset, whose digest nobody knows before it is fetched: a
+/// client of the replica waiting on another's fill lease gets its first byte while the holder
+/// still fetches, reading the holder's chunks as they land; at the end it finds the rest by the
+/// trust record the holder puts in the bucket. One factory transfer; both bodies byte-exact.
+#[test]
+fn should_stream_an_image_factory_asset_in_progress_to_a_waiting_replica() {
+    let dir = TestDir::new("s3-follow-asset");
+    let s3 = S3Server::start(dir.path(), BUCKET);
+    let asset = crate::t11_prefetch::xz(&tender_e2e::slow::noise(24 << 20));
+    let path = "/image/ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515/v1.10.5/metal-amd64.raw.xz";
+    // 8 MiB/s: 3 s for the whole asset, a 5 MiB chunk about every 0.6 s.
+    let factory = tender_e2e::slow::SlowBlobServer::start_objects(
+        vec![(path.to_string(), std::sync::Arc::new(asset.clone()), "application/x-xz".into())],
+        8 << 20,
+    );
+    let replicas: Vec<Tender> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let cfg = dir.path().join(format!("{name}.yaml"));
+            let storage = s3.storage_yaml(dir.path(), "asset", name, "");
+            write_config(&cfg, &[], &format!("imageFactory: {}\n{storage}", factory.url()));
+            Tender::start(&cfg, &dir.path().join(format!("{name}-data")), &dir.path().join(format!("{name}.log")))
+        })
+        .collect();
+    let (a, b) = (&replicas[0], &replicas[1]);
+    let holder = {
+        let addr = a.addr;
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let (mut first, mut h) = (None, Sha256::new());
+            let head = Conn::open(addr)?.request_to("GET", path, &[], &mut |x| {
+                first.get_or_insert_with(|| start.elapsed());
+                h.update(x);
+            })?;
+            Ok::<_, std::io::Error>((head.status, hex::encode(h.finalize()), first, start.elapsed()))
+        })
+    };
+    poll_until("a to be filling", Duration::from_secs(30), || {
+        factory.hits().iter().any(|h| h.method == "GET" && h.sent >= 1 << 20).then_some(())
+    });
+    let (status, got, waited) = timed_get(b, path, &[]).expect("b's client is not cut");
+    let (a_status, a_got, a_first, a_whole) = holder.join().unwrap().expect("a's client is not cut");
+    assert_eq!((status, a_status), (200, 200));
+    assert!(got == asset, "byte-exact through the chunks in progress");
+    assert_eq!(a_got, hex::encode(Sha256::digest(&asset)));
+    eprintln!("holder: first byte {a_first:?}, whole {a_whole:?}; waiter: first byte {waited:?}");
+    assert!(
+        waited < a_whole / 2,
+        "the waiter's first byte ({waited:?}) came after half the holder's fill ({a_whole:?}): it waited for the index"
+    );
+    let gets = factory.hits().iter().filter(|h| h.method == "GET").count();
+    assert_eq!(gets, 1, "one factory transfer for both replicas");
+    assert!(
+        tender::tail(&dir.path().join("b.log"), 200).contains("reading its chunks from the bucket as they land"),
+        "b followed a's upload"
+    );
+    // The waiter verified what it served and holds it: a second GET is a local hit.
+    let again = Conn::open(b.addr).unwrap().request("GET", path, &[]).unwrap();
+    assert!(again.status() == 200 && again.body == asset, "b serves its own copy");
+    assert_eq!(factory.hits().iter().filter(|h| h.method == "GET").count(), 1);
+    drop(replicas);
+}
+
 /// Issue 19 (5): right after `tender fsck --bucket --repair` quarantined a corrupt object, a
 /// replica that still remembers its index serves ranges over it byte-exact (the rest from the
 /// upstream at the same byte), never a cut.
