@@ -31,6 +31,37 @@ fn timed_get(t: &Tender, path: &str, headers: &[(&str, &str)]) -> std::io::Resul
     Ok((head.status, body, first.unwrap_or_else(|| start.elapsed())))
 }
 
+/// A whole GET on its own thread: status, the body's sha256 (hex), the time to its first body
+/// byte and to its end. A cut body is an error.
+type HashedGet = std::io::Result<(u16, String, Option<Duration>, Duration)>;
+fn spawn_hashed_get(addr: std::net::SocketAddr, path: String) -> std::thread::JoinHandle<HashedGet> {
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        let (mut first, mut h) = (None, Sha256::new());
+        let head = Conn::open(addr)?.request_to("GET", &path, &[], &mut |x| {
+            first.get_or_insert_with(|| start.elapsed());
+            h.update(x);
+        })?;
+        Ok((head.status, hex::encode(h.finalize()), first, start.elapsed()))
+    })
+}
+
+/// GET `path` through the waiting replica `b` while the holder's client (`holder`) still reads
+/// its fill: both byte-exact (`body`), and the waiter's first byte before half the holder's
+/// fill (it read the chunks as they landed, not the finished object).
+fn follow_while_filling(holder: std::thread::JoinHandle<HashedGet>, b: &Tender, path: &str, body: &[u8]) {
+    let (status, got, waited) = timed_get(b, path, &[]).expect("b's client is not cut");
+    let (a_status, a_got, a_first, a_whole) = holder.join().unwrap().expect("a's client is not cut");
+    assert_eq!((status, a_status), (200, 200));
+    assert!(got == body, "byte-exact through the chunks in progress");
+    assert_eq!(a_got, hex::encode(Sha256::digest(body)));
+    eprintln!("holder: first byte {a_first:?}, whole {a_whole:?}; waiter: first byte {waited:?}");
+    assert!(
+        waited < a_whole / 2,
+        "the waiter's first byte ({waited:?}) came after half the holder's fill ({a_whole:?}): it waited for the index"
+    );
+}
+
 /// The kubelet image's blobs (both platforms), with their bytes.
 fn blobs(bed: &Bed) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
@@ -269,31 +300,11 @@ fn should_stream_a_fill_in_progress_to_a_waiting_replica() {
     let path = format!("/v2/ghcr.io/e2e/big/blobs/{digest}");
     let index = format!("follow/index/sha256/{}.json", &digest[7..]);
 
-    let holder = {
-        let (a, path) = (a.addr, path.clone());
-        std::thread::spawn(move || {
-            let start = Instant::now();
-            let (mut first, mut h) = (None, Sha256::new());
-            let head = Conn::open(a)?.request_to("GET", &path, &[], &mut |x| {
-                first.get_or_insert_with(|| start.elapsed());
-                h.update(x);
-            })?;
-            Ok::<_, std::io::Error>((head.status, hex::encode(h.finalize()), first, start.elapsed()))
-        })
-    };
+    let holder = spawn_hashed_get(a.addr, path.clone());
     poll_until("a to be filling", Duration::from_secs(30), || {
         upstream.hits().iter().any(|h| h.method == "GET" && h.sent >= 1 << 20).then_some(())
     });
-    let (status, got, waited) = timed_get(&b, &path, &[]).expect("b's client is not cut");
-    let (a_status, a_got, a_first, a_whole) = holder.join().unwrap().expect("a's client is not cut");
-    assert_eq!((status, a_status), (200, 200));
-    assert_eq!(got, *body, "byte-exact through the chunks in progress");
-    assert_eq!(a_got, hex::encode(Sha256::digest(body.as_slice())));
-    eprintln!("holder: first byte {a_first:?}, whole {a_whole:?}; waiter: first byte {waited:?}");
-    assert!(
-        waited < a_whole / 2,
-        "the waiter's first byte ({waited:?}) came after half the holder's fill ({a_whole:?}): it waited for the index"
-    );
+    follow_while_filling(holder, &b, &path, &body);
     let gets = upstream.hits().iter().filter(|h| h.method == "GET").count();
     assert_eq!(gets, 1, "one upstream transfer for both replicas");
     poll_until("the index to be written", Duration::from_secs(30), || s3.has(&index).then_some(()));
@@ -334,31 +345,11 @@ fn should_stream_an_image_factory_asset_in_progress_to_a_waiting_replica() {
         })
         .collect();
     let (a, b) = (&replicas[0], &replicas[1]);
-    let holder = {
-        let addr = a.addr;
-        std::thread::spawn(move || {
-            let start = Instant::now();
-            let (mut first, mut h) = (None, Sha256::new());
-            let head = Conn::open(addr)?.request_to("GET", path, &[], &mut |x| {
-                first.get_or_insert_with(|| start.elapsed());
-                h.update(x);
-            })?;
-            Ok::<_, std::io::Error>((head.status, hex::encode(h.finalize()), first, start.elapsed()))
-        })
-    };
+    let holder = spawn_hashed_get(a.addr, path.to_string());
     poll_until("a to be filling", Duration::from_secs(30), || {
         factory.hits().iter().any(|h| h.method == "GET" && h.sent >= 1 << 20).then_some(())
     });
-    let (status, got, waited) = timed_get(b, path, &[]).expect("b's client is not cut");
-    let (a_status, a_got, a_first, a_whole) = holder.join().unwrap().expect("a's client is not cut");
-    assert_eq!((status, a_status), (200, 200));
-    assert!(got == asset, "byte-exact through the chunks in progress");
-    assert_eq!(a_got, hex::encode(Sha256::digest(&asset)));
-    eprintln!("holder: first byte {a_first:?}, whole {a_whole:?}; waiter: first byte {waited:?}");
-    assert!(
-        waited < a_whole / 2,
-        "the waiter's first byte ({waited:?}) came after half the holder's fill ({a_whole:?}): it waited for the index"
-    );
+    follow_while_filling(holder, b, path, &asset);
     let gets = factory.hits().iter().filter(|h| h.method == "GET").count();
     assert_eq!(gets, 1, "one factory transfer for both replicas");
     assert!(
