@@ -651,6 +651,15 @@ mod tests {
         use std::time::Instant;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         const CONNS: usize = 512;
+        // Two sockets per connection: lift a soft limit on open files of 1,024 (common) first.
+        let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        if nofile.current.is_some_and(|n| n < 4096) {
+            let raised = rustix::process::Rlimit {
+                current: Some(nofile.maximum.map_or(4096, |m| m.min(4096))),
+                maximum: nofile.maximum,
+            };
+            rustix::process::setrlimit(rustix::process::Resource::Nofile, raised).unwrap();
+        }
         let server = runtime_builder(1).enable_all().build().unwrap();
         let listener = server.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -674,7 +683,8 @@ mod tests {
         let latencies = client.block_on(async move {
             let mut conns = Vec::new();
             for _ in 0..CONNS {
-                conns.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+                let conn = tokio::net::TcpStream::connect(addr).await;
+                conns.push(conn.unwrap_or_else(|e| panic!("connecting (this test needs over 1,024 open files): {e}")));
             }
             let start = Instant::now();
             let (from, until) = (start + Duration::from_millis(300), start + Duration::from_millis(1300));
