@@ -792,7 +792,7 @@ impl Flights {
             if source.max_size().is_some_and(|max| after > max) {
                 return Err(too_large(after));
             }
-            writer.append_parallel(data).map_err(|e| err(FetchErrorKind::Local, format!("writing spool: {e}")))?;
+            writer.append(data).map_err(|e| err(FetchErrorKind::Local, format!("writing spool: {e}")))?;
             if let Some(c) = check.as_mut() {
                 let fresh = chunk.slice(chunk.len().saturating_sub(data.len())..);
                 if let Err(e) = c.feed(fresh).await {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use tender_oci::{Algorithm, Digest, Hasher};
 
-/// The smallest span [`SpoolWriter::append_parallel`] hashes on a second thread.
+/// The smallest span [`SpoolWriter::append`] hashes on a second thread.
 pub const PARALLEL_APPEND_MIN: usize = 1 << 20;
 
 /// An append-only spool file that hashes every byte written to it, with the algorithm of the
@@ -74,34 +74,27 @@ impl SpoolWriter {
         self.len == 0
     }
 
-    /// Append bytes at the end, hashing them.
+    /// Append bytes at the end, hashing them. A large span (a chunk copied from the bucket is
+    /// 8 MiB) is hashed on a second thread while this one writes, so it costs the longer of
+    /// the two, not their sum; smaller spans are hashed in line (a thread costs more than
+    /// them). A failed append leaves the writer as it was.
     pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.file.write_all_at(bytes, self.len)?;
-        self.hasher.update(bytes);
-        self.len += bytes.len() as u64;
-        Ok(())
-    }
-
-    /// [`SpoolWriter::append`] for a large span (a chunk copied from the bucket is 8 MiB): the
-    /// hash runs on a second thread while this one writes, so the span costs the longer of the
-    /// two, not their sum. Smaller spans are appended in line (a thread costs more than them).
-    pub fn append_parallel(&mut self, bytes: &[u8]) -> io::Result<()> {
         if bytes.len() < PARALLEL_APPEND_MIN {
-            return self.append(bytes);
+            self.file.write_all_at(bytes, self.len)?;
+            self.hasher.update(bytes);
+        } else {
+            // The hash goes into a copy, kept only when both halves succeed.
+            let (file, mut hasher, at) = (&self.file, self.hasher.clone(), self.len);
+            self.hasher = std::thread::scope(|s| {
+                let hashing = s.spawn(move || {
+                    hasher.update(bytes);
+                    hasher
+                });
+                let written = file.write_all_at(bytes, at);
+                let hashed = hashing.join().map_err(|_| io::Error::other("hashing the spooled bytes failed"));
+                written.and(hashed)
+            })?;
         }
-        // The hash goes into a copy, kept only when both halves succeed: a failed append
-        // leaves the writer as it was, as `append` does.
-        let (file, mut hasher, at) = (&self.file, self.hasher.clone(), self.len);
-        let hashed = std::thread::scope(|s| {
-            let hashing = s.spawn(move || {
-                hasher.update(bytes);
-                hasher
-            });
-            let written = file.write_all_at(bytes, at);
-            let hashed = hashing.join().map_err(|_| io::Error::other("hashing the spooled bytes failed"));
-            written.and(hashed)
-        })?;
-        self.hasher = hashed;
         self.len += bytes.len() as u64;
         Ok(())
     }

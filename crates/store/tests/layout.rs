@@ -265,7 +265,7 @@ fn should_spool_large_spans_hashed_on_a_second_thread_exactly_as_in_line() {
         let expected = algorithm.digest(&whole);
         let mut w = store.create_spool(&format!("parallel-{algorithm:?}"), algorithm).unwrap();
         for s in &spans {
-            w.append_parallel(s).unwrap();
+            w.append(s).unwrap();
         }
         assert_eq!((w.len(), w.digest_so_far()), (whole.len() as u64, expected));
         assert_eq!(fs::read(w.path()).unwrap(), whole);
