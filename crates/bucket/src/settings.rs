@@ -40,6 +40,11 @@ pub struct BucketSettings {
     pub credentials: Option<Credentials>,
     /// Path-style requests (`endpoint/bucket/key`), which most S3-compatible servers need.
     pub path_style: bool,
+    /// Sign each request's body into its SigV4 signature (`x-amz-content-sha256` = the body's
+    /// sha256) instead of `UNSIGNED-PAYLOAD`. Off by default: it costs a sha256 pass over every
+    /// chunk here and another in the S3 server, and adds no integrity tender lacks (every chunk
+    /// and object is verified against its sha256 when read; responses are never signed).
+    pub sign_payload: bool,
     pub chunk_size: u64,
     /// Take a lease in the bucket before fetching a cold object from upstream (one upstream
     /// fetch in total across replicas); off: at most one per replica.
@@ -73,6 +78,7 @@ impl BucketSettings {
             prefix: String::new(),
             credentials: None,
             path_style: true,
+            sign_payload: false,
             chunk_size: 8 << 20,
             lease: true,
             lease_ttl: Duration::from_secs(30),
@@ -92,6 +98,7 @@ impl BucketSettings {
             .with_region(&self.region)
             .with_virtual_hosted_style_request(!self.path_style)
             .with_conditional_put(S3ConditionalPut::ETagMatch)
+            .with_unsigned_payload(!self.sign_payload)
             .with_client_options(
                 ClientOptions::new().with_timeout(self.request_timeout).with_connect_timeout(self.connect_timeout),
             )

@@ -68,6 +68,7 @@ pub struct RawS3 {
     pub access_key_id_file: Option<PathBuf>,
     pub secret_access_key_file: Option<PathBuf>,
     pub path_style: Option<bool>,
+    pub sign_payload: Option<bool>,
     pub chunk_size: Option<String>,
     pub lease: Option<bool>,
     pub lease_ttl: Option<String>,
@@ -882,6 +883,9 @@ fn resolve_s3(name: &str, raw: &RawS3) -> Result<tender_bucket::BucketSettings, 
     if let Some(v) = raw.path_style {
         s.path_style = v;
     }
+    if let Some(v) = raw.sign_payload {
+        s.sign_payload = v;
+    }
     if let Some(c) = &raw.chunk_size {
         s.chunk_size = match parse_size(c) {
             Some(n) if (tender_bucket::MIN_CHUNK_SIZE..=1 << 30).contains(&n) => n,
@@ -1158,6 +1162,8 @@ mod tests {
             (s.request_timeout, s.connect_timeout, s.retries, s.probe_interval),
             (Duration::from_secs(10), Duration::from_secs(5), 2, Duration::from_secs(5))
         );
+        assert!(!s.sign_payload, "bodies go unsigned unless asked");
+        assert!(load("    signPayload: true\n").sign_payload);
         let s = load("    requestTimeout: 2s\n    retries: 0\n    probeInterval: 500ms\n");
         assert_eq!(
             (s.request_timeout, s.connect_timeout, s.retries, s.probe_interval),
