@@ -29,6 +29,13 @@ use crate::{key_hash, Bucket, BucketError, ChunkIndex};
 /// flight keep the link busy (at most this many chunks of memory).
 const IN_FLIGHT: usize = 4;
 
+/// The first bytes of an object an upload puts in its progress record (base64) while its first
+/// chunk is still on its way: a follower's client gets its first bytes one small write after
+/// the holder's, not one whole chunk (fetched, written and read back) after.
+pub const HEAD_LEN: usize = 64 << 10;
+/// The longest head a reader takes from a record (another replica may be set otherwise).
+const HEAD_MAX: usize = 1 << 20;
+
 /// What an upload in progress has written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -49,6 +56,10 @@ pub struct Progress {
     pub leased: bool,
     /// Lowercase hex sha256 of each chunk written, in order.
     pub chunks: Vec<String>,
+    /// The object's first bytes (base64, at most [`HEAD_LEN`] as written), until the first
+    /// chunk is listed. Older readers ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
     /// Milliseconds since the Unix epoch, by the uploader's clock.
     pub started_at: u64,
     pub renewed_at: u64,
@@ -71,7 +82,29 @@ impl Progress {
                 return Err(format!("{} chunks for {t} bytes in chunks of {}", self.chunks.len(), self.chunk_size));
             }
         }
+        if let Some(h) = &self.head {
+            // Checked before decoding: base64 is 4 characters for 3 bytes.
+            if h.len() > HEAD_MAX.div_ceil(3) * 4 {
+                return Err(format!("a head of {} base64 characters is longer than {HEAD_MAX} bytes", h.len()));
+            }
+            let n = self.head_bytes()?.map_or(0, |b| b.len() as u64);
+            if n > self.chunk_size || self.total.is_some_and(|t| n > t) {
+                return Err(format!("a head of {n} bytes is longer than the first chunk or the object"));
+            }
+        }
         Ok(())
+    }
+
+    /// The object's first bytes the record carries, while its first chunk is not listed.
+    pub fn head_bytes(&self) -> Result<Option<Bytes>, String> {
+        use base64::Engine as _;
+        match &self.head {
+            Some(h) if self.chunks.is_empty() => base64::engine::general_purpose::STANDARD
+                .decode(h)
+                .map(|b| Some(Bytes::from(b)))
+                .map_err(|e| format!("head is not base64: {e}")),
+            _ => Ok(None),
+        }
     }
 }
 
@@ -89,6 +122,10 @@ impl Recorded {
         let before = self.progress.chunks.len();
         while let Some(h) = self.landed.remove(&self.progress.chunks.len()) {
             self.progress.chunks.push(h);
+        }
+        if !self.progress.chunks.is_empty() {
+            // The first chunk holds the head's bytes, verified.
+            self.progress.head = None;
         }
         self.progress.chunks.len() > before
     }
@@ -148,6 +185,17 @@ impl PartUpload {
 
     pub fn chunk_size(&self) -> u64 {
         self.chunk_size
+    }
+
+    /// Carry the object's first bytes (at most [`HEAD_LEN`]) in the record until the first
+    /// chunk is listed; written with the next record write ([`PartUpload::announce`]).
+    pub async fn set_head(&mut self, head: &[u8]) {
+        use base64::Engine as _;
+        let head = &head[..head.len().min(HEAD_LEN).min(usize::try_from(self.chunk_size).unwrap_or(usize::MAX))];
+        let mut r = self.record.lock().await;
+        if r.progress.chunks.is_empty() && !head.is_empty() {
+            r.progress.head = Some(base64::engine::general_purpose::STANDARD.encode(head));
+        }
     }
 
     /// Write the record now, before the first chunk, so replicas waiting on the lease follow
@@ -330,6 +378,7 @@ impl Bucket {
             digest,
             leased: lease.is_some(),
             chunks: Vec::new(),
+            head: None,
             started_at: now,
             renewed_at: now,
         };

@@ -761,6 +761,40 @@ async fn should_list_chunks_in_progress_until_the_index_is_written() {
     assert!(other.progress("up@y").await.unwrap().is_none());
 }
 
+/// Issue 19 (9): the record carries the object's first bytes until the first chunk is listed,
+/// so a follower's client need not wait for a whole chunk; a record with a head that cannot be
+/// the object's is refused.
+#[tokio::test]
+async fn should_carry_the_first_bytes_in_the_record_until_the_first_chunk_is_listed() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let bytes = content(2 * 1024 + 7);
+    let d = Digest::of(&bytes);
+    let mut up = b.begin_parts(Some("up@h"), Some(d), Some(bytes.len() as u64));
+    up.set_head(&bytes).await;
+    up.announce().await.unwrap();
+    let other = bucket_on(&mem, "b");
+    let p = other.progress("up@h").await.unwrap().unwrap();
+    assert!(p.chunks.is_empty());
+    let chunk = usize::try_from(p.chunk_size).unwrap();
+    assert_eq!(p.head_bytes().unwrap().unwrap().as_ref(), &bytes[..chunk], "at most one chunk of head");
+    up.put_chunk(bytes::Bytes::copy_from_slice(&bytes[..chunk])).await.unwrap();
+    up.flush().await.unwrap();
+    let p = other.progress("up@h").await.unwrap().unwrap();
+    assert_eq!((p.chunks.len(), p.head.is_none()), (1, true), "the head goes once the first chunk is listed");
+
+    // Hostile records: a head longer than the first chunk, or not base64.
+    let path = ObjectPath::from(format!("fleet/progress/{}.json", crate::key_hash("up@h")));
+    let mut bad = p.clone();
+    bad.chunks.clear();
+    for head in ["QUJD".repeat(chunk), "not base64!".to_string()] {
+        bad.head = Some(head);
+        mem.put(&path, PutPayload::from(serde_json::to_vec(&bad).unwrap())).await.unwrap();
+        let e = other.progress("up@h").await.unwrap_err();
+        assert!(e.is_corrupt() && e.to_string().contains("head"), "{e}");
+    }
+}
+
 // ---- tender gc --bucket, served records ----
 
 /// `n` bytes unlike every other `tag`'s.
@@ -1036,11 +1070,8 @@ async fn content_sha256_header(sign_payload: bool, body: &'static [u8]) -> Strin
     });
     let mut s = BucketSettings::new("fleet");
     s.endpoint = Some(format!("http://{addr}"));
-    s.credentials = Some(Credentials {
-        access_key_id: "AKIATEST".into(),
-        secret_access_key: "secret".into(),
-        session_token: None,
-    });
+    s.credentials =
+        Some(Credentials { access_key_id: "AKIATEST".into(), secret_access_key: "secret".into(), session_token: None });
     s.retries = 0;
     s.sign_payload = sign_payload;
     s.build().unwrap().put(&ObjectPath::from("parts/x/0"), PutPayload::from_static(body)).await.unwrap();

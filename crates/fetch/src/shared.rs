@@ -16,6 +16,10 @@ use crate::flight::{Expect, Opened, Source};
 
 /// How often a replica waiting on another's fill asks the bucket for news.
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
+/// How often it asks while its clients have no byte yet, for the first [`FIRST_POLLS_FOR`] of
+/// the wait: the holder's first bytes are due within milliseconds.
+const FIRST_POLL: Duration = Duration::from_millis(25);
+const FIRST_POLLS_FOR: Duration = Duration::from_secs(2);
 
 /// An object the bucket holds, found by digest or by asset key.
 #[derive(Debug, Clone)]
@@ -138,6 +142,7 @@ pub(crate) async fn plan(
     deadline: Instant,
 ) -> Plan {
     let mut waited = false;
+    let began = Instant::now();
     loop {
         match lookup(bucket, store, expect, known_in).await {
             Ok(Some(found)) => return Plan::Bucket(found),
@@ -180,8 +185,12 @@ pub(crate) async fn plan(
                     tracing::info!(key, %owner, "another replica fetches this object; waiting for it in the bucket");
                 }
                 waited = true;
-                // At most every 100 ms: the holder's first chunk may appear any moment.
-                let pause = retry_in.clamp(Duration::from_millis(25), FOLLOW_POLL);
+                // At most every 100 ms: the holder's record may appear any moment.
+                let pause = if began.elapsed() < FIRST_POLLS_FOR {
+                    FIRST_POLL
+                } else {
+                    retry_in.clamp(FIRST_POLL, FOLLOW_POLL)
+                };
                 if crate::later(pause) >= deadline {
                     tracing::warn!(key, %owner, "waited for another replica until the fill deadline; fetching from upstream");
                     return Plan::Upstream(None);
@@ -330,9 +339,25 @@ pub(crate) fn spawn_streamer(
             if matches!(phase, crate::flight::Phase::Failed(_)) {
                 break;
             }
-            if upload.is_none() && (total.is_some() || written > 0) {
-                // The upstream answered: announce the upload with its size.
+            let verified = matches!(phase, crate::flight::Phase::Verified(_) | crate::flight::Phase::Committed(_));
+            let head = (tender_bucket::parts::HEAD_LEN as u64).min(total.unwrap_or(u64::MAX));
+            if upload.is_none() && (total.is_some() || written > 0) && (written >= head || verified) {
+                // The upstream answered and the object's first bytes are in: announce the
+                // upload with its size and those bytes, so the waiters' clients get them now
+                // and not once the whole first chunk is in the bucket.
                 let mut u = bucket.begin_parts(Some(&key), digest, total);
+                let n = written.min(head);
+                if n > 0 {
+                    let file = fill.file();
+                    let read = tokio::task::spawn_blocking(move || {
+                        let mut buf = vec![0u8; n as usize];
+                        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, 0).map(|()| buf)
+                    })
+                    .await;
+                    if let Ok(Ok(buf)) = read {
+                        u.set_head(&buf).await;
+                    }
+                }
                 if let Err(e) = u.announce().await {
                     tracing::debug!(key, error = %e, "upload not announced; the upload after the fill covers it");
                     break;
@@ -340,7 +365,6 @@ pub(crate) fn spawn_streamer(
                 upload = Some(u);
             }
             let start = next.saturating_mul(cs);
-            let verified = matches!(phase, crate::flight::Phase::Verified(_) | crate::flight::Phase::Committed(_));
             // A whole chunk as soon as it is written; the last, shorter one once the content
             // verified (so the waiters do not wait for the upload after the commit).
             let len = if written >= start.saturating_add(cs) {
@@ -407,6 +431,9 @@ struct Follow {
     /// The next chunk, and where in it the requested bytes start.
     next: usize,
     skip: usize,
+    /// The head the record carried, once streamed: the first chunk must begin with it.
+    head_sent: Option<bytes::Bytes>,
+    began: Instant,
     last_news: Instant,
     /// The object finished: the rest comes by its index.
     rest: Option<futures::stream::BoxStream<'static, Result<bytes::Bytes, BucketError>>>,
@@ -430,14 +457,40 @@ impl Follow {
                 }
             }
             if let Some(hash) = self.progress.chunks.get(self.next) {
-                let r = self.bucket.part(&self.progress.upload, self.next, hash, None).await;
-                return Some(r.map(|b| {
-                    self.next = self.next.saturating_add(1);
-                    let from = std::mem::take(&mut self.skip).min(b.len());
-                    b.slice(from..)
-                }));
+                let b = match self.bucket.part(&self.progress.upload, self.next, hash, None).await {
+                    Ok(b) => b,
+                    Err(e) => return Some(Err(e)),
+                };
+                if self.next == 0 {
+                    if let Some(h) = self.head_sent.take() {
+                        if !b.starts_with(&h) {
+                            return Some(Err(self.err(format!(
+                                "chunk 0 of upload {} does not begin with the {} bytes its record carried",
+                                self.progress.upload,
+                                h.len()
+                            ))));
+                        }
+                    }
+                }
+                self.next = self.next.saturating_add(1);
+                let from = std::mem::take(&mut self.skip).min(b.len());
+                return Some(Ok(b.slice(from..)));
             }
-            tokio::time::sleep(FOLLOW_POLL).await;
+            if self.next == 0 && self.head_sent.is_none() {
+                // The record carries the object's first bytes until the first chunk is in.
+                match self.progress.head_bytes() {
+                    Ok(Some(h)) if self.skip < h.len() => {
+                        let piece = h.slice(self.skip..);
+                        self.skip = h.len();
+                        self.head_sent = Some(h);
+                        return Some(Ok(piece));
+                    }
+                    Ok(_) => {}
+                    Err(m) => return Some(Err(self.err(m))),
+                }
+            }
+            let first = self.next == 0 && self.head_sent.is_none() && self.began.elapsed() < FIRST_POLLS_FOR;
+            tokio::time::sleep(if first { FIRST_POLL } else { FOLLOW_POLL }).await;
             match self.bucket.progress(&self.key).await {
                 Ok(Some(p)) if p.upload == self.progress.upload && p.chunk_size == self.progress.chunk_size => {
                     if p.chunks.len() > self.progress.chunks.len() {
@@ -497,6 +550,8 @@ impl Source for FollowSource {
             progress: self.progress.clone(),
             next: usize::try_from(offset.checked_div(cs).unwrap_or(0)).unwrap_or(usize::MAX),
             skip: usize::try_from(offset.checked_rem(cs).unwrap_or(0)).unwrap_or(0),
+            head_sent: None,
+            began: Instant::now(),
             last_news: Instant::now(),
             rest: None,
         };

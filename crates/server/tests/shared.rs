@@ -417,6 +417,39 @@ async fn should_stream_chunks_to_a_waiting_replica_as_they_land() {
     assert_eq!(read_all(&probe, d, &index).await, body);
 }
 
+/// Issue 19 (9): a waiting replica's client gets the object's first bytes from the holder's
+/// progress record, before the first chunk is in the bucket (not a whole chunk later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_give_a_waiting_replica_the_first_bytes_before_the_first_chunk_lands() {
+    let fake = FakeUpstream::start().await;
+    let body = random_bytes((1 << 20) + 4321, 93);
+    let digest = fake.add_blob(body.clone());
+    // About 2 s until the holder has its first chunk (1 MiB).
+    *fake.state.steady.lock().unwrap() = Some(Fault::SlowDrip(512 << 10));
+    let mem = Arc::new(InMemory::new());
+    let probe = bucket(&mem, "probe");
+    let (a, b, _) = two_replicas(&fake, &mem, &digest).await;
+    let path = format!("/v2/ghcr.io/x/blobs/{digest}");
+    let holder = tokio::spawn(get_owned(a.url(&path)));
+    let key = format!("ghcr.io@{digest}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while probe.progress(&key).await.unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the holder never announced its upload");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut waiter = client().get(b.url(&path)).send().await.unwrap();
+    assert_eq!(waiter.status(), 200);
+    let mut got = waiter.chunk().await.unwrap().expect("body ended at once").to_vec();
+    let p = probe.progress(&key).await.unwrap().expect("the upload is still under way");
+    assert!(p.chunks.is_empty(), "the waiter's client got its first bytes only after the first chunk landed");
+    while let Some(c) = waiter.chunk().await.unwrap() {
+        got.extend_from_slice(&c);
+    }
+    assert_eq!(sha(&got), sha(&body), "byte-exact: the head, then the rest of the first chunk");
+    assert_eq!(holder.await.unwrap(), body);
+    assert_eq!(fake.blob_gets(), 1, "one upstream transfer for both replicas");
+}
+
 async fn get_owned(url: String) -> bytes::Bytes {
     let r = client().get(url).send().await.unwrap();
     assert_eq!(r.status(), 200);
