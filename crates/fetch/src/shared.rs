@@ -171,31 +171,36 @@ pub(crate) async fn plan(
                 // A registry object must be the one the upload names (when it names one); an
                 // asset's bytes are checked by this fill as a fetch from the factory would be.
                 let finished = Finished::of(expect);
-                match bucket.progress(key).await {
-                    Ok(Some(p)) if finished.digest().is_none_or(|d| p.digest.is_none_or(|pd| pd == d)) => {
-                        tracing::info!(key, %owner, upload = %p.upload, chunks = p.chunks.len(),
-                            "another replica fetches this object; reading its chunks from the bucket as they land");
-                        return Plan::Follow(finished, p);
+                // The holder's record is looked for every pause; the bucket's index and the
+                // lease again (the holder may have finished, or died) once per FOLLOW_POLL.
+                let recheck = crate::later(retry_in.clamp(FIRST_POLL, FOLLOW_POLL));
+                loop {
+                    match bucket.progress(key).await {
+                        Ok(Some(p)) if finished.digest().is_none_or(|d| p.digest.is_none_or(|pd| pd == d)) => {
+                            tracing::info!(key, %owner, upload = %p.upload, chunks = p.chunks.len(),
+                                "another replica fetches this object; reading its chunks from the bucket as they land");
+                            return Plan::Follow(finished, p);
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.is_down() => return Plan::Upstream(None),
+                        Err(e) => tracing::debug!(key, error = %e, "upload progress unreadable; waiting for the index"),
                     }
-                    Ok(_) => {}
-                    Err(e) if e.is_down() => return Plan::Upstream(None),
-                    Err(e) => tracing::debug!(key, error = %e, "upload progress unreadable; waiting for the index"),
+                    if !waited {
+                        tracing::info!(key, %owner, "another replica fetches this object; waiting for it in the bucket");
+                    }
+                    waited = true;
+                    // Every 25 ms at first (the holder announces its upload with its first
+                    // bytes, due any moment), then at most every 100 ms.
+                    let pause = if began.elapsed() < FIRST_POLLS_FOR { FIRST_POLL } else { FOLLOW_POLL };
+                    if crate::later(pause) >= deadline {
+                        tracing::warn!(key, %owner, "waited for another replica until the fill deadline; fetching from upstream");
+                        return Plan::Upstream(None);
+                    }
+                    tokio::time::sleep(pause).await;
+                    if Instant::now() >= recheck {
+                        break;
+                    }
                 }
-                if !waited {
-                    tracing::info!(key, %owner, "another replica fetches this object; waiting for it in the bucket");
-                }
-                waited = true;
-                // At most every 100 ms: the holder's record may appear any moment.
-                let pause = if began.elapsed() < FIRST_POLLS_FOR {
-                    FIRST_POLL
-                } else {
-                    retry_in.clamp(FIRST_POLL, FOLLOW_POLL)
-                };
-                if crate::later(pause) >= deadline {
-                    tracing::warn!(key, %owner, "waited for another replica until the fill deadline; fetching from upstream");
-                    return Plan::Upstream(None);
-                }
-                tokio::time::sleep(pause).await;
             }
             Err(e) if e.is_down() => return Plan::Upstream(None),
             Err(e) => {
