@@ -68,8 +68,8 @@ impl ChunkIndex {
             (1 | 2, _) => return Err(format!("index format {} with upload {:?}", self.format, self.upload)),
             (f, _) => return Err(format!("index format {f} is newer than 2; a newer tender wrote it")),
         }
-        if self.chunk_size == 0 {
-            return Err("chunk size is 0".into());
+        if self.chunk_size == 0 || self.chunk_size > crate::MAX_CHUNK_SIZE {
+            return Err(format!("chunk size {} is not within 1..={}", self.chunk_size, crate::MAX_CHUNK_SIZE));
         }
         let want = ChunkIndex::chunk_count(self.size, self.chunk_size);
         if self.chunks.len() != want {

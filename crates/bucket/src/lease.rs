@@ -126,7 +126,10 @@ impl Bucket {
         let read = async {
             let got = self.store.get(&p).await?;
             let etag = got.meta.e_tag.clone();
-            Ok((etag, got.bytes().await?))
+            if got.meta.size > crate::RECORD_MAX {
+                return Ok((etag, None));
+            }
+            Ok((etag, Some(got.bytes().await?)))
         };
         let (etag, bytes) = match self.call("lease", &p, read).await? {
             Ok(g) => g,
@@ -136,7 +139,8 @@ impl Bucket {
             }
             Err(e) => return Err(self.store_err("lease", &p, e)),
         };
-        let record: Option<LeaseRecord> = serde_json::from_slice(&bytes).ok();
+        // One unreadable (or too long to read) is taken over like an expired one.
+        let record: Option<LeaseRecord> = bytes.and_then(|b| serde_json::from_slice(&b).ok());
         let (owner, expires_at) = record.map(|r| (r.owner, r.expires_at)).unwrap_or_default();
         let now = now_ms();
         if expires_at > now {

@@ -74,13 +74,16 @@ pub use maintenance::{BucketFsckReport, BucketProblem};
 pub use metrics::BucketMetrics;
 pub use parts::{PartUpload, Progress};
 pub use served::SERVED_PER_SHARD;
-pub use settings::{BucketSettings, Credentials, MIN_CHUNK_SIZE};
+pub use settings::{BucketSettings, Credentials, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 pub use uploads::AbandonedUpload;
 
 /// Chunks a copy into a replica's cache requests at once (so holds in memory at most).
 pub const COPY_AHEAD: usize = 4;
 /// Indexes kept in memory (they never change once written); the map is cleared when full.
 const INDEX_CACHE: usize = 8192;
+/// The longest record (index, progress, lease, trust, served) read: the index of a 64 GiB
+/// object in chunks of 5 MiB is about 900 KB.
+const RECORD_MAX: u64 = 16 << 20;
 /// Known-upstream records remembered (positive answers only); the set is cleared when full.
 const KNOWN_CACHE: usize = 65536;
 /// The bucket format this tender writes: 2 added `known/` (format 1 had no marker file), 3
@@ -468,16 +471,27 @@ impl Bucket {
         self.get_json_via(p, true).await
     }
 
+    /// A whole object, or its size (from the response head) when it is longer than `max`: its
+    /// body is then never read (anyone who can write the bucket could make it any size).
+    pub(crate) async fn get_at_most(&self, p: &ObjectPath, max: u64) -> object_store::Result<Result<Bytes, u64>> {
+        let got = self.store.get(p).await?;
+        if got.meta.size > max {
+            return Ok(Err(got.meta.size));
+        }
+        Ok(Ok(got.bytes().await?))
+    }
+
     /// `gated`: refused while the breaker is open (every request path); the probe's are not.
     async fn get_json_via<T: serde::de::DeserializeOwned>(
         &self,
         p: &ObjectPath,
         gated: bool,
     ) -> Result<Option<T>, BucketError> {
-        let fut = async { self.store.get(p).await?.bytes().await };
+        let fut = self.get_at_most(p, RECORD_MAX);
         let got = if gated { self.call("get", p, fut).await? } else { self.timed("get", p, fut).await? };
         let bytes = match got {
-            Ok(b) => b,
+            Ok(Ok(b)) => b,
+            Ok(Err(n)) => return Err(self.corrupt(p, format!("a record of {n} bytes is longer than {RECORD_MAX}"))),
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(self.store_err("get", p, e)),
         };
@@ -786,7 +800,7 @@ impl Bucket {
     async fn chunk(&self, d: &Digest, index: &ChunkIndex, i: usize) -> Result<Bytes, BucketError> {
         let range: Range<u64> = index.chunk_range(i);
         if let Some(upload) = &index.upload {
-            return match self.part(upload, i, &index.chunks[i], Some(range.end - range.start)).await {
+            return match self.part(upload, i, &index.chunks[i], Some(range.end - range.start), index.chunk_size).await {
                 Err(e) if e.is_not_found() => {
                     // Quarantined or deleted since its index was read: forget the index.
                     self.forget(d);

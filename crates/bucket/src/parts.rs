@@ -71,8 +71,8 @@ impl Progress {
         if !is_upload_id(&self.upload) {
             return Err(format!("upload id {:?} is not 32 hex characters", self.upload));
         }
-        if self.chunk_size == 0 {
-            return Err("chunk size is 0".into());
+        if self.chunk_size == 0 || self.chunk_size > crate::MAX_CHUNK_SIZE {
+            return Err(format!("chunk size {} is not within 1..={}", self.chunk_size, crate::MAX_CHUNK_SIZE));
         }
         if let Some(bad) = self.chunks.iter().find(|c| c.len() != 64 || !c.bytes().all(|b| b.is_ascii_hexdigit())) {
             return Err(format!("chunk digest {bad:?} is not 64 hex characters"));
@@ -406,11 +406,25 @@ impl Bucket {
         Ok(Some(r))
     }
 
-    /// Chunk `i` of an upload, checked against `sha256` (from its index or progress record).
-    pub async fn part(&self, upload: &str, i: usize, sha256: &str, len: Option<u64>) -> Result<Bytes, BucketError> {
+    /// Chunk `i` of an upload, checked against `sha256` (from its index or progress record),
+    /// and against its length `len` when known. One longer than `max` (its record's chunk
+    /// size) is refused before a byte of it is read.
+    pub async fn part(
+        &self,
+        upload: &str,
+        i: usize,
+        sha256: &str,
+        len: Option<u64>,
+        max: u64,
+    ) -> Result<Bytes, BucketError> {
         let p = self.part_path(upload, i);
-        let bytes = match self.call("get", &p, async { self.store.get(&p).await?.bytes().await }).await? {
-            Ok(b) => b,
+        let max = len.unwrap_or(max).min(max);
+        let bytes = match self.call("get", &p, self.get_at_most(&p, max)).await? {
+            Ok(Ok(b)) => b,
+            Ok(Err(n)) => {
+                return Err(self
+                    .corrupt(&p, format!("chunk {i} is {n} bytes, more than the {max} its record allows; not read")))
+            }
             Err(e) => return Err(self.store_err("get", &p, e)),
         };
         let got = self.sha256_hex(&bytes).await?;

@@ -11,6 +11,8 @@ use crate::BucketError;
 /// The smallest chunk: each chunk is one S3 object and one request, and the progress record
 /// lists one sha256 per chunk; smaller chunks cost more requests than they save in latency.
 pub const MIN_CHUNK_SIZE: u64 = 5 << 20;
+/// The largest chunk: a chunk is read whole into memory, so no record may name a larger one.
+pub const MAX_CHUNK_SIZE: u64 = 1 << 30;
 
 /// Static keys read from files or the environment. `Debug` never shows them.
 #[derive(Clone, PartialEq, Eq)]

@@ -747,8 +747,8 @@ async fn should_list_chunks_in_progress_until_the_index_is_written() {
     let other = bucket_on(&mem, "b");
     let p = other.progress("up@x").await.unwrap().unwrap();
     assert_eq!((p.chunks.len(), p.total, p.digest, p.leased), (2, Some(3 * 1024 + 1), Some(d), true));
-    assert_eq!(other.part(&p.upload, 1, &p.chunks[1], None).await.unwrap().as_ref(), &bytes[1024..2048]);
-    assert!(other.part(&p.upload, 1, &p.chunks[0], None).await.unwrap_err().is_corrupt());
+    assert_eq!(other.part(&p.upload, 1, &p.chunks[1], None, 1024).await.unwrap().as_ref(), &bytes[1024..2048]);
+    assert!(other.part(&p.upload, 1, &p.chunks[0], None, 1024).await.unwrap_err().is_corrupt());
     assert!(other.index(&d).await.unwrap().is_none(), "not visible before its index");
     for c in bytes.chunks(1024).skip(2) {
         up.put_chunk(bytes::Bytes::copy_from_slice(c)).await.unwrap();
@@ -793,6 +793,43 @@ async fn should_carry_the_first_bytes_in_the_record_until_the_first_chunk_is_lis
         let e = other.progress("up@h").await.unwrap_err();
         assert!(e.is_corrupt() && e.to_string().contains("head"), "{e}");
     }
+}
+
+/// Hostile bucket content is bounded before it is read: a chunk object longer than its record
+/// allows, a record of many megabytes, a record naming chunks over 1 GiB.
+#[tokio::test]
+async fn should_refuse_oversized_chunks_and_records_before_reading_them() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let bytes = content(3 * 1024 + 5);
+    let d = uploaded(&b, &bytes).await;
+    let index = b.index(&d).await.unwrap().unwrap();
+    let upload = index.upload.clone().unwrap();
+    // Chunk 1 replaced by 64 MiB: the reader learns the size from the response and stops.
+    let p = ObjectPath::from(format!("fleet/parts/{upload}/00000001"));
+    mem.put(&p, PutPayload::from(vec![0u8; 64 << 20])).await.unwrap();
+    let reader = bucket_on(&mem, "b");
+    let e = reader.part(&upload, 1, &index.chunks[1], None, 1024).await.unwrap_err();
+    assert!(e.is_corrupt() && e.to_string().contains("more than the 1024"), "{e}");
+    let e = read_all(&reader, d, 0, bytes.len() as u64).await.unwrap_err();
+    assert!(e.is_corrupt() && e.to_string().contains("more than the 1024"), "{e}");
+
+    // An index of 17 MiB (whitespace is valid JSON) is refused unread.
+    let other = Digest::of(b"other");
+    let mut big = vec![b' '; 17 << 20];
+    big.extend_from_slice(b"{}");
+    mem.put(&ObjectPath::from(format!("fleet/index/sha256/{}.json", other.hex())), PutPayload::from(big))
+        .await
+        .unwrap();
+    let e = reader.index(&other).await.unwrap_err();
+    assert!(e.is_corrupt() && e.to_string().contains("longer than"), "{e}");
+
+    // A record that names chunks of 2 GiB is refused (a chunk is read whole into memory).
+    let mut huge = (*index).clone();
+    huge.chunk_size = 2 << 30;
+    huge.size = 2 << 30;
+    huge.chunks.truncate(1);
+    assert!(huge.validate().unwrap_err().contains("chunk size"));
 }
 
 // ---- tender gc --bucket, served records ----

@@ -16,10 +16,21 @@ use crate::flight::{Expect, Opened, Source};
 
 /// How often a replica waiting on another's fill asks the bucket for news.
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
-/// How often it asks while its clients have no byte yet, for the first [`FIRST_POLLS_FOR`] of
-/// the wait: the holder's first bytes are due within milliseconds.
+/// How often it asks while its clients have no byte yet (see [`first_pause`]).
 const FIRST_POLL: Duration = Duration::from_millis(25);
-const FIRST_POLLS_FOR: Duration = Duration::from_secs(2);
+
+/// The pause between two looks for the holder's first bytes, `waited` into the wait: they are
+/// due within milliseconds (the holder announces its upload with them), so 10 ms for the first
+/// half second, 25 ms to 2 s, then [`FOLLOW_POLL`]. At most about 140 requests per wait.
+fn first_pause(waited: Duration) -> Duration {
+    if waited < Duration::from_millis(500) {
+        Duration::from_millis(10)
+    } else if waited < Duration::from_secs(2) {
+        FIRST_POLL
+    } else {
+        FOLLOW_POLL
+    }
+}
 
 /// An object the bucket holds, found by digest or by asset key.
 #[derive(Debug, Clone)]
@@ -189,9 +200,7 @@ pub(crate) async fn plan(
                         tracing::info!(key, %owner, "another replica fetches this object; waiting for it in the bucket");
                     }
                     waited = true;
-                    // Every 25 ms at first (the holder announces its upload with its first
-                    // bytes, due any moment), then at most every 100 ms.
-                    let pause = if began.elapsed() < FIRST_POLLS_FOR { FIRST_POLL } else { FOLLOW_POLL };
+                    let pause = first_pause(began.elapsed());
                     if crate::later(pause) >= deadline {
                         tracing::warn!(key, %owner, "waited for another replica until the fill deadline; fetching from upstream");
                         return Plan::Upstream(None);
@@ -462,7 +471,9 @@ impl Follow {
                 }
             }
             if let Some(hash) = self.progress.chunks.get(self.next) {
-                let b = match self.bucket.part(&self.progress.upload, self.next, hash, None).await {
+                // The last chunk's length is known once the size is; every other is a whole one.
+                let len = self.progress.total.map(|t| t.saturating_sub((self.next as u64).saturating_mul(cs)).min(cs));
+                let b = match self.bucket.part(&self.progress.upload, self.next, hash, len, cs).await {
                     Ok(b) => b,
                     Err(e) => return Some(Err(e)),
                 };
@@ -494,8 +505,8 @@ impl Follow {
                     Err(m) => return Some(Err(self.err(m))),
                 }
             }
-            let first = self.next == 0 && self.head_sent.is_none() && self.began.elapsed() < FIRST_POLLS_FOR;
-            tokio::time::sleep(if first { FIRST_POLL } else { FOLLOW_POLL }).await;
+            let first = self.next == 0 && self.head_sent.is_none();
+            tokio::time::sleep(if first { first_pause(self.began.elapsed()) } else { FOLLOW_POLL }).await;
             match self.bucket.progress(&self.key).await {
                 Ok(Some(p)) if p.upload == self.progress.upload && p.chunk_size == self.progress.chunk_size => {
                     if p.chunks.len() > self.progress.chunks.len() {

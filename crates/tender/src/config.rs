@@ -888,7 +888,7 @@ fn resolve_s3(name: &str, raw: &RawS3) -> Result<tender_bucket::BucketSettings, 
     }
     if let Some(c) = &raw.chunk_size {
         s.chunk_size = match parse_size(c) {
-            Some(n) if (tender_bucket::MIN_CHUNK_SIZE..=1 << 30).contains(&n) => n,
+            Some(n) if (tender_bucket::MIN_CHUNK_SIZE..=tender_bucket::MAX_CHUNK_SIZE).contains(&n) => n,
             _ => {
                 return Err(err(
                     "storage.s3.chunkSize",
