@@ -260,8 +260,13 @@ impl Bucket {
         fut: impl Future<Output = object_store::Result<T>>,
     ) -> Result<object_store::Result<T>, BucketError> {
         let after = self.settings.request_timeout;
+        let began = std::time::Instant::now();
         match tokio::time::timeout(after, fut).await {
-            Ok(r) => Ok(r),
+            Ok(r) => {
+                // Each request and what it cost (TENDER_LOG=tender_bucket=trace).
+                tracing::trace!(op, key = %p, ms = began.elapsed().as_secs_f64() * 1e3, ok = r.is_ok(), "bucket request");
+                Ok(r)
+            }
             Err(_) => {
                 self.metrics.errors.get_or_create(&vec![("op".to_string(), op.to_string())]).inc();
                 let e = BucketError::Timeout { bucket: self.settings.bucket.clone(), op, key: p.to_string(), after };
