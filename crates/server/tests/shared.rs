@@ -377,22 +377,9 @@ async fn should_share_sha512_objects_across_replicas() {
 /// bytes arrive while the object has no index yet, and it never asks the upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn should_stream_chunks_to_a_waiting_replica_as_they_land() {
-    let fake = FakeUpstream::start().await;
-    let body = random_bytes(3 << 20, 91);
-    let digest = fake.add_blob(body.clone());
     // About 3 s for the whole blob; a chunk (1 MiB) lands every second.
-    *fake.state.steady.lock().unwrap() = Some(Fault::SlowDrip(1 << 20));
-    let mem = Arc::new(InMemory::new());
-    let probe = bucket(&mem, "probe");
-    let (a, b, _) = two_replicas(&fake, &mem, &digest).await;
-    let path = format!("/v2/ghcr.io/x/blobs/{digest}");
-    let holder = tokio::spawn(get_owned(a.url(&path)));
-    let key = format!("ghcr.io@{digest}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while probe.progress(&key).await.unwrap().is_none_or(|p| p.chunks.is_empty()) {
-        assert!(Instant::now() < deadline, "the holder never wrote a chunk during its fill");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let Dripping { fake, probe, _a, b, body, digest, path, key, holder } =
+        dripping_fill(3 << 20, 91, 1 << 20, |p| !p.chunks.is_empty()).await;
     let d: tender_oci::Digest = digest.parse().unwrap();
     let mut waiter = client().get(b.url(&path)).send().await.unwrap();
     assert_eq!(waiter.status(), 200);
@@ -421,22 +408,9 @@ async fn should_stream_chunks_to_a_waiting_replica_as_they_land() {
 /// progress record, before the first chunk is in the bucket (not a whole chunk later).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn should_give_a_waiting_replica_the_first_bytes_before_the_first_chunk_lands() {
-    let fake = FakeUpstream::start().await;
-    let body = random_bytes((1 << 20) + 4321, 93);
-    let digest = fake.add_blob(body.clone());
     // About 2 s until the holder has its first chunk (1 MiB).
-    *fake.state.steady.lock().unwrap() = Some(Fault::SlowDrip(512 << 10));
-    let mem = Arc::new(InMemory::new());
-    let probe = bucket(&mem, "probe");
-    let (a, b, _) = two_replicas(&fake, &mem, &digest).await;
-    let path = format!("/v2/ghcr.io/x/blobs/{digest}");
-    let holder = tokio::spawn(get_owned(a.url(&path)));
-    let key = format!("ghcr.io@{digest}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while probe.progress(&key).await.unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the holder never announced its upload");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let Dripping { fake, probe, _a, b, body, digest: _, path, key, holder } =
+        dripping_fill((1 << 20) + 4321, 93, 512 << 10, |_| true).await;
     let mut waiter = client().get(b.url(&path)).send().await.unwrap();
     assert_eq!(waiter.status(), 200);
     let mut got = waiter.chunk().await.unwrap().expect("body ended at once").to_vec();
@@ -448,6 +422,40 @@ async fn should_give_a_waiting_replica_the_first_bytes_before_the_first_chunk_la
     assert_eq!(sha(&got), sha(&body), "byte-exact: the head, then the rest of the first chunk");
     assert_eq!(holder.await.unwrap(), body);
     assert_eq!(fake.blob_gets(), 1, "one upstream transfer for both replicas");
+}
+
+/// Two replicas on one bucket (chunks of 1 MiB) in front of an upstream that drips `len`
+/// random bytes at `rate` bytes/s, once replica `a`'s client started the fill and the holder's
+/// progress record satisfies `ready`.
+struct Dripping {
+    fake: FakeUpstream,
+    probe: Arc<Bucket>,
+    _a: Tender,
+    b: Tender,
+    body: bytes::Bytes,
+    digest: String,
+    path: String,
+    key: String,
+    holder: tokio::task::JoinHandle<bytes::Bytes>,
+}
+
+async fn dripping_fill(len: usize, seed: u64, rate: u64, ready: impl Fn(&tender_bucket::Progress) -> bool) -> Dripping {
+    let fake = FakeUpstream::start().await;
+    let body = random_bytes(len, seed);
+    let digest = fake.add_blob(body.clone());
+    *fake.state.steady.lock().unwrap() = Some(Fault::SlowDrip(rate));
+    let mem = Arc::new(InMemory::new());
+    let probe = bucket(&mem, "probe");
+    let (a, b, _) = two_replicas(&fake, &mem, &digest).await;
+    let path = format!("/v2/ghcr.io/x/blobs/{digest}");
+    let holder = tokio::spawn(get_owned(a.url(&path)));
+    let key = format!("ghcr.io@{digest}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !probe.progress(&key).await.unwrap().is_some_and(|p| ready(&p)) {
+        assert!(Instant::now() < deadline, "the holder's progress record never got ready");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Dripping { fake, probe, _a: a, b, body, digest, path, key, holder }
 }
 
 async fn get_owned(url: String) -> bytes::Bytes {
