@@ -21,9 +21,10 @@ const FIRST_POLL: Duration = Duration::from_millis(25);
 
 /// The pause between two looks for the holder's first bytes, `waited` into the wait: they are
 /// due within milliseconds (the holder announces its upload with them), so 10 ms for the first
-/// half second, 25 ms to 2 s, then [`FOLLOW_POLL`]. At most about 140 requests per wait.
+/// quarter second, 25 ms to 2 s, then [`FOLLOW_POLL`]: about 95 requests in the first 2 s of a
+/// wait, not many more than 25 ms throughout (a fleet booting at once has many waits at once).
 fn first_pause(waited: Duration) -> Duration {
-    if waited < Duration::from_millis(500) {
+    if waited < Duration::from_millis(250) {
         Duration::from_millis(10)
     } else if waited < Duration::from_secs(2) {
         FIRST_POLL
