@@ -363,13 +363,7 @@ pub(crate) fn spawn_streamer(
                 let mut u = bucket.begin_parts(Some(&key), digest, total);
                 let n = written.min(head);
                 if n > 0 {
-                    let file = fill.file();
-                    let read = tokio::task::spawn_blocking(move || {
-                        let mut buf = vec![0u8; n as usize];
-                        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, 0).map(|()| buf)
-                    })
-                    .await;
-                    if let Ok(Ok(buf)) = read {
+                    if let Some(buf) = read_span(&fill, 0, n).await {
                         u.set_head(&buf).await;
                     }
                 }
@@ -390,13 +384,7 @@ pub(crate) fn spawn_streamer(
                 0
             };
             if len > 0 {
-                let file = fill.file();
-                let read = tokio::task::spawn_blocking(move || {
-                    let mut buf = vec![0u8; len as usize];
-                    std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, start).map(|()| buf)
-                })
-                .await;
-                let Ok(Ok(buf)) = read else { break };
+                let Some(buf) = read_span(&fill, start, len).await else { break };
                 let u = upload.get_or_insert_with(|| bucket.begin_parts(Some(&key), digest, total));
                 if let Err(e) = u.put_chunk(bytes::Bytes::from(buf)).await {
                     tracing::debug!(key, error = %e, "chunk not written during the fill; the upload after it covers it");
@@ -424,6 +412,19 @@ pub(crate) fn spawn_streamer(
         }
         None
     })
+}
+
+/// `len` bytes of a fill's spool file from `start` (written already), off the threads serving
+/// connections; `None` when the read failed.
+async fn read_span(fill: &crate::flight::Fill, start: u64, len: u64) -> Option<Vec<u8>> {
+    let file = fill.file();
+    tokio::task::spawn_blocking(move || {
+        let mut buf = vec![0u8; usize::try_from(len).ok()?];
+        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, start).ok().map(|()| buf)
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 /// A fill's source that reads another replica's upload in progress chunk by chunk as its
