@@ -11,13 +11,9 @@ fn main() {
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
     let git = git_dir(&manifest);
-    if let Some(dir) = &git {
-        // a new commit or checkout changes HEAD, the branch's ref, or packed-refs
-        for f in ["HEAD", "packed-refs"] {
-            println!("cargo:rerun-if-changed={}", dir.join(f).display());
-        }
-        if let Some(r) = git_out(&manifest, &["symbolic-ref", "-q", "HEAD"]) {
-            println!("cargo:rerun-if-changed={}", dir.join(r).display());
+    if git.is_some() {
+        for path in watched(&manifest) {
+            println!("cargo:rerun-if-changed={}", path.display());
         }
     }
     let from_git = git.as_ref().and_then(|_| {
@@ -36,6 +32,35 @@ fn main() {
     let date = epoch.map(civil_date).unwrap_or_else(|| "unknown date".into());
     println!("cargo:rustc-env=TENDER_REVISION={}", revision.chars().take(40).collect::<String>());
     println!("cargo:rustc-env=TENDER_COMMIT_DATE={date}");
+}
+
+/// What a new commit or checkout changes: HEAD, the branch's ref (a loose file, or a line of
+/// packed-refs) and, while the ref is packed, the directory a new loose ref will appear in.
+/// Only paths that exist: cargo re-runs a build script on every build while a path it watches
+/// is missing, and then compiles the binary again (issue 39). Paths come from `git rev-parse
+/// --git-path`, so a linked worktree's HEAD and its common refs are both found.
+fn watched(manifest: &Path) -> Vec<PathBuf> {
+    let git_path = |p: &str| git_out(manifest, &["rev-parse", "--git-path", p]).map(|r| manifest.join(r));
+    let mut paths = Vec::new();
+    let mut add = |p: Option<PathBuf>| {
+        if let Some(p) = p.filter(|p| p.exists()) {
+            if !paths.contains(&p) {
+                paths.push(p);
+            }
+        }
+    };
+    add(git_path("HEAD"));
+    add(git_path("packed-refs"));
+    if let Some(branch) = git_out(manifest, &["symbolic-ref", "-q", "HEAD"]) {
+        match git_path(&branch) {
+            Some(loose) if loose.exists() => add(Some(loose)),
+            // Packed (or a branch with no commit yet): the nearest existing directory of the
+            // ref's path, where the next commit writes the loose ref.
+            Some(loose) => add(loose.ancestors().skip(1).find(|d| d.is_dir()).map(Path::to_path_buf)),
+            None => {}
+        }
+    }
+    paths
 }
 
 /// The checkout's git directory, when the source is one and git is installed.

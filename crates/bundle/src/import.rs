@@ -5,9 +5,12 @@
 //!    refuses the bundle. Committing early is harmless: an object nobody knows in an upstream,
 //!    with no tag, trust record or pin, is served to no one.
 //! 2. **Verification.** `index.json` is walked: every image manifest's config and layers, and at
-//!    least one manifest of every index, must be in the bundle or already stored (a delta relies
-//!    on what an earlier import stored); names must route to a configured upstream; an OS
-//!    image's trust record may not contradict one this store already holds.
+//!    least one manifest of every index, must be in the bundle, or (a delta relies on what an
+//!    earlier import stored) already known in the upstream the entry's name routes to (for an OS
+//!    image: already trusted under the same asset path). An object the bundle does not carry is
+//!    never granted to a new upstream, and the refusal reads the same whether this store holds it
+//!    or not (no size, no "stored"). Names must route to a configured upstream; an OS image's
+//!    trust record may not contradict one this store already holds.
 //! 3. **Registration**, only when the whole bundle verified: manifest records, the upstream each
 //!    object is known in, pins, then the tags (authoritative: `imported`) and trust records.
 
@@ -375,18 +378,41 @@ struct Verifier<'a> {
     verified: &'a HashMap<Digest, u64>,
 }
 
+/// What an object the bundle does not carry must already be, to satisfy a descriptor of an
+/// entry: registering never adds an upstream (or a trust record) to bytes that did not arrive
+/// in this bundle.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    /// The entry's name routes to this upstream: known in it already.
+    Upstream(&'a str),
+    /// An OS image: this store already trusts the asset path (its layer is checked against the
+    /// trust record by [`asset_kind`]).
+    TrustedAsset,
+    /// Nothing: every object must be in the bundle.
+    Carried,
+}
+
 /// Deepest nesting of indexes walked.
 const MAX_DEPTH: usize = 8;
 
 impl Verifier<'_> {
-    /// Whether `d` of `size` bytes is in the bundle or stored; a size that disagrees refuses.
-    fn available(&self, d: &Digest, size: u64, context: &str) -> Result<bool, ImportError> {
-        let have = self.verified.get(d).copied().or_else(|| self.store.object_len(d));
-        match have {
-            Some(n) if n == size => Ok(true),
-            Some(n) => Err(refused(format!("{context}: {d} is {n} bytes where its descriptor says {size}"))),
-            None => Ok(false),
+    /// Whether `d` of `size` bytes is in the bundle, or stored and already granted to `scope`.
+    /// A size that disagrees with the bundle's own bytes refuses; for bytes the bundle does not
+    /// carry, a disagreeing size reads as absent: nothing is said about what this store holds.
+    fn available(&self, d: &Digest, size: u64, context: &str, scope: Scope<'_>) -> Result<bool, ImportError> {
+        if let Some(n) = self.verified.get(d).copied() {
+            return if n == size {
+                Ok(true)
+            } else {
+                Err(refused(format!("{context}: {d} is {n} bytes in the bundle where its descriptor says {size}")))
+            };
         }
+        let granted = match scope {
+            Scope::Upstream(upstream) => self.store.is_known_in(d, upstream)?,
+            Scope::TrustedAsset => true,
+            Scope::Carried => false,
+        };
+        Ok(granted && self.store.object_len(d) == Some(size))
     }
 
     /// Walk a descriptor's graph into `planned`. `Ok(false)`: absent and not required.
@@ -397,18 +423,16 @@ impl Verifier<'_> {
         context: &str,
         planned: &mut (Vec<(Digest, String, u64)>, Vec<Digest>),
         depth: usize,
+        scope: Scope<'_>,
     ) -> Result<bool, ImportError> {
         if depth > MAX_DEPTH {
             return Err(refused(format!("{context}: indexes nested deeper than {MAX_DEPTH}")));
         }
         let d: Digest =
             desc.digest.parse().map_err(|e| refused(format!("{context}: bad digest {:?}: {e}", desc.digest)))?;
-        if !self.available(&d, desc.size, context)? {
+        if !self.available(&d, desc.size, context, scope)? {
             if required {
-                return Err(refused(format!(
-                    "{context}: {} {d} is referenced but neither in the bundle nor stored",
-                    if desc.media_type.is_empty() { "content" } else { &desc.media_type }
-                )));
+                return Err(missing(context, &desc.media_type, &d, scope));
             }
             return Ok(false);
         }
@@ -435,23 +459,42 @@ impl Verifier<'_> {
         if media::is_index(&media_type) {
             let mut present = 0;
             for child in &doc.manifests {
-                if self.walk(child, false, &inner, planned, depth + 1)? {
+                if self.walk(child, false, &inner, planned, depth + 1, scope)? {
                     present += 1;
                 }
             }
             if present == 0 && !doc.manifests.is_empty() {
-                return Err(refused(format!("{inner}: none of the index's manifests is in the bundle or stored")));
+                return Err(refused(format!(
+                    "{inner}: none of the index's manifests is there: not in the bundle{}",
+                    delta_hint(scope)
+                )));
             }
         } else {
             if let Some(config) = &doc.config {
-                self.walk(config, true, &inner, planned, depth + 1)?;
+                self.walk(config, true, &inner, planned, depth + 1, scope)?;
             }
             for layer in &doc.layers {
                 // A non-distributable layer (with `urls`) may be absent, as registries allow.
-                self.walk(layer, layer.urls.is_empty(), &inner, planned, depth + 1)?;
+                self.walk(layer, layer.urls.is_empty(), &inner, planned, depth + 1, scope)?;
             }
         }
         Ok(true)
+    }
+}
+
+/// The refusal for content a descriptor needs and the bundle does not provide: the same words
+/// whether or not this store holds it.
+fn missing(context: &str, media_type: &str, d: &Digest, scope: Scope<'_>) -> ImportError {
+    let what = if media_type.is_empty() { "content" } else { media_type };
+    refused(format!("{context}: {what} {d} is referenced but not in the bundle{}", delta_hint(scope)))
+}
+
+fn delta_hint(scope: Scope<'_>) -> String {
+    match scope {
+        Scope::Upstream(upstream) => {
+            format!(" (a delta may leave out only what an earlier bundle imported into {upstream})")
+        }
+        Scope::TrustedAsset | Scope::Carried => String::new(),
     }
 }
 
@@ -511,16 +554,16 @@ fn plan(
             .annotation(layout::REF_NAME)
             .or_else(|| entry.annotation(layout::FACTORY_PATH))
             .map_or_else(|| entry.digest.clone(), str::to_string);
-        let mut graph = (Vec::new(), Vec::new());
-        verifier.walk(entry, true, &context, &mut graph, 0)?;
         let digest: Digest = entry.digest.parse().map_err(|e| refused(format!("{context}: {e}")))?;
-        let Some((_, media_type, _)) = graph.0.iter().find(|(d, _, _)| *d == digest).cloned() else {
-            return Err(refused(format!("{context}: the entry {digest} is not a manifest")));
+        // Whom the entry is for decides, before its graph is walked, what it may leave out.
+        let asset = match entry.annotation(layout::FACTORY_PATH) {
+            Some(path) => Some(AssetPath::parse(path).map_err(|e| refused(format!("{path}: {e}")))?),
+            None => None,
         };
-        let what = if let Some(path) = entry.annotation(layout::FACTORY_PATH) {
-            asset_kind(intake.store, &verifier, path, entry, &digest)?
+        let what = if asset.is_some() {
+            None
         } else {
-            match entry_name(entry, options.registry.as_deref()).map_err(|e| refused(format!("{context}: {e}")))? {
+            Some(match entry_name(entry, options.registry.as_deref()).map_err(|e| refused(format!("{context}: {e}")))? {
                 Some(image) => {
                     if let Reference::Digest(d) = &image.reference {
                         if *d != digest {
@@ -537,7 +580,26 @@ fn plan(
                     Kind::Image { name: image.to_string(), upstream, repository, tag }
                 }
                 None => Kind::Unnamed,
-            }
+            })
+        };
+        let routed = match &what {
+            Some(Kind::Image { upstream, .. }) => Some(upstream.clone()),
+            _ => None,
+        };
+        let scope = match (&routed, &asset) {
+            (Some(upstream), _) => Scope::Upstream(upstream),
+            (_, Some(a)) if intake.store.trust_get(&a.key())?.is_some() => Scope::TrustedAsset,
+            _ => Scope::Carried,
+        };
+        let mut graph = (Vec::new(), Vec::new());
+        verifier.walk(entry, true, &context, &mut graph, 0, scope)?;
+        let Some((_, media_type, _)) = graph.0.iter().find(|(d, _, _)| *d == digest).cloned() else {
+            return Err(refused(format!("{context}: the entry {digest} is not a manifest")));
+        };
+        let what = match (what, asset) {
+            (Some(what), _) => what,
+            (None, Some(asset)) => asset_kind(intake.store, &verifier, asset, entry, &digest, scope)?,
+            (None, None) => Kind::Unnamed,
         };
         out.push(Planned { entry: entry.clone(), digest, media_type, manifests: graph.0, objects: graph.1, what });
     }
@@ -548,11 +610,12 @@ fn plan(
 fn asset_kind(
     store: &Store,
     verifier: &Verifier<'_>,
-    path: &str,
+    asset: AssetPath,
     entry: &Descriptor,
     digest: &Digest,
+    scope: Scope<'_>,
 ) -> Result<Kind, ImportError> {
-    let asset = AssetPath::parse(path).map_err(|e| refused(format!("{path}: {e}")))?;
+    let path = &asset.path();
     let bytes = store.read_object(digest)?.ok_or_else(|| refused(format!("{path}: {digest} vanished")))?;
     let doc: Document = serde_json::from_slice(&bytes).map_err(|e| refused(format!("{path}: {e}")))?;
     let [layer] = doc.layers.as_slice() else {
@@ -562,8 +625,8 @@ fn asset_kind(
     if layer_digest.algorithm() != Algorithm::Sha256 {
         return Err(refused(format!("{path}: an OS image is addressed by sha256")));
     }
-    if !verifier.available(&layer_digest, layer.size, path)? {
-        return Err(refused(format!("{path}: {layer_digest} is neither in the bundle nor stored")));
+    if !verifier.available(&layer_digest, layer.size, path, scope)? {
+        return Err(missing(path, &layer.media_type, &layer_digest, scope));
     }
     if let Some(trust) =
         entry.annotation(layout::TRUST_SHA256).or_else(|| doc.annotations.get(layout::TRUST_SHA256).map(String::as_str))

@@ -197,7 +197,7 @@ fn should_refuse_a_dangling_reference() {
         .unwrap();
     let s = store(&dir.path().join("data"));
     let e = import_path(&path, &s, &TwoUpstreams, &options()).unwrap_err().to_string();
-    assert!(e.contains("neither in the bundle nor stored") && e.contains(&img.layer.digest.to_string()), "{e}");
+    assert!(e.contains("not in the bundle") && e.contains(&img.layer.digest.to_string()), "{e}");
     assert_invisible(&s, &img, "v1");
 }
 
@@ -215,7 +215,7 @@ fn should_import_a_delta_only_on_top_of_its_base() {
 
     let fresh = store(&dir.path().join("fresh"));
     let e = import_path(&delta, &fresh, &TwoUpstreams, &options()).unwrap_err().to_string();
-    assert!(e.contains("neither in the bundle nor stored"), "a delta alone: {e}");
+    assert!(e.contains("not in the bundle"), "a delta alone: {e}");
     assert_invisible(&fresh, &two, "v2");
 
     let s = store(&dir.path().join("data"));
@@ -356,4 +356,81 @@ proptest::proptest! {
             }
         }
     }
+}
+
+/// A bundle of `entries` that carries only `blobs`.
+fn hostile_bundle(path: &Path, blobs: &[&Blob], entries: Vec<Descriptor>) {
+    let mut w = BundleWriter::create(path, HashSet::new()).unwrap();
+    for b in blobs {
+        w.add_bytes(&b.digest, &b.bytes).unwrap();
+    }
+    w.finish(&Document::index(entries, BTreeMap::new())).unwrap();
+}
+
+/// Issue 32 (1): registering never adds an upstream to bytes that did not arrive in the
+/// bundle. With an image imported into docker.io (a private upstream's stand-in), bundles that
+/// name its index, its manifest (from an index they carry), its layer (from a manifest they
+/// carry) or its layer as an OS image, under ghcr.io, are refused, grant nothing, and read
+/// exactly as they would if the store did not hold those objects.
+#[test]
+fn should_never_grant_bytes_the_bundle_does_not_carry() {
+    let dir = tempfile::tempdir().unwrap();
+    let private = image("private");
+    let s = store(&dir.path().join("data"));
+    write_bundle(&dir.path().join("base"), &[("docker.io/team/app:v1", &private)], HashSet::new(), None);
+    import_path(&dir.path().join("base"), &s, &TwoUpstreams, &options()).unwrap();
+    let empty = store(&dir.path().join("empty"));
+
+    // a manifest that names the private layer, and an index that names the private manifest
+    let own_config = blob(b"{\"architecture\":\"amd64\",\"os\":\"linux\"}", "application/vnd.oci.image.config.v1+json");
+    let thief_doc = serde_json::json!({
+        "schemaVersion": 2, "mediaType": media::OCI_MANIFEST,
+        "config": own_config.descriptor(), "layers": [private.layer.descriptor()],
+    });
+    let thief_manifest = blob(&serde_json::to_vec(&thief_doc).unwrap(), media::OCI_MANIFEST);
+    let thief_index_doc = serde_json::json!({
+        "schemaVersion": 2, "mediaType": media::OCI_INDEX, "manifests": [private.manifest.descriptor()],
+    });
+    let thief_index = blob(&serde_json::to_vec(&thief_index_doc).unwrap(), media::OCI_INDEX);
+    let factory_path = format!("/image/{}/v1.12.0/metal-amd64.raw.xz", "b".repeat(64));
+    let empty_json = blob(layout::EMPTY_JSON, layout::EMPTY_MEDIA);
+    let mut layer_as_asset = private.layer.descriptor();
+    layer_as_asset.media_type = layout::ASSET_LAYER_MEDIA.to_string();
+    let asset_doc = serde_json::json!({
+        "schemaVersion": 2, "mediaType": media::OCI_MANIFEST, "artifactType": layout::OS_IMAGE_ARTIFACT,
+        "config": empty_json.descriptor(), "layers": [layer_as_asset],
+    });
+    let asset_manifest = blob(&serde_json::to_vec(&asset_doc).unwrap(), media::OCI_MANIFEST);
+
+    let name = |d: Descriptor| d.with(layout::REF_NAME, "ghcr.io/stolen/app:v1");
+    let cases: Vec<(&str, Vec<&Blob>, Descriptor)> = vec![
+        ("the index", vec![], name(private.index.descriptor())),
+        ("the manifest", vec![], name(private.manifest.descriptor())),
+        ("a manifest from a carried index", vec![&thief_index], name(thief_index.descriptor())),
+        ("the layer from a carried manifest", vec![&thief_manifest, &own_config], name(thief_manifest.descriptor())),
+        (
+            "the layer as an OS image",
+            vec![&asset_manifest, &empty_json],
+            asset_manifest.descriptor().with(layout::FACTORY_PATH, &factory_path),
+        ),
+    ];
+    for (i, (what, blobs, entry)) in cases.into_iter().enumerate() {
+        let path = dir.path().join(format!("hostile-{i}"));
+        hostile_bundle(&path, &blobs, vec![entry]);
+        let holding = import_path(&path, &s, &TwoUpstreams, &options()).unwrap_err().to_string();
+        let not_holding = import_path(&path, &empty, &TwoUpstreams, &options()).unwrap_err().to_string();
+        assert!(holding.contains("not in the bundle"), "{what}: {holding}");
+        assert_eq!(holding, not_holding, "{what}: the refusal tells what this store holds");
+        for b in [&private.index, &private.manifest, &private.config, &private.layer] {
+            assert!(!s.is_known_in(&b.digest, "ghcr.io").unwrap(), "{what}: {} granted to ghcr.io", b.digest);
+        }
+        assert!(s.tag_get("ghcr.io", "stolen/app", "v1").unwrap().is_none(), "{what}: tag registered");
+        let key = format!("image:{}/v1.12.0/metal-amd64.raw.xz", "b".repeat(64));
+        assert!(s.trust_get(&key).unwrap().is_none(), "{what}: trust record registered");
+    }
+    // the same names under the upstream the objects are known in: a delta, accepted
+    let path = dir.path().join("same-upstream");
+    hostile_bundle(&path, &[], vec![private.index.descriptor().with(layout::REF_NAME, "docker.io/team/app:v2")]);
+    import_path(&path, &s, &TwoUpstreams, &options()).unwrap();
+    assert_eq!(s.tag_get("docker.io", "team/app", "v2").unwrap().unwrap().digest, private.index.digest);
 }

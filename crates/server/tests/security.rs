@@ -462,3 +462,156 @@ async fn should_queue_fills_beyond_the_concurrent_fill_limit() {
     let text = String::from_utf8_lossy(&get(&tender.url("/metrics"), &[]).await.body.unwrap()).into_owned();
     assert!(text.contains("tender_fills_waiting 0"), "{text}");
 }
+
+/// A bundle (tar bytes) that carries `blobs` and names `entries`.
+fn bundle_tar(blobs: &[&[u8]], entries: Vec<tender_bundle::layout::Descriptor>) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.tar");
+    let mut w = tender_bundle::BundleWriter::create(&path, std::collections::HashSet::new()).unwrap();
+    for b in blobs {
+        w.add_bytes(&tender_oci::Algorithm::Sha256.digest(b), b).unwrap();
+    }
+    w.finish(&tender_bundle::layout::Document::index(entries, std::collections::BTreeMap::new())).unwrap();
+    std::fs::read(&path).unwrap()
+}
+
+/// Issue 32 (1), the review's attack: after an authorised pull stored a private image, small
+/// bundles that name its index, its manifest, its layer (from a manifest they carry) or its
+/// layer as an OS image, under a public upstream, are refused through `POST
+/// /api/v1/admin/import` and through `import --data` (the same `import_path` on the data
+/// directory), and anonymous clients read 0 private bytes through the public route, the
+/// default route and `/image/`.
+#[tokio::test]
+async fn should_never_let_an_import_grant_a_private_image_to_a_public_route() {
+    use tender_bundle::layout::{self, Descriptor};
+    use tender_oci::media;
+    let private_fake = FakeUpstream::start().await;
+    let public_fake = FakeUpstream::start().await;
+    let layer = random_bytes(300_000, 321);
+    let l = private_fake.add_blob(layer.clone());
+    let config = br#"{"architecture":"amd64","os":"linux","private":true}"#.to_vec();
+    let c = private_fake.add_blob(bytes::Bytes::from(config.clone()));
+    let desc = |mt: &str, d: &str, n: usize| serde_json::json!({"mediaType": mt, "digest": d, "size": n});
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": media::OCI_MANIFEST,
+        "config": desc("application/vnd.oci.image.config.v1+json", &c, config.len()),
+        "layers": [desc("application/vnd.oci.image.layer.v1.tar", &l, layer.len())],
+    }))
+    .unwrap();
+    let m = private_fake.add_manifest("team/app", "v1", media::OCI_MANIFEST, &manifest);
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": media::OCI_INDEX,
+        "manifests": [desc(media::OCI_MANIFEST, &m, manifest.len())],
+    }))
+    .unwrap();
+    let i = private_fake.add_manifest("team/app", "multi", media::OCI_INDEX, &index);
+
+    let mut private = upstream_settings("private.example", &private_fake.url());
+    private.credentials = Some(Credentials { username: "robot".into(), password: "upstream-secret".into() });
+    let ups = vec![upstream_settings("pub.example", &public_fake.url()), private];
+    let mut security = auth_security(true);
+    security.admin = Some(Admin { token: AdminToken::new(ADMIN), gc_cap: None, import_cap: 1 << 30 });
+    let tender =
+        Tender::start_full(ups, Some(public_fake.url()), fast_settings(), security, None, Surface::All).await;
+    for path in [
+        "/v2/private.example/team/app/manifests/v1".to_string(),
+        "/v2/private.example/team/app/manifests/multi".to_string(),
+        format!("/v2/private.example/team/app/blobs/{c}"),
+        format!("/v2/private.example/team/app/blobs/{l}"),
+    ] {
+        let r = client().get(tender.url(&path)).basic_auth("worker", Some("s3cret")).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        r.bytes().await.unwrap();
+    }
+    tender.wait_idle().await;
+
+    // the hostile bundles
+    let own_config = br#"{"architecture":"amd64","os":"linux"}"#.to_vec();
+    let own_c = tender_oci::Algorithm::Sha256.digest(&own_config).to_string();
+    let thief = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": media::OCI_MANIFEST,
+        "config": desc("application/vnd.oci.image.config.v1+json", &own_c, own_config.len()),
+        "layers": [desc("application/vnd.oci.image.layer.v1.tar", &l, layer.len())],
+    }))
+    .unwrap();
+    let schematic = "c".repeat(64);
+    let factory_path = format!("/image/{schematic}/v1.12.0/metal-amd64.raw.xz");
+    let asset = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": media::OCI_MANIFEST, "artifactType": layout::OS_IMAGE_ARTIFACT,
+        "config": desc(layout::EMPTY_MEDIA, &tender_oci::Algorithm::Sha256.digest(layout::EMPTY_JSON).to_string(), layout::EMPTY_JSON.len()),
+        "layers": [desc(layout::ASSET_LAYER_MEDIA, &l, layer.len())],
+    }))
+    .unwrap();
+    let entry = |mt: &str, bytes: &[u8]| {
+        Descriptor::new(mt, &tender_oci::Algorithm::Sha256.digest(bytes), bytes.len() as u64)
+    };
+    let stolen = |d: Descriptor| d.with(layout::REF_NAME, "pub.example/stolen/app:v1");
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("an index", bundle_tar(&[], vec![stolen(entry(media::OCI_INDEX, &index))])),
+        ("a manifest", bundle_tar(&[], vec![stolen(entry(media::OCI_MANIFEST, &manifest))])),
+        ("a blob", bundle_tar(&[&thief, &own_config], vec![stolen(entry(media::OCI_MANIFEST, &thief))])),
+        (
+            "an OS image asset",
+            bundle_tar(
+                &[&asset, layout::EMPTY_JSON],
+                vec![entry(media::OCI_MANIFEST, &asset).with(layout::FACTORY_PATH, &factory_path)],
+            ),
+        ),
+    ];
+    let anonymous_reads = [
+        "/v2/pub.example/stolen/app/manifests/v1".to_string(),
+        "/v2/stolen/app/manifests/v1".to_string(),
+        format!("/v2/pub.example/stolen/app/manifests/{m}"),
+        format!("/v2/pub.example/stolen/app/manifests/{i}"),
+        format!("/v2/stolen/app/manifests/{m}"),
+        format!("/v2/pub.example/stolen/app/blobs/{l}"),
+        format!("/v2/pub.example/stolen/app/blobs/{c}"),
+        format!("/v2/stolen/app/blobs/{l}"),
+        format!("/v2/team/app/blobs/{l}"),
+        factory_path.clone(),
+    ];
+    let private_bytes_read = || async {
+        let mut leaked = 0usize;
+        for path in &anonymous_reads {
+            let got = get(&tender.url(path), &[]).await;
+            let body = got.body.unwrap_or_default();
+            let private = [&layer[..], &config[..], &manifest[..], &index[..]];
+            if got.status == 200 || private.iter().any(|p| body.windows(p.len().min(64)).any(|w| p.starts_with(w))) {
+                leaked += body.len().max(1);
+                eprintln!("{path}: {} with {} bytes", got.status, body.len());
+            }
+        }
+        leaked
+    };
+    assert_eq!(private_bytes_read().await, 0, "before any import");
+    let mirror = tender.app.mirror();
+    let routes = tender_server::import::Routes(&mirror);
+    for (what, tar) in &cases {
+        let r = client()
+            .post(tender.url("/api/v1/admin/import"))
+            .bearer_auth(ADMIN)
+            .body(tar.clone())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, 422, "{what} through the server: {text}");
+        assert!(!text.contains("stored") && !text.contains(&layer.len().to_string()), "{what}: {text}");
+        assert_eq!(private_bytes_read().await, 0, "{what} through the server");
+        let path = tender.dir.path().join("hostile.tar");
+        std::fs::write(&path, tar).unwrap();
+        let e = tender_bundle::import_path(&path, &tender.store, &routes, &tender_bundle::ImportOptions::default())
+            .unwrap_err();
+        assert!(matches!(e, tender_bundle::ImportError::Refused(_)), "{what} through import --data: {e}");
+        assert_eq!(private_bytes_read().await, 0, "{what} through import --data");
+    }
+    // an authenticated client still reads the private image through its own upstream
+    let r = client()
+        .get(tender.url(&format!("/v2/private.example/team/app/blobs/{l}")))
+        .basic_auth("worker", Some("s3cret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.bytes().await.unwrap(), layer);
+}
