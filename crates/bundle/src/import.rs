@@ -563,24 +563,26 @@ fn plan(
         let what = if asset.is_some() {
             None
         } else {
-            Some(match entry_name(entry, options.registry.as_deref()).map_err(|e| refused(format!("{context}: {e}")))? {
-                Some(image) => {
-                    if let Reference::Digest(d) = &image.reference {
-                        if *d != digest {
-                            return Err(refused(format!("{context}: named {d} but the entry is {digest}")));
+            Some(
+                match entry_name(entry, options.registry.as_deref()).map_err(|e| refused(format!("{context}: {e}")))? {
+                    Some(image) => {
+                        if let Reference::Digest(d) = &image.reference {
+                            if *d != digest {
+                                return Err(refused(format!("{context}: named {d} but the entry is {digest}")));
+                            }
                         }
+                        let (upstream, repository) = router.route(&image).map_err(|e| {
+                            refused(format!("{image}: {e}; add its registry to the upstreams of the config"))
+                        })?;
+                        let tag = match &image.reference {
+                            Reference::Tag(t) => Some(t.to_string()),
+                            Reference::Digest(_) => None,
+                        };
+                        Kind::Image { name: image.to_string(), upstream, repository, tag }
                     }
-                    let (upstream, repository) = router.route(&image).map_err(|e| {
-                        refused(format!("{image}: {e}; add its registry to the upstreams of the config"))
-                    })?;
-                    let tag = match &image.reference {
-                        Reference::Tag(t) => Some(t.to_string()),
-                        Reference::Digest(_) => None,
-                    };
-                    Kind::Image { name: image.to_string(), upstream, repository, tag }
-                }
-                None => Kind::Unnamed,
-            })
+                    None => Kind::Unnamed,
+                },
+            )
         };
         let routed = match &what {
             Some(Kind::Image { upstream, .. }) => Some(upstream.clone()),

@@ -1142,7 +1142,7 @@ impl Fill {
 
     fn read(&self, start: u64, end: Option<u64>, withhold: bool, spans: bool) -> BoxStream<'static, io::Result<Piece>> {
         self.info.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let source = ReadSource { file: self.file.clone(), spans };
+        let source = ReadSource::new(self.file.clone(), spans);
         read_stream(source, self.state.subscribe(), start, end, withhold)
     }
 }
@@ -1191,7 +1191,7 @@ fn stored_read(
     let (tx, rx) =
         watch::channel(FillState { written: len, total: Some(len), phase: Phase::Committed(digest), gated: false });
     drop(tx);
-    read_stream(ReadSource { file: Arc::new(file), spans }, rx, start, Some(end), false)
+    read_stream(ReadSource::new(Arc::new(file), spans), rx, start, Some(end), false)
 }
 
 /// A stream read without `spans` holds only bytes.
@@ -1209,6 +1209,26 @@ struct ReadSource {
     file: Arc<File>,
     /// Hand out spans of the file the page cache holds instead of reading them.
     spans: bool,
+    /// Bytes read per chunk, at most ([`READ_CHUNK`], or less under [`small_reads`]).
+    chunk: u64,
+}
+
+impl ReadSource {
+    fn new(file: Arc<File>, spans: bool) -> ReadSource {
+        let chunk = SMALL_READS.try_with(|n| *n).map_or(READ_CHUNK, |n| n.clamp(4096, READ_CHUNK));
+        ReadSource { file, spans, chunk }
+    }
+}
+
+tokio::task_local! {
+    static SMALL_READS: u64;
+}
+
+/// Run `f` with the readers it creates reading at most `chunk` bytes at a time (an HTTP/2
+/// stream: what it holds while its window is shut or its peer stops reading is one such chunk
+/// beyond what the connection queued).
+pub async fn small_reads<F: std::future::Future>(chunk: u64, f: F) -> F::Output {
+    SMALL_READS.scope(chunk, f).await
 }
 
 /// Whether the page cache holds the first and the last byte of `offset..offset + len`
@@ -1298,8 +1318,8 @@ fn read_stream(
                         return Some((Ok(Piece::File { file, offset: pos, len: n }), st));
                     }
                 }
-                let n = (limit.saturating_sub(pos)).min(READ_CHUNK) as usize;
-                let read = st.pool.read_at(file, pos, n).await;
+                let n = (limit.saturating_sub(pos)).min(st.source.chunk) as usize;
+                let read = st.pool.read_at(file, pos, n, st.source.chunk as usize).await;
                 return match read {
                     Ok(b) => {
                         st.pos = st.pos.saturating_add(b.len() as u64);
@@ -1319,7 +1339,7 @@ fn read_stream(
             // phase), not for every chunk appended, so N followers do not each turn every small
             // append into a read and a socket write.
             let (pos, asked_end, withhold) = (st.pos, st.end, st.withhold);
-            let batch = if st.source.spans { SPAN_BATCH } else { READ_CHUNK };
+            let batch = if st.source.spans { SPAN_BATCH } else { st.source.chunk };
             let ready = move |s: &FillState| {
                 if !matches!(s.phase, Phase::Connecting | Phase::Streaming) {
                     return true;
@@ -1380,13 +1400,13 @@ impl Drop for Lent {
 }
 
 impl BufPool {
-    /// `n` (at most `READ_CHUNK`) bytes at `pos`, in a pooled buffer. What the page cache holds
+    /// `n` (at most the reader's chunk, `size`) bytes at `pos`, in a pooled buffer of `size`. What the page cache holds
     /// is copied right here (`preadv2` with `RWF_NOWAIT` never waits for the disk); only the rest
     /// goes to the blocking pool, so a hot object costs no thread hand-off per chunk and a cold
     /// disk never stalls the runtime.
-    async fn read_at(&self, file: Arc<File>, pos: u64, n: usize) -> io::Result<Bytes> {
+    async fn read_at(&self, file: Arc<File>, pos: u64, n: usize, size: usize) -> io::Result<Bytes> {
         let taken = self.0.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let mut buf = taken.unwrap_or_else(|| vec![0u8; READ_CHUNK as usize]);
+        let mut buf = taken.filter(|b| b.len() >= n).unwrap_or_else(|| vec![0u8; size.max(n)]);
         let mut have = 0;
         while have < n {
             let mut iov = [io::IoSliceMut::new(&mut buf[have..n])];

@@ -1,7 +1,8 @@
 //! The open connections of one listener: the global and per-address caps, and who gives way
 //! when a cap is reached. A connection that has not sent a complete request head is worth
 //! least (it may be a socket that never will), so it is closed first, oldest first; then the
-//! oldest idle one; a connection with a request in progress is never closed for another.
+//! oldest idle one; a connection with a request in progress is never closed for another, unless
+//! its peer stopped reading its response (stalled: those go before any other, longest first).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -24,6 +25,12 @@ pub(crate) struct ConnState {
     idle_since: Mutex<Instant>,
     /// Closed to make room for another connection.
     evict: Notify,
+    /// Since when the socket has accepted no byte of a write it refused (`stall.rs`).
+    pub(crate) blocked: crate::stall::Moment,
+    blocked_now: Notify,
+    /// Close with a reset (`SO_LINGER` 0): the bytes still queued for a peer that stopped
+    /// reading are dropped at once instead of being retried for minutes.
+    abort: AtomicBool,
 }
 
 impl ConnState {
@@ -34,7 +41,51 @@ impl ConnState {
             in_flight: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
             evict: Notify::new(),
+            blocked: crate::stall::Moment::new(),
+            blocked_now: Notify::new(),
+            abort: AtomicBool::new(false),
         }
+    }
+
+    /// A write was refused: from now on (unless already), the socket counts as blocked, and
+    /// the connection's driver looks at when it must give up.
+    pub(crate) fn note_blocked(&self) {
+        if self.blocked.set_now_if_none() {
+            self.blocked_now.notify_one();
+        }
+    }
+
+    /// Resolves when the socket became blocked (since the last call).
+    pub(crate) async fn became_blocked(&self) {
+        self.blocked_now.notified().await;
+    }
+
+    /// Since when the socket has refused to take more bytes, if it has.
+    pub(crate) fn blocked_since(&self) -> Option<Instant> {
+        self.blocked.get()
+    }
+
+    /// Whether the connection is stalled on its peer: blocked for [`STALLED_AFTER`] or more.
+    fn stalled(&self) -> Option<Instant> {
+        self.blocked_since().filter(|b| b.elapsed() >= STALLED_AFTER)
+    }
+
+    /// Chosen to make room: close it, with a reset when its peer stopped reading (set before
+    /// the connection's task drops the socket).
+    fn close_for_room(&self) {
+        if self.blocked_since().is_some() {
+            self.abort();
+        }
+        self.evict.notify_one();
+    }
+
+    /// Close this connection with a reset when it ends.
+    pub(crate) fn abort(&self) {
+        self.abort.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn aborting(&self) -> bool {
+        self.abort.load(Ordering::Relaxed)
     }
 
     /// The peer sent something: it is not a silent socket.
@@ -84,6 +135,10 @@ impl Drop for RequestGuard {
     }
 }
 
+/// How long a socket must have refused bytes before its connection counts as stalled at a
+/// cap (a fast download blocks for milliseconds at a time; a reader that stopped, for good).
+const STALLED_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Why a new connection was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refused {
@@ -113,16 +168,20 @@ impl Inner {
         Some(state)
     }
 
-    /// The connection to close for room among those `from` admits: the oldest without a
-    /// request head (one that never sent a byte before one that did: an honest client's head
-    /// may be on its way), else the oldest idle one.
+    /// The connection to close for room among those `from` admits: the one stalled longest on a
+    /// peer that stopped reading, else the oldest without a request head (one that never sent
+    /// a byte before one that did: an honest client's head may be on its way), else the oldest
+    /// idle one.
     fn victim(&self, from: impl Fn(IpAddr) -> bool) -> Option<u64> {
         let candidates = || self.open.iter().filter(|(_, (ip, _))| from(*ip));
+        let first = |pick: &dyn Fn(&ConnState) -> bool| candidates().find(|(_, (_, s))| pick(s)).map(|(id, _)| *id);
         candidates()
-            .find(|(_, (_, s))| !s.has_spoken() && !s.head_seen())
-            .or_else(|| candidates().find(|(_, (_, s))| !s.head_seen()))
-            .or_else(|| candidates().find(|(_, (_, s))| s.in_flight() == 0))
-            .map(|(id, _)| *id)
+            .filter_map(|(id, (_, s))| s.stalled().map(|b| (b, *id)))
+            .min()
+            .map(|(_, id)| id)
+            .or_else(|| first(&|s| !s.has_spoken() && !s.head_seen()))
+            .or_else(|| first(&|s| !s.head_seen()))
+            .or_else(|| first(&|s| s.in_flight() == 0))
     }
 }
 
@@ -163,14 +222,14 @@ impl Conns {
         if inner.per_ip.get(&ip).copied().unwrap_or(0) >= max_per_ip {
             let id = inner.victim(|i| i == ip).ok_or(Refused::PerAddress)?;
             if let Some(s) = inner.remove(id) {
-                s.evict.notify_one();
+                s.close_for_room();
                 evicted += 1;
             }
         }
         if inner.open.len() >= max_total {
             let id = inner.victim(|_| true).ok_or(Refused::Connections)?;
             if let Some(s) = inner.remove(id) {
-                s.evict.notify_one();
+                s.close_for_room();
                 evicted += 1;
             }
         }

@@ -17,6 +17,7 @@ pub mod range;
 mod registry;
 pub mod savings;
 pub mod served;
+mod stall;
 mod status;
 pub mod tls;
 pub mod zerocopy;

@@ -36,6 +36,13 @@ pub struct Limits {
     /// Time a connection may stay open with no request in progress (HTTP/2: GOAWAY after it;
     /// HTTP/1 waits at most `header_timeout` for the next request head anyway).
     pub idle_timeout: Duration,
+    /// A response that made no progress for this long is given up: an HTTP/1 connection (or
+    /// an HTTP/2 one) whose socket accepted no byte while it had bytes to send is closed, an
+    /// HTTP/2 stream that was not asked for bytes (its flow-control window shut) is reset.
+    pub send_stall_timeout: Duration,
+    /// `SO_SNDBUF` of every client socket: what a reader that never reads can pin in the
+    /// kernel. `0` leaves the system's default (autotuned up to `tcp_wmem`'s maximum).
+    pub send_buffer: usize,
 }
 
 impl Default for Limits {
@@ -50,6 +57,8 @@ impl Default for Limits {
             max_connections_per_address: 1024,
             first_byte_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            send_stall_timeout: Duration::from_secs(30),
+            send_buffer: 256 * 1024,
         }
     }
 }

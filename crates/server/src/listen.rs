@@ -1,6 +1,7 @@
 //! The accept loop: plain HTTP or TLS (HTTP/2 and HTTP/1.1), with the connection-level limits
 //! (connections in all and per address, first byte, TLS handshake, request head size and time,
-//! idle time) and graceful shutdown. Every connection state has a deadline.
+//! idle time, a socket that stopped taking bytes, its send buffer) and graceful shutdown. Every
+//! connection state has a deadline.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::{TcpListener, TcpStream};
@@ -20,6 +21,7 @@ use crate::auth::VerifiedClientCert;
 use crate::conns::{ConnState, Conns, Refused};
 use crate::limits::Limits;
 use crate::metrics::ServerMetrics;
+use crate::stall::{StallExec, WriteWatch};
 use crate::tls::TlsReloader;
 use crate::zerocopy::{self, ZeroCopy, ZeroCopyStream};
 
@@ -35,15 +37,17 @@ pub struct ListenOptions {
 /// knowledge). A plain HTTP/1 connection built with `h1` carries no HTTP/2 state: it is the
 /// common case, and 10,000 idle connections are one of issue 23's figures.
 struct Builders {
-    auto: auto::Builder<TokioExecutor>,
+    auto: auto::Builder<StallExec>,
     h1: hyper::server::conn::http1::Builder,
-    h2: hyper::server::conn::http2::Builder<TokioExecutor>,
+    h2: hyper::server::conn::http2::Builder<StallExec>,
 }
 
-fn builders(limits: &Limits) -> Builders {
-    let mut auto = auto::Builder::new(TokioExecutor::new());
+fn builders(limits: &Limits, metrics: &Arc<ServerMetrics>) -> Builders {
+    // HTTP/2 streams run as tasks of this executor, each reset once it stalls (`stall.rs`).
+    let exec = StallExec { timeout: limits.send_stall_timeout, metrics: metrics.clone() };
+    let mut auto = auto::Builder::new(exec.clone());
     let mut h1 = hyper::server::conn::http1::Builder::new();
-    let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    let mut h2 = hyper::server::conn::http2::Builder::new(exec);
     macro_rules! http1 {
         ($b:expr) => {
             $b.timer(TokioTimer::new())
@@ -60,7 +64,10 @@ fn builders(limits: &Limits) -> Builders {
         ($b:expr) => {
             $b.timer(TokioTimer::new())
                 .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
-                .max_concurrent_streams(256)
+                .max_concurrent_streams(MAX_STREAMS)
+                // What one stream may queue beyond what its window lets out (hyper's default is
+                // 400 KiB): with a peer that stopped reading, bytes held per stream.
+                .max_send_buf_size(STREAM_SEND_BUFFER)
                 .keep_alive_interval(Some(Duration::from_secs(30)))
                 .keep_alive_timeout(Duration::from_secs(20))
         };
@@ -72,6 +79,11 @@ fn builders(limits: &Limits) -> Builders {
     Builders { auto, h1, h2 }
 }
 
+/// Concurrent streams of one HTTP/2 connection.
+const MAX_STREAMS: u32 = 256;
+/// Bytes an HTTP/2 stream queues in user space, at most, before its body is asked for more.
+pub(crate) const STREAM_SEND_BUFFER: usize = 64 * 1024;
+
 /// Serve `router` on `listener` until `shutdown` resolves, then wait for the requests in flight.
 pub async fn run(
     listener: TcpListener,
@@ -80,7 +92,7 @@ pub async fn run(
     metrics: Arc<ServerMetrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let builder = Arc::new(builders(&opts.limits));
+    let builder = Arc::new(builders(&opts.limits, &metrics));
     let conns = Arc::new(Conns::default());
     // Every connection task holds a sender: when all are gone, every connection has ended.
     let (alive, mut all_ended) = tokio::sync::mpsc::channel::<()>(1);
@@ -119,6 +131,12 @@ pub async fn run(
             }
         };
         let _ = tcp.set_nodelay(true);
+        if limits.send_buffer > 0 {
+            // What a reader that never reads can pin in the kernel: Linux doubles what it is
+            // given (room for its bookkeeping), so half of it makes the buffer `ss -tm` shows
+            // (`tb`) the configured size; autotuning stops for this socket.
+            let _ = socket2::SockRef::from(&tcp).set_send_buffer_size(limits.send_buffer / 2);
+        }
         let (builder, router, opts, metrics) = (builder.clone(), router.clone(), opts.clone(), metrics.clone());
         let (alive, stopping) = (alive.clone(), stopping.clone());
         tokio::spawn(async move {
@@ -200,7 +218,7 @@ async fn serve_connection(tcp: TcpStream, c: Conn<'_>) {
         c.state.spoke();
         let slot = ZeroCopy::new(c.metrics.sendfile_bytes.clone());
         let svc = service(c.router, c.peer, false, Some(slot.clone()), c.state.clone());
-        let io = TokioIo::new(ZeroCopyStream::new(tcp, slot));
+        let io = TokioIo::new(WriteWatch::new(ZeroCopyStream::new(tcp, slot), c.state.clone()));
         let (limits, state) = (&c.opts.limits, &c.state);
         if opening == Opening::Http2 {
             let conn = c.builder.h2.serve_connection(io, svc);
@@ -219,6 +237,7 @@ async fn serve_connection(tcp: TcpStream, c: Conn<'_>) {
 async fn serve_tls(tcp: TcpStream, tls: &TlsReloader, c: Conn<'_>) {
     let (peer, opts, metrics, state) = (c.peer, c.opts, c.metrics, &c.state);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.current());
+    let tcp = WriteWatch::new(tcp, state.clone());
     let stream = match tokio::time::timeout(opts.limits.handshake_timeout, acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -260,13 +279,19 @@ async fn drive<C>(
     let mut closing: Option<Option<Instant>> = None;
     loop {
         let now = Instant::now();
-        let deadline = match (closing, state.head_seen(), state.idle_since()) {
+        let mut deadline = match (closing, state.head_seen(), state.idle_since()) {
             (Some(Some(give_up)), _, _) => give_up,
             (Some(None), _, _) => now + limits.idle_timeout,
             (None, false, _) => opened + limits.header_timeout,
             (None, true, Some(idle)) => idle + limits.idle_timeout,
             (None, true, None) => now + limits.idle_timeout,
         };
+        // A socket that refuses bytes: closed once it took none for `sendStallTimeout` (the
+        // socket's watch wakes this loop when it becomes blocked).
+        let stall = limits.send_stall_timeout;
+        if let Some(b) = state.blocked_since() {
+            deadline = deadline.min(b + stall);
+        }
         tokio::select! {
             r = conn.as_mut() => {
                 if let Err(e) = r {
@@ -276,6 +301,7 @@ async fn drive<C>(
                 }
                 return;
             }
+            () = state.became_blocked() => {}
             changed = stopping.changed(), if closing.is_none() => {
                 if changed.is_err() || *stopping.borrow() {
                     conn.as_mut().graceful_shutdown();
@@ -284,6 +310,12 @@ async fn drive<C>(
             }
             () = tokio::time::sleep_until(deadline.into()) => {
                 let now = Instant::now();
+                if state.blocked_since().is_some_and(|b| now >= b + stall) {
+                    metrics.limit_refusal("send_stall");
+                    tracing::debug!(%peer, seconds = stall.as_secs_f64(), "connection closed: its peer stopped reading");
+                    state.abort();
+                    return;
+                }
                 match closing {
                     Some(Some(give_up)) if now >= give_up => return,
                     Some(_) => {}
@@ -343,14 +375,24 @@ fn service(
         let slot = zero_copy.clone().filter(|_| req.version() <= http::Version::HTTP_11);
         // In progress until the response body is done (or dropped).
         let guard = conn.request();
+        let h2 = req.version() == http::Version::HTTP_2;
         let handled = zerocopy::scope(slot, router.clone().oneshot(req.map(axum::body::Body::new)));
+        // An HTTP/2 stream's body reads what its send buffer holds at a time: a stream whose
+        // window is shut, or whose peer stopped reading, holds that much and no more.
+        let handled = async move {
+            if h2 {
+                tender_fetch::flight::small_reads(STREAM_SEND_BUFFER as u64, handled).await
+            } else {
+                handled.await
+            }
+        };
         async move {
             let resp = handled.await?;
             Ok(resp.map(|b| {
-                axum::body::Body::new(http_body_util::BodyExt::map_frame(b, move |f| {
+                crate::stall::watched(axum::body::Body::new(http_body_util::BodyExt::map_frame(b, move |f| {
                     let _in_progress = &guard;
                     f
-                }))
+                })))
             }))
         }
     })

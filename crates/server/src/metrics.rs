@@ -139,7 +139,7 @@ impl ServerMetrics {
         let limit_refusals = Family::<Labels, Counter>::default();
         registry.register(
             "tender_limit_refusals",
-            "Requests or connections refused by a limit (url, client_requests, connections, connections_per_address, evicted, first_byte_timeout, handshake_timeout, headers, header_timeout, idle_timeout, accept)",
+            "Requests or connections refused by a limit (url, client_requests, connections, connections_per_address, evicted, first_byte_timeout, handshake_timeout, headers, header_timeout, idle_timeout, send_stall, accept)",
             limit_refusals.clone(),
         );
         let auth_failures = Counter::default();

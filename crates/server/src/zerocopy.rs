@@ -155,6 +155,10 @@ impl ZeroCopyStream {
         ZeroCopyStream { tcp, slot }
     }
 
+    pub fn tcp(&self) -> &TcpStream {
+        &self.tcp
+    }
+
     /// Send up to `want` bytes of the slot's span, from position `at` of the span.
     fn poll_send_span(&mut self, cx: &mut Context<'_>, at: usize, want: usize) -> Poll<io::Result<usize>> {
         loop {

@@ -511,8 +511,7 @@ async fn should_never_let_an_import_grant_a_private_image_to_a_public_route() {
     let ups = vec![upstream_settings("pub.example", &public_fake.url()), private];
     let mut security = auth_security(true);
     security.admin = Some(Admin { token: AdminToken::new(ADMIN), gc_cap: None, import_cap: 1 << 30 });
-    let tender =
-        Tender::start_full(ups, Some(public_fake.url()), fast_settings(), security, None, Surface::All).await;
+    let tender = Tender::start_full(ups, Some(public_fake.url()), fast_settings(), security, None, Surface::All).await;
     for path in [
         "/v2/private.example/team/app/manifests/v1".to_string(),
         "/v2/private.example/team/app/manifests/multi".to_string(),
@@ -542,9 +541,8 @@ async fn should_never_let_an_import_grant_a_private_image_to_a_public_route() {
         "layers": [desc(layout::ASSET_LAYER_MEDIA, &l, layer.len())],
     }))
     .unwrap();
-    let entry = |mt: &str, bytes: &[u8]| {
-        Descriptor::new(mt, &tender_oci::Algorithm::Sha256.digest(bytes), bytes.len() as u64)
-    };
+    let entry =
+        |mt: &str, bytes: &[u8]| Descriptor::new(mt, &tender_oci::Algorithm::Sha256.digest(bytes), bytes.len() as u64);
     let stolen = |d: Descriptor| d.with(layout::REF_NAME, "pub.example/stolen/app:v1");
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("an index", bundle_tar(&[], vec![stolen(entry(media::OCI_INDEX, &index))])),

@@ -135,6 +135,8 @@ pub struct RawLimits {
     pub max_connections_per_address: Option<usize>,
     pub first_byte_timeout: Option<String>,
     pub idle_timeout: Option<String>,
+    pub send_stall_timeout: Option<String>,
+    pub send_buffer: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -976,6 +978,25 @@ fn resolve_limits(name: &str, raw: &RawLimits) -> Result<tender_server::limits::
         )?,
         first_byte_timeout: duration(name, "limits.firstByteTimeout", &raw.first_byte_timeout, d.first_byte_timeout)?,
         idle_timeout: duration(name, "limits.idleTimeout", &raw.idle_timeout, d.idle_timeout)?,
+        send_stall_timeout: match duration(
+            name,
+            "limits.sendStallTimeout",
+            &raw.send_stall_timeout,
+            d.send_stall_timeout,
+        )? {
+            t if t < Duration::from_secs(1) => {
+                return Err(err(
+                    "limits.sendStallTimeout",
+                    "must be at least 1s (a busy link pauses for longer)".into(),
+                ))
+            }
+            t => t,
+        },
+        send_buffer: match &raw.send_buffer {
+            // 0: the system's default
+            Some(s) if s.trim() == "0" => 0,
+            v => bytes("limits.sendBuffer", v, d.send_buffer, 4096)?,
+        },
     })
 }
 
