@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use tender_fetch::flight::{Claim, Fill, FillState, Phase as FillPhase};
-use tender_fetch::{Container, FetchError, FetchSettings, Mirror};
+use tender_fetch::{Container, FetchError, FetchErrorKind, FetchSettings, Mirror};
 use tender_oci::Digest;
 
 use crate::api::{build_view, CatalogApi, CatalogView, SyncAccepted};
@@ -75,6 +75,13 @@ pub async fn wait_committed(fill: &Fill, mut on_state: impl FnMut(&FillState)) -
         match s.phase {
             FillPhase::Committed(d) => return Ok(d),
             FillPhase::Failed(e) => return Err(e),
+            FillPhase::PassedThrough(_) => {
+                return Err(FetchError::new(
+                    FetchErrorKind::Local,
+                    "store",
+                    "verified but not stored: the data directory has no room for it (free space or cache.maxSize)",
+                ))
+            }
             FillPhase::Connecting | FillPhase::Streaming | FillPhase::Verified(_) => {}
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -28,8 +28,10 @@ pub enum FetchErrorKind {
     Unverifiable,
     /// Larger than the upstream's `maxObjectSize`.
     TooLarge,
-    /// Our own side failed: disk full, I/O.
+    /// Our own side failed: I/O in the data directory, an internal error.
     Local,
+    /// The data directory's file system is full (ENOSPC, EDQUOT) and the answer needed a write.
+    NoSpace,
     /// The upstream is configured `offline`: it was not asked.
     Offline,
 }
@@ -60,6 +62,19 @@ impl FetchError {
         }
     }
 
+    /// A failure of the data directory on the way to an answer from `upstream`: `NoSpace`
+    /// when its file system is full, else `Local`. The message names the data directory.
+    pub fn store(upstream: &str, e: &tender_store::StoreError) -> FetchError {
+        let kind = if e.is_disk_full() { FetchErrorKind::NoSpace } else { FetchErrorKind::Local };
+        FetchError::new(kind, upstream, e.to_string())
+    }
+
+    /// Whether this failure is tender's own (its data directory, an internal error), not the
+    /// upstream's.
+    pub fn is_local(&self) -> bool {
+        matches!(self.kind, FetchErrorKind::Local | FetchErrorKind::NoSpace)
+    }
+
     pub fn with_status(mut self, status: u16) -> FetchError {
         self.status = Some(status);
         self
@@ -80,7 +95,8 @@ impl FetchError {
             | FetchErrorKind::Unverifiable
             | FetchErrorKind::TooLarge
             | FetchErrorKind::Offline
-            | FetchErrorKind::Local => false,
+            | FetchErrorKind::Local
+            | FetchErrorKind::NoSpace => false,
         }
     }
 
@@ -136,7 +152,13 @@ fn reqwest_without_url(e: &reqwest::Error) -> String {
 
 impl fmt::Display for FetchError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "upstream {}: {}", self.upstream, self.message)
+        if self.is_local() {
+            // Not the upstream's doing: say so, and name the place (the message names the data
+            // directory when it is about it).
+            write!(f, "tender itself (on the way to upstream {}): {}", self.upstream, self.message)
+        } else {
+            write!(f, "upstream {}: {}", self.upstream, self.message)
+        }
     }
 }
 

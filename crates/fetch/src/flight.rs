@@ -31,6 +31,7 @@ use crate::fills::{epoch, rate_and_eta, EndedFill, FillInfo, FillView, FillsView
 use crate::metrics::{upstream_label, FetchMetrics};
 use crate::settings::FetchSettings;
 use crate::shared::{self, BucketSource, Plan};
+use crate::window::{Place, Window};
 use tender_bucket::Bucket;
 
 /// Bytes handed to a client per read (copied through a buffer).
@@ -121,6 +122,9 @@ pub enum Phase {
     Verified(Digest),
     /// Verified and visible in the store.
     Committed(Digest),
+    /// Verified and served to the fill's readers, not stored: the data directory had no room
+    /// (a pass-through fill). Its readers read on from memory; nobody else can join it.
+    PassedThrough(Digest),
     Failed(FetchError),
 }
 
@@ -148,6 +152,10 @@ pub struct Fill {
     /// The spool file, opened once: readers use this handle, never the path, so the rename
     /// into the store cannot race with a reader opening it.
     file: Arc<File>,
+    /// The bytes a pass-through fill holds in memory (it could not store them).
+    window: Arc<Window>,
+    /// The room this fill was given in the data directory, until it ends.
+    room: Mutex<Option<tender_store::Reservation>>,
     state: watch::Sender<FillState>,
     info: FillInfo,
 }
@@ -184,6 +192,10 @@ pub struct Flights {
 }
 
 impl Flights {
+    pub fn metrics(&self) -> &FetchMetrics {
+        &self.metrics
+    }
+
     pub fn new(store: Arc<Store>, settings: FetchSettings, metrics: FetchMetrics) -> Arc<Flights> {
         Flights::with_bucket(store, settings, metrics, None)
     }
@@ -290,8 +302,7 @@ impl Flights {
 
     /// Join the fill for `key`, or start one, unless the object is already stored.
     pub fn claim(self: &Arc<Self>, key: &str, expect: Expect, source: Arc<dyn Source>) -> Result<Claim, FetchError> {
-        let local =
-            |e: tender_store::StoreError| FetchError::new(FetchErrorKind::Local, source.upstream(), e.to_string());
+        let local = |e: tender_store::StoreError| FetchError::store(source.upstream(), &e);
         let mut active = self
             .active
             .lock()
@@ -307,7 +318,15 @@ impl Flights {
                 tracing::info!(key, bytes = w.len(), "resuming a leftover spool file");
                 w
             }
-            None => self.store.create_spool(key, expect.algorithm()).map_err(local)?,
+            None => match self.store.create_spool(key, expect.algorithm()) {
+                Ok(w) => w,
+                // Not even an empty spool file fits: the fill passes through from its first byte.
+                Err(e) if e.is_disk_full() => {
+                    tracing::warn!(key, error = %e, "no spool file: the fill passes through, not stored");
+                    self.store.unstored_spool(key, expect.algorithm()).map_err(local)?
+                }
+                Err(e) => return Err(local(e)),
+            },
         };
         let gated = self.gated(&expect, false);
         let info = FillInfo::new(key, source.upstream(), source.path());
@@ -400,6 +419,8 @@ impl Flights {
     }
 
     fn finish(&self, fill: &Arc<Fill>) {
+        // Committed (now counted as stored) or ended: the room it was given is free again.
+        drop(fill.room.lock().unwrap_or_else(|p| p.into_inner()).take());
         if let Ok(mut active) = self.active.lock() {
             if active.get(&fill.key).is_some_and(|f| Arc::ptr_eq(f, fill)) {
                 active.remove(&fill.key);
@@ -572,6 +593,14 @@ impl Flights {
                     fill.fail(e.clone());
                     let fresh = match self.store.create_spool(&fill.key, expect.algorithm()) {
                         Ok(w) => w,
+                        Err(se) if se.is_disk_full() => {
+                            match self.store.unstored_spool(&fill.key, expect.algorithm()) {
+                                Ok(w) => w,
+                                Err(se) => {
+                                    break Err(FetchError::new(FetchErrorKind::Local, &upstream, se.to_string()))
+                                }
+                            }
+                        }
                         Err(se) => break Err(FetchError::new(FetchErrorKind::Local, &upstream, se.to_string())),
                     };
                     let next = match Fill::new(
@@ -624,6 +653,25 @@ impl Flights {
         self.metrics.fills_active.dec();
         let label = upstream_label(&upstream);
         match outcome {
+            Ok(digest) if fill.is_pass_through() => {
+                // Verified and served, not stored: nothing to commit or publish.
+                fill.state.send_modify(|s| s.phase = Phase::PassedThrough(digest));
+                self.metrics.fills_finished.get_or_create(&result_label(&upstream, "passed_through")).inc();
+                if from_bucket.is_none() {
+                    self.metrics.upstream_up.get_or_create(&label).set(1);
+                }
+                self.finish(&fill);
+                let v = fill.view();
+                tracing::warn!(%upstream, key = %fill.key, id = %v.id, bytes = v.bytes, clients = v.served,
+                    "fill passed through: verified and served, not stored (no room in the data directory)");
+                self.ended(&fill, "passed_through", None);
+                if let Some(s) = streamer.take() {
+                    s.abort();
+                }
+                if let Some(l) = lease.take() {
+                    l.release().await;
+                }
+            }
             Ok(digest) => {
                 self.metrics.fills_finished.get_or_create(&result_label(&upstream, "committed")).inc();
                 if from_bucket.is_none() {
@@ -673,6 +721,61 @@ impl Flights {
                 }
             }
         }
+    }
+
+    /// Room in the data directory for `needed` more bytes, evicting least recently used
+    /// objects now if that makes it (never one being filled or pinned). False: the fill must
+    /// pass through. A failure to look (statvfs, a walk) answers true: the write will tell.
+    async fn room_for(&self, fill: &Fill, needed: u64) -> bool {
+        let active = self.active_keys();
+        let store = self.store.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            store.make_room(needed, &|d| active.binary_search(&d.to_string()).is_ok() || store.is_pinned(d))
+        })
+        .await;
+        match made {
+            Ok(Ok((r, held))) => {
+                if held.is_some() {
+                    *fill.room.lock().unwrap_or_else(|p| p.into_inner()) = held;
+                }
+                r.fits
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not make room in the data directory");
+                true
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// Go on without storing: the rest of the fill's bytes reach its readers through memory.
+    /// What the spool file holds moves to memory too when it fits in half the window, so its
+    /// disk space goes back at once (to another fill, which may then be stored).
+    async fn pass_through(&self, fill: &Fill, writer: &mut SpoolWriter, upstream: &str, why: &str) {
+        let at = writer.len();
+        writer.stop_storing();
+        let mut moved = false;
+        if at > 0 && at <= crate::window::WINDOW / 2 {
+            let file = fill.file.clone();
+            let head = tokio::task::spawn_blocking(move || {
+                let mut buf = vec![0u8; usize::try_from(at).unwrap_or(0)];
+                file.read_exact_at(&mut buf, 0).map(|()| buf)
+            })
+            .await;
+            if let Ok(Ok(head)) = head {
+                fill.window.begin_with(Bytes::from(head));
+                moved = true;
+                if let Err(e) = writer.drop_stored() {
+                    tracing::warn!(key = %fill.key, error = %e, "could not give back a passed-through fill's disk space");
+                }
+            }
+        }
+        if !moved {
+            fill.window.begin(at);
+        }
+        self.metrics.store_write_errors.get_or_create(&vec![("kind".to_string(), "no_space".to_string())]).inc();
+        tracing::warn!(%upstream, key = %fill.key, at = writer.len(), why,
+            "the fill passes through: served to its clients from memory, not stored");
     }
 
     async fn transfer_with_retries(
@@ -749,6 +852,22 @@ impl Flights {
             s.total = total;
             s.phase = Phase::Streaming;
         });
+        if let Some(t) = total {
+            let needed = t.saturating_sub(writer.len());
+            if writer.unstored_from().is_none() && needed > 0 {
+                // A retry asks again for what is left: its earlier room is not counted twice.
+                drop(fill.room.lock().unwrap_or_else(|p| p.into_inner()).take());
+                if !self.room_for(fill, needed).await {
+                    self.pass_through(
+                        fill,
+                        writer,
+                        &upstream,
+                        "larger than the room left in the data directory after eviction",
+                    )
+                    .await;
+                }
+            }
+        }
         let mut pos = if opened.partial { have } else { 0 };
         let mut body = coalesce(opened.body);
         let bytes_counter = self.metrics.upstream_bytes.get_or_create(&upstream_label(&upstream)).clone();
@@ -792,9 +911,30 @@ impl Flights {
             if source.max_size().is_some_and(|max| after > max) {
                 return Err(too_large(after));
             }
-            writer.append(data).map_err(|e| err(FetchErrorKind::Local, format!("writing spool: {e}")))?;
+            let fresh = chunk.slice(chunk.len().saturating_sub(data.len())..);
+            if writer.unstored_from().is_some() {
+                writer.append_unstored(data);
+                fill.window.push(fresh.clone()).await;
+            } else if let Err(e) = writer.append(data) {
+                if !crate::records::io_full(&e) {
+                    return Err(err(FetchErrorKind::Local, format!("writing spool: {e}")));
+                }
+                // The disk is full: make room (at fill time, not on the next GC tick) and write
+                // once more, else go on without storing.
+                let needed = total.map_or(data.len() as u64, |t| t.saturating_sub(writer.len()));
+                drop(fill.room.lock().unwrap_or_else(|p| p.into_inner()).take());
+                let written = self.room_for(fill, needed).await && writer.append(data).is_ok();
+                if written {
+                    fill.wrote(data.len() as u64);
+                } else {
+                    self.pass_through(fill, writer, &upstream, "the data directory's file system is full").await;
+                    writer.append_unstored(data);
+                    fill.window.push(fresh.clone()).await;
+                }
+            } else {
+                fill.wrote(data.len() as u64);
+            }
             if let Some(c) = check.as_mut() {
-                let fresh = chunk.slice(chunk.len().saturating_sub(data.len())..);
                 if let Err(e) = c.feed(fresh).await {
                     return Err(err(
                         FetchErrorKind::Corrupt,
@@ -930,6 +1070,16 @@ impl Flights {
             }
         };
         fill.state.send_modify(|s| s.phase = Phase::Verified(want));
+        if writer.unstored_from().is_some() {
+            // Passed through: the readers had every byte, and there is nothing to commit.
+            writer.discard();
+            if let Some(r) = trust {
+                if let Err(e) = self.store.trust_put(&r) {
+                    tracing::warn!(key = %r.key, error = %e, "trust record of a passed-through asset not written");
+                }
+            }
+            return Ok(want);
+        }
         let store = self.store.clone();
         let known_in = known_in.map(str::to_string);
         let committed = tokio::task::spawn_blocking(move || {
@@ -1006,9 +1156,35 @@ impl Fill {
             keep: std::sync::atomic::AtomicBool::new(false),
             start: std::sync::atomic::AtomicBool::new(true),
             file: Arc::new(writer.read_handle()?),
+            window: {
+                let w = Arc::new(Window::default());
+                if let Some(at) = writer.unstored_from() {
+                    w.begin(at);
+                }
+                w
+            },
+            room: Mutex::new(None),
             state,
             info,
         })
+    }
+
+    /// Bytes before this offset are in the fill's file; from it on (a pass-through fill) only
+    /// in memory, for the fill's readers. `u64::MAX` while every byte is stored.
+    pub fn stored_until(&self) -> u64 {
+        self.window.from()
+    }
+
+    /// `n` more bytes of this fill are on disk: the room it was given shrinks by them.
+    fn wrote(&self, n: u64) {
+        if let Some(r) = self.room.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            r.wrote(n);
+        }
+    }
+
+    /// Whether this fill stopped storing its bytes (the data directory could not take them).
+    pub fn is_pass_through(&self) -> bool {
+        self.window.passing_through()
     }
 
     /// What operators see of this fill now.
@@ -1025,6 +1201,7 @@ impl Fill {
                 Phase::Streaming => "streaming",
                 Phase::Verified(_) => "verified",
                 Phase::Committed(_) => "committed",
+                Phase::PassedThrough(_) => "passed_through",
                 Phase::Failed(_) => "failed",
             },
             bytes: s.written,
@@ -1142,7 +1319,8 @@ impl Fill {
 
     fn read(&self, start: u64, end: Option<u64>, withhold: bool, spans: bool) -> BoxStream<'static, io::Result<Piece>> {
         self.info.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let source = ReadSource::new(self.file.clone(), spans);
+        let mut source = ReadSource::new(self.file.clone(), spans);
+        source.place = Some(self.window.place(start));
         read_stream(source, self.state.subscribe(), start, end, withhold)
     }
 }
@@ -1207,6 +1385,9 @@ fn only_bytes(pieces: BoxStream<'static, io::Result<Piece>>) -> BoxStream<'stati
 /// Where a reader's bytes come from.
 struct ReadSource {
     file: Arc<File>,
+    /// A fill's reader: its place in the fill's window (bytes a pass-through fill holds only
+    /// in memory). None for a stored object.
+    place: Option<Place>,
     /// Hand out spans of the file the page cache holds instead of reading them.
     spans: bool,
     /// Bytes read per chunk, at most ([`READ_CHUNK`], or less under [`small_reads`]).
@@ -1216,7 +1397,7 @@ struct ReadSource {
 impl ReadSource {
     fn new(file: Arc<File>, spans: bool) -> ReadSource {
         let chunk = SMALL_READS.try_with(|n| *n).map_or(READ_CHUNK, |n| n.clamp(4096, READ_CHUNK));
-        ReadSource { file, spans, chunk }
+        ReadSource { file, place: None, spans, chunk }
     }
 }
 
@@ -1285,7 +1466,7 @@ fn read_stream(
                 // The content verified before the commit failed: what the reader gets is right,
                 // and its open handle still has every byte.
                 Phase::Failed(_) if st.verified => true,
-                Phase::Verified(_) => {
+                Phase::Verified(_) | Phase::PassedThrough(_) => {
                     st.verified = true;
                     true
                 }
@@ -1309,12 +1490,34 @@ fn read_stream(
                 }
             }
             if st.pos < limit {
+                if let Some(place) = &st.source.place {
+                    // Loaded after the state: bytes announced past the switch are never in the file.
+                    let from = place.window().from();
+                    if st.pos >= from {
+                        let n = (limit.saturating_sub(st.pos)).min(SPAN_CHUNK);
+                        return match place.window().read(st.pos, n) {
+                            Ok(b) => {
+                                st.pos = st.pos.saturating_add(b.len() as u64);
+                                place.set(st.pos);
+                                Some((Ok(Piece::Bytes(b)), st))
+                            }
+                            Err(behind) => {
+                                st.done = true;
+                                Some((Err(io::Error::other(behind.to_string())), st))
+                            }
+                        };
+                    }
+                    limit = limit.min(from);
+                }
                 let (file, pos) = (st.source.file.clone(), st.pos);
                 if st.source.spans {
                     // pos < limit, and a span is at most SPAN_CHUNK: both fit.
                     let n = (limit.saturating_sub(pos)).min(SPAN_CHUNK) as usize;
                     if cached(&file, pos, n) {
                         st.pos = st.pos.saturating_add(n as u64);
+                        if let Some(place) = &st.source.place {
+                            place.set(st.pos);
+                        }
                         return Some((Ok(Piece::File { file, offset: pos, len: n }), st));
                     }
                 }
@@ -1323,8 +1526,14 @@ fn read_stream(
                 return match read {
                     Ok(b) => {
                         st.pos = st.pos.saturating_add(b.len() as u64);
+                        if let Some(place) = &st.source.place {
+                            place.set(st.pos);
+                        }
                         Some((Ok(Piece::Bytes(b)), st))
                     }
+                    // The fill moved these bytes to memory and emptied its file meanwhile (a
+                    // pass-through): read them there.
+                    Err(_) if st.source.place.as_ref().is_some_and(|p| p.window().from() <= pos) => continue,
                     Err(e) => {
                         st.done = true;
                         Some((Err(e), st))

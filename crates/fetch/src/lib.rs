@@ -23,9 +23,11 @@ pub mod flight;
 pub mod health;
 pub mod metrics;
 pub mod mirror;
+pub mod records;
 pub mod settings;
 pub mod shared;
 pub mod source;
+pub mod window;
 pub mod wire;
 
 pub use client::Upstream;

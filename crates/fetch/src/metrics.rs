@@ -34,6 +34,9 @@ pub struct FetchMetrics {
     pub upstream_last_success: Family<Labels, Gauge>,
     /// Tags and listings served stale because their upstream was unreachable, by upstream.
     pub stale_served: Family<Labels, Counter>,
+    /// Records (tags, known-in, media types, listings) not written, by kind (`no_space`,
+    /// `io`): the requests they belonged to were answered anyway.
+    pub store_write_errors: Family<Labels, Counter>,
 }
 
 impl FetchMetrics {
@@ -73,6 +76,11 @@ impl FetchMetrics {
             "tender_stale_served",
             "Tags and listings served stale because their upstream was unreachable",
             self.stale_served.clone(),
+        );
+        registry.register(
+            "tender_store_write_errors",
+            "Records not written (kind: no_space, io); their requests were answered anyway",
+            self.store_write_errors.clone(),
         );
     }
 }

@@ -17,6 +17,7 @@ use tender_store::{ListingRecord, ManifestMeta, TagRecord};
 use crate::client::Upstream;
 use crate::error::{FetchError, FetchErrorKind};
 use crate::flight::{Claim, Expect, Flights, Opened, Source};
+use crate::records::{Record, WriteErrors};
 use crate::settings::{FetchSettings, StaleLimit};
 
 /// Largest manifest accepted from an upstream.
@@ -124,6 +125,8 @@ pub struct Mirror {
     flights: Arc<Flights>,
     settings: FetchSettings,
     manifest_flights: Mutex<HashMap<String, ManifestFlight>>,
+    /// Record writes that failed on a request's path (the request was answered anyway).
+    write_errors: WriteErrors,
 }
 
 impl Mirror {
@@ -144,7 +147,9 @@ impl Mirror {
         settings: FetchSettings,
     ) -> Arc<Mirror> {
         let upstreams = upstreams.into_iter().map(|u| (u.name().to_ascii_lowercase(), u)).collect();
+        let write_errors = WriteErrors::new(flights.metrics().store_write_errors.clone());
         Arc::new(Mirror {
+            write_errors,
             upstreams,
             image_factory,
             default_upstream,
@@ -335,7 +340,7 @@ impl Mirror {
         if let Some(bucket) = self.flights.shared() {
             match bucket.is_known(digest, up.name()).await {
                 Ok(true) => {
-                    store.record_known(digest, up.name()).map_err(|e| local(up, e))?;
+                    self.write_errors.keep_going(Record::Known, store.record_known(digest, up.name()));
                     return Ok(true);
                 }
                 Ok(false) => {}
@@ -383,7 +388,7 @@ impl Mirror {
 
     /// Record that `digest` exists in `up`, here and (off the response path) in the bucket.
     fn remember_known(&self, up: &Upstream, digest: &Digest) -> Result<(), FetchError> {
-        self.flights.store().record_known(digest, up.name()).map_err(|e| local(up, e))?;
+        self.write_errors.keep_going(Record::Known, self.flights.store().record_known(digest, up.name()));
         if let Some(bucket) = self.flights.shared() {
             let (bucket, digest, name) = (bucket.clone(), *digest, up.name().to_string());
             tokio::spawn(async move {
@@ -410,7 +415,7 @@ impl Mirror {
 
     fn stored_manifest(&self, digest: &Digest, cache: CacheResult) -> Result<Option<ManifestHit>, FetchError> {
         let store = self.flights.store();
-        let local = |e: tender_store::StoreError| FetchError::new(FetchErrorKind::Local, "store", e.to_string());
+        let local = |e: tender_store::StoreError| FetchError::store("store", &e);
         let Some(meta) = store.meta_get(digest).map_err(local)? else {
             return Ok(None);
         };
@@ -599,7 +604,7 @@ impl Mirror {
                         if same {
                             let mut fresh = r.clone();
                             fresh.fetched_at = tender_store_now();
-                            store.tag_put(&fresh).map_err(|e| local(up, e))?;
+                            self.write_errors.keep_going(Record::Tag, store.tag_put(&fresh));
                             // The upstream just named this digest for the tag: known there.
                             self.remember_known(up, &r.digest)?;
                             if let Some(hit) = self.stored_manifest(&r.digest, CacheResult::Revalidated)? {
@@ -658,24 +663,27 @@ impl Mirror {
             )
         })?;
         let key = format!("manifest:{digest}");
-        store.put_bytes(&key, &body, &digest).map_err(|e| local(up, e))?;
-        store
-            .meta_put(&digest, &ManifestMeta { media_type: media_type.clone(), size: body.len() as u64 })
-            .map_err(|e| local(up, e))?;
+        // Verified in memory: answered from these bytes even when the disk cannot keep them.
+        let kept = store.put_bytes(&key, &body, &digest).map(|_| ());
+        let stored = kept.is_ok();
+        self.write_errors.keep_going(Record::Manifest, kept);
+        if stored {
+            let meta = ManifestMeta { media_type: media_type.clone(), size: body.len() as u64 };
+            self.write_errors.keep_going(Record::Meta, store.meta_put(&digest, &meta));
+        }
         self.remember_known(up, &digest)?;
-        if let Reference::Tag(t) = reference {
-            store
-                .tag_put(&TagRecord {
-                    upstream: up.name().to_string(),
-                    repository: repo.to_string(),
-                    tag: t.to_string(),
-                    digest,
-                    media_type: media_type.clone(),
-                    size: body.len() as u64,
-                    fetched_at: tender_store_now(),
-                    imported: false,
-                })
-                .map_err(|e| local(up, e))?;
+        if let (Reference::Tag(t), true) = (reference, stored) {
+            let written = store.tag_put(&TagRecord {
+                upstream: up.name().to_string(),
+                repository: repo.to_string(),
+                tag: t.to_string(),
+                digest,
+                media_type: media_type.clone(),
+                size: body.len() as u64,
+                fetched_at: tender_store_now(),
+                imported: false,
+            });
+            self.write_errors.keep_going(Record::Tag, written);
         }
         Ok(ManifestHit { digest, media_type, bytes: body, cache: CacheResult::Miss, stale_age: None })
     }
@@ -794,9 +802,7 @@ impl Mirror {
                         not_found: false,
                         fetched_at: tender_store_now(),
                     };
-                    if let Err(e) = store.listing_put(&record) {
-                        tracing::warn!(upstream = %up.name(), %request, error = %e, "listing not kept for offline use");
-                    }
+                    self.write_errors.keep_going(Record::Listing, store.listing_put(&record));
                 }
                 (content_type, link, filters_applied, body, CacheResult::Pass)
             }
@@ -811,9 +817,7 @@ impl Mirror {
                     not_found: true,
                     fetched_at: tender_store_now(),
                 };
-                if let Err(e) = store.listing_put(&record) {
-                    tracing::warn!(upstream = %up.name(), %request, error = %e, "listing 404 not kept for offline use");
-                }
+                self.write_errors.keep_going(Record::Listing, store.listing_put(&record));
                 return Err(e);
             }
             Err(e) if e.is_unreachable() => {
@@ -919,7 +923,7 @@ fn not_in(up: &Upstream, repo: &RepoName, d: &Digest) -> FetchError {
 }
 
 fn local(up: &Upstream, e: tender_store::StoreError) -> FetchError {
-    FetchError::new(FetchErrorKind::Local, up.name(), e.to_string())
+    FetchError::store(up.name(), &e)
 }
 
 /// An upstream path as a fill source: a registry blob, or an Image Factory asset.

@@ -417,6 +417,10 @@ pub(crate) fn spawn_streamer(
 /// `len` bytes of a fill's spool file from `start` (written already), off the threads serving
 /// connections; `None` when the read failed.
 async fn read_span(fill: &crate::flight::Fill, start: u64, len: u64) -> Option<Vec<u8>> {
+    // A fill that passes through has the rest only in memory, for its own readers: no upload.
+    if start.saturating_add(len) > fill.stored_until() {
+        return None;
+    }
     let file = fill.file();
     tokio::task::spawn_blocking(move || {
         let mut buf = vec![0u8; usize::try_from(len).ok()?];

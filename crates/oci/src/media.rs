@@ -4,6 +4,8 @@ pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+/// Docker image manifest schema 1, signed (it never carries a `mediaType` field).
+pub const DOCKER_SCHEMA1_SIGNED: &str = "application/vnd.docker.distribution.manifest.v1+prettyjws";
 
 /// Every manifest type tender understands, in the order it asks an upstream for them.
 pub const ALL_MANIFESTS: [&str; 4] = [OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST];
@@ -112,21 +114,42 @@ pub fn is_manifest_like(media_type: &str) -> bool {
 /// type it declares (`mediaType`), else the upstream's Content-Type if that names a manifest,
 /// else the OCI type its structure says. `None`: not JSON, or it declares a type that is not a
 /// manifest's. The upstream's Content-Type alone never decides.
+///
+/// A body without `mediaType` must have the structure of an index (a `manifests` array), an
+/// image manifest (a `config` object and a `layers` array) or a schema 1 manifest
+/// (`schemaVersion` 1 and an `fsLayers` array): any other JSON (`{}`, a JSON document an
+/// upstream serves by mistake or on purpose) is not a manifest (issue 32).
 pub fn verified_media_type(upstream: Option<&str>, body: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Probe {
         #[serde(rename = "mediaType")]
         media_type: Option<String>,
+        #[serde(rename = "schemaVersion")]
+        schema_version: Option<serde_json::Value>,
         manifests: Option<serde_json::Value>,
+        config: Option<serde_json::Value>,
+        layers: Option<serde_json::Value>,
+        #[serde(rename = "fsLayers")]
+        fs_layers: Option<serde_json::Value>,
     }
     let probe: Probe = serde_json::from_slice(body).ok()?;
-    match probe.media_type {
-        Some(m) => is_manifest_like(&m).then_some(m),
-        None => match upstream.filter(|t| is_manifest_like(t)) {
-            Some(t) => Some(t.to_string()),
-            None if probe.manifests.is_some() => Some(OCI_INDEX.to_string()),
-            None => Some(OCI_MANIFEST.to_string()),
-        },
+    if let Some(m) = probe.media_type {
+        return is_manifest_like(&m).then_some(m);
+    }
+    let is_array = |v: &Option<serde_json::Value>| v.as_ref().is_some_and(serde_json::Value::is_array);
+    let structural = if is_array(&probe.manifests) {
+        OCI_INDEX
+    } else if probe.config.as_ref().is_some_and(serde_json::Value::is_object) && is_array(&probe.layers) {
+        OCI_MANIFEST
+    } else if probe.schema_version.as_ref().and_then(serde_json::Value::as_u64) == Some(1) && is_array(&probe.fs_layers)
+    {
+        DOCKER_SCHEMA1_SIGNED
+    } else {
+        return None;
+    };
+    match upstream.filter(|t| is_manifest_like(t)) {
+        Some(t) => Some(t.to_string()),
+        None => Some(structural.to_string()),
     }
 }
 
@@ -139,12 +162,25 @@ mod tests {
         let oci = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}"#;
         assert_eq!(verified_media_type(Some("text/html"), oci).as_deref(), Some(OCI_MANIFEST));
         assert_eq!(verified_media_type(None, br#"{"mediaType":"text/html"}"#), None);
-        assert_eq!(verified_media_type(Some("text/html"), br#"{"layers":[]}"#).as_deref(), Some(OCI_MANIFEST));
+        let bare = br#"{"schemaVersion":2,"config":{"digest":"sha256:00","size":2},"layers":[]}"#;
+        assert_eq!(verified_media_type(Some("text/html"), bare).as_deref(), Some(OCI_MANIFEST));
         assert_eq!(verified_media_type(Some(DOCKER_LIST), br#"{"manifests":[]}"#).as_deref(), Some(DOCKER_LIST));
         assert_eq!(verified_media_type(None, br#"{"manifests":[]}"#).as_deref(), Some(OCI_INDEX));
         assert_eq!(verified_media_type(Some(OCI_MANIFEST), b"<html>"), None);
         assert!(is_manifest_like("application/vnd.docker.distribution.manifest.v1+prettyjws"));
         assert!(!is_manifest_like("application/javascript") && !is_manifest_like("image/svg+xml"));
+    }
+
+    /// Issue 32 (10): JSON without `mediaType` is a manifest only with a manifest's structure.
+    #[test]
+    fn should_refuse_json_without_media_type_or_manifest_structure() {
+        for body in [&br#"{}"#[..], br#"{"layers":[]}"#, br#"{"config":{}}"#, br#"{"hello":"world"}"#, br#"[1,2]"#] {
+            assert_eq!(verified_media_type(None, body), None, "{}", String::from_utf8_lossy(body));
+            assert_eq!(verified_media_type(Some(OCI_MANIFEST), body), None, "the Content-Type alone never decides");
+        }
+        let v1 = br#"{"schemaVersion":1,"name":"a","tag":"b","fsLayers":[]}"#;
+        assert_eq!(verified_media_type(None, v1).as_deref(), Some(DOCKER_SCHEMA1_SIGNED));
+        assert_eq!(verified_media_type(Some(DOCKER_LIST), br#"{"manifests":[]}"#).as_deref(), Some(DOCKER_LIST));
     }
 
     #[test]

@@ -27,6 +27,10 @@ pub struct AccessInfo {
     pub repository: Option<String>,
     /// Keep what this request fetched out of eviction (a prefetch with `X-Tender-Pin: 1`).
     pub pin: bool,
+    /// The repository was vouched for on this request: a tag of it answered (a tag record, its
+    /// upstream's or an import's), or its upstream confirmed the object in it. For the served
+    /// statistics, which take new names only when confirmed.
+    pub confirmed: bool,
 }
 
 /// A digest in the access log, or nothing.

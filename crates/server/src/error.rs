@@ -13,6 +13,8 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
     /// Overrides the code's usual status (416 needs a Content-Range, for instance).
     pub content_range: Option<String>,
+    /// `507 Insufficient Storage`: the data directory is full.
+    pub insufficient_storage: bool,
 }
 
 /// What kind of object a request was about, to pick the right "unknown" code.
@@ -25,7 +27,7 @@ pub enum Subject {
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
-        ApiError { code, message: message.into(), retry_after: None, content_range: None }
+        ApiError { code, message: message.into(), retry_after: None, content_range: None, insufficient_storage: false }
     }
 
     /// Map a fetch failure: "not there" is a real 404 so containerd falls back to its next host.
@@ -50,7 +52,11 @@ impl ApiError {
             FetchErrorKind::Unverifiable => ApiError::new(ErrorCode::Unknown, e.to_string()),
             FetchErrorKind::TooLarge => ApiError::new(ErrorCode::Denied, e.to_string()),
             FetchErrorKind::Corrupt => ApiError::new(ErrorCode::Unknown, format!("upstream sent wrong content: {e}")),
-            FetchErrorKind::Local => ApiError::new(ErrorCode::Unknown, e.to_string()),
+            // tender's own side: not a bad gateway (the upstream did nothing wrong).
+            FetchErrorKind::Local => ApiError::new(ErrorCode::Unavailable, e.to_string()),
+            FetchErrorKind::NoSpace => {
+                ApiError { insufficient_storage: true, ..ApiError::new(ErrorCode::Unavailable, e.to_string()) }
+            }
         };
         out.retry_after = e.retry_after.map(|d| d.as_secs().max(1));
         out
@@ -59,6 +65,9 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         if self.content_range.is_some() {
             return StatusCode::RANGE_NOT_SATISFIABLE;
+        }
+        if self.insufficient_storage {
+            return StatusCode::INSUFFICIENT_STORAGE;
         }
         match self.code {
             ErrorCode::BlobUnknown | ErrorCode::ManifestUnknown | ErrorCode::NameUnknown => StatusCode::NOT_FOUND,

@@ -306,7 +306,35 @@ async fn health_handler(
 ) -> axum::response::Response {
     let upstreams = health_of(&app, Viewer::of(&app, identity.as_deref()));
     let stale: u64 = upstreams.iter().map(|h| h.stale_served).sum();
-    axum::Json(serde_json::json!({ "upstreams": upstreams, "staleServed": stale })).into_response()
+    let data = data_directory(app.mirror().flights().store());
+    axum::Json(serde_json::json!({ "upstreams": upstreams, "staleServed": stale, "dataDirectory": data }))
+        .into_response()
+}
+
+/// The data directory's room, for `/api/v1/health` and the status page: `full` (under 1 MiB
+/// free: nothing new can be stored, fills pass through), `low` (under `cache.minFree`) or
+/// `ok`, with the figures. Its path is not shown (a client need not know it).
+pub(crate) fn data_directory(store: &tender_store::Store) -> serde_json::Value {
+    let policy = store.room_policy();
+    match (store.free_bytes(), store.capacity_bytes()) {
+        (Ok(free), Ok(size)) => {
+            let state = if free < 1 << 20 {
+                "full"
+            } else if free < policy.min_free {
+                "low"
+            } else {
+                "ok"
+            };
+            serde_json::json!({
+                "state": state,
+                "freeBytes": free,
+                "sizeBytes": size,
+                "minFreeBytes": policy.min_free,
+                "maxSizeBytes": policy.max_size,
+            })
+        }
+        (Err(e), _) | (_, Err(e)) => serde_json::json!({ "state": "unknown", "error": e.to_string() }),
+    }
 }
 
 #[derive(serde::Deserialize)]

@@ -228,7 +228,14 @@ impl ServerMetrics {
         // Only answers that served something: a 304 or an error says nothing about demand.
         if !prefetch && (200..300).contains(&status) {
             if let Some(repo) = &info.repository {
-                self.served.record(repo, route, bytes, info.cache, tender_store::now_secs());
+                // A name from a request enters the statistics only once its upstream (or an
+                // import's tag) confirmed the repository: an answer that asked the upstream, one
+                // by tag, an OS image (its path is the object's). A hit of a blob or a manifest
+                // by digest under a made-up name confirms nothing.
+                let confirmed = info.confirmed
+                    || route == "image"
+                    || matches!(info.cache, Some("miss" | "revalidated" | "pass" | "shared"));
+                self.served.record(repo, route, bytes, info.cache, tender_store::now_secs(), confirmed);
             }
         }
         if let Some(result) = info.cache {

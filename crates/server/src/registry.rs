@@ -129,6 +129,7 @@ async fn dispatch(app: &Arc<AppState>, req: &Parts, info: &mut AccessInfo) -> Re
         RouteKind::Base => Err(ApiError::new(ErrorCode::NameUnknown, "no such endpoint")),
         RouteKind::Manifest(reference) => {
             info.route = "manifest";
+            info.confirmed = matches!(reference, tender_oci::Reference::Tag(_));
             manifest(app, &up, &repo, &reference, headers, head, info).await
         }
         RouteKind::Blob(digest) => {
@@ -267,6 +268,8 @@ async fn blob(
     // Stored here or in the bucket (perhaps for another upstream): nothing of it, not even a
     // 304, goes to a client of `up` unless the blob is known to exist in `up`.
     let here = store.open_stored(digest).map_err(local)?;
+    // Not known in `up` yet: the check below asks the upstream, in this repository.
+    info.confirmed = !store.is_known_in(digest, up.name()).unwrap_or(true);
     let shared = if here.is_some() { None } else { mirror.flights().shared_lookup(&Expect::Digest(*digest)).await };
     if (here.is_some() || shared.is_some())
         && !mirror

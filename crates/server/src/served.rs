@@ -24,8 +24,8 @@ pub struct RepoServed {
     pub last_served: u64,
 }
 
-/// Most repositories counted: requests for further names are not counted (the names come
-/// from requests, so the map must not grow with them).
+/// Most repositories counted: a further confirmed one takes the place of the least recently
+/// served (the names come from requests, so the map must not grow with them).
 pub const MAX_REPOSITORIES: usize = 4096;
 
 /// All repositories' counts, and what tender saved (fetched against served bytes).
@@ -54,13 +54,21 @@ pub struct ServedAnswer {
 }
 
 impl Served {
-    /// Count one worker request (never a prefetch).
-    pub fn record(&self, repository: &str, route: &str, bytes: u64, cache: Option<&str>, now: u64) {
+    /// Count one worker request (never a prefetch). A repository not counted yet is added only
+    /// when `confirmed` (its upstream, or an import's tag, vouched for it); at the cap it takes
+    /// the place of the least recently served one.
+    pub fn record(&self, repository: &str, route: &str, bytes: u64, cache: Option<&str>, now: u64, confirmed: bool) {
         let Ok(mut repos) = self.repos.lock() else { return };
-        if repos.len() >= MAX_REPOSITORIES && !repos.contains_key(repository) {
-            return;
-        }
         if !repos.contains_key(repository) {
+            if !confirmed || !matches!(route, "manifest" | "blob" | "image") {
+                return;
+            }
+            if repos.len() >= MAX_REPOSITORIES {
+                let oldest = repos.iter().min_by_key(|(_, r)| r.last_served).map(|(k, _)| k.clone());
+                if let Some(k) = oldest {
+                    repos.remove(&k);
+                }
+            }
             repos.insert(repository.to_string(), Default::default());
         }
         let Some(r) = repos.get_mut(repository) else { return };
@@ -161,9 +169,9 @@ mod tests {
     #[test]
     fn should_count_and_survive_a_restart() {
         let s = Served::default();
-        s.record("ghcr.io/siderolabs/kubelet", "manifest", 500, Some("miss"), 10);
-        s.record("ghcr.io/siderolabs/kubelet", "blob", 1000, Some("hit"), 11);
-        s.record("ghcr.io/siderolabs/kubelet", "tags", 1000, None, 12);
+        s.record("ghcr.io/siderolabs/kubelet", "manifest", 500, Some("miss"), 10, true);
+        s.record("ghcr.io/siderolabs/kubelet", "blob", 1000, Some("hit"), 11, false);
+        s.record("ghcr.io/siderolabs/kubelet", "tags", 1000, None, 12, true);
         let a = s.get("ghcr.io/siderolabs/kubelet");
         assert!(a.served);
         assert_eq!((a.counts.manifest_requests, a.counts.blob_requests, a.counts.bytes), (1, 1, 1500));
@@ -183,5 +191,26 @@ mod tests {
         assert_eq!(u.get("ghcr.io/siderolabs/kubelet").counts, a.counts);
         let none = u.savings();
         assert!(none.fetched.is_empty() && none.buckets.is_empty(), "{none:?}");
+    }
+
+    /// Issue 32 (8): made-up names never enter; at the cap, a confirmed repository takes the
+    /// place of the least recently served one.
+    #[test]
+    fn should_take_only_confirmed_names_and_evict_the_least_recently_served() {
+        let s = Served::default();
+        s.record("ghcr.io/made/up", "blob", 10, Some("hit"), 1, false);
+        assert!(!s.get("ghcr.io/made/up").served, "an unconfirmed name is not counted");
+        for i in 0..MAX_REPOSITORIES as u64 {
+            s.record(&format!("ghcr.io/r/{i}"), "manifest", 10, Some("miss"), 100 + i, true);
+        }
+        // Served again lately: not the oldest any more.
+        s.record("ghcr.io/r/0", "blob", 10, Some("hit"), 10_000, false);
+        s.record("ghcr.io/new/one", "manifest", 10, Some("miss"), 10_001, true);
+        let all = s.snapshot();
+        assert_eq!(all.len(), MAX_REPOSITORIES);
+        assert!(all.contains_key("ghcr.io/new/one") && all.contains_key("ghcr.io/r/0"));
+        assert!(!all.contains_key("ghcr.io/r/1"), "the least recently served gave way");
+        s.record("ghcr.io/made/up/2", "blob", 10, Some("hit"), 10_002, false);
+        assert!(!s.snapshot().contains_key("ghcr.io/made/up/2"));
     }
 }

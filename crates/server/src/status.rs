@@ -109,13 +109,24 @@ pub async fn page(
         env!("CARGO_PKG_VERSION")
     );
     let health = crate::health_of(&app, viewer);
+    let data = crate::data_directory(mirror.flights().store());
+    let data_state = match (data["state"].as_str(), data["freeBytes"].as_u64(), data["sizeBytes"].as_u64()) {
+        (Some(state), Some(free), Some(size)) => format!("{state}: {} free of {}", human(free), human(size)),
+        (state, _, _) => state.unwrap_or("unknown").to_string(),
+    };
+    let data_class = match data["state"].as_str() {
+        Some("ok") => "up",
+        Some("low" | "full") => "down",
+        _ => "unknown",
+    };
     let stale: u64 = health.iter().map(|u| u.stale_served).sum();
     let _ = write!(
         h,
         "<h2>Cache</h2><table id=\"cache\"><tr><th>objects</th><td class=\"num\">{objects}</td></tr>\
          <tr><th>size</th><td class=\"num\">{}</td></tr><tr><th>hit rate (workers)</th><td class=\"num\" id=\"hit-rate\">{rate}</td></tr>\
          <tr><th>fills in progress</th><td class=\"num\">{}</td></tr>\
-         <tr><th>stale answers (upstream unreachable)</th><td class=\"num\" id=\"stale-served\">{stale}</td></tr></table>",
+         <tr><th>stale answers (upstream unreachable)</th><td class=\"num\" id=\"stale-served\">{stale}</td></tr>\
+         <tr><th>data directory</th><td id=\"data-directory\" class=\"{data_class}\">{data_state}</td></tr></table>",
         human(bytes),
         mirror.flights().active_keys().len()
     );

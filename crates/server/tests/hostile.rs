@@ -830,6 +830,12 @@ async fn should_let_only_authenticated_clients_pin_and_keep_served_statistics_bo
     let all = tender.app.metrics().served.snapshot();
     assert!(!all.contains_key("ghcr.io/etag/app") && !all.contains_key("ghcr.io/nope/app"), "{:?}", all.keys());
     assert!(all.len() <= tender_server::served::MAX_REPOSITORIES, "{} entries", all.len());
+    // Issue 32 (8): hits under made-up names confirm nothing and take no place, so a
+    // repository its upstream confirms after the flood is still counted.
+    assert!(!all.keys().any(|k| k.starts_with("ghcr.io/junk/")), "{} made-up names counted", all.len());
+    let fresh = fake.add_blob(random_bytes(1000, 113));
+    assert_eq!(get(&tender.url(&format!("/v2/ghcr.io/real/app/blobs/{fresh}")), &[]).await.status, 200);
+    assert!(tender.app.metrics().served.get("ghcr.io/real/app").served, "a confirmed repository is counted");
 }
 
 /// Low: a manifest is served with the media type it was verified as, never the upstream's
@@ -851,6 +857,13 @@ async fn should_serve_manifests_with_their_verified_media_type_only() {
     assert_eq!(r.headers().get("x-content-type-options").map(|v| v.to_str().unwrap()), Some("nosniff"));
     let r = client().get(tender.url("/v2/liar.example/a/b/manifests/html")).send().await.unwrap();
     assert!(r.status().is_server_error(), "a text/html manifest was served: {}", r.status());
+    // Issue 32 (10): JSON without `mediaType` is a manifest only with a manifest's or an index's
+    // structure, whatever Content-Type the upstream gives it.
+    *liar.manifest_content_type.lock().unwrap() = Some("application/vnd.oci.image.manifest.v1+json".into());
+    let shapeless = br#"{"schemaVersion":2,"hello":"<b>world</b>"}"#;
+    liar.manifests.lock().unwrap().push(("a/b".into(), "shapeless".into(), bytes::Bytes::from_static(shapeless)));
+    let r = client().get(tender.url("/v2/liar.example/a/b/manifests/shapeless")).send().await.unwrap();
+    assert!(r.status().is_server_error(), "JSON without a manifest's structure was served: {}", r.status());
 }
 
 /// Low item: a body whose upstream sent no length is never delivered complete before it

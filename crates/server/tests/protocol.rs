@@ -7,6 +7,9 @@ mod support;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
+/// The least a manifest without `mediaType` must hold to be one: a config and layers.
+const BARE: &[u8] = br#"{"config":{},"layers":[]}"#;
+
 use support::*;
 
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -277,7 +280,7 @@ async fn should_refuse_dot_segments_sent_raw() {
 #[tokio::test]
 async fn should_refuse_hostile_ns_values_without_any_outbound_connection() {
     let fake = FakeUpstream::start().await;
-    fake.add_manifest("a/b", "v1", OCI_MANIFEST, b"{}");
+    fake.add_manifest("a/b", "v1", OCI_MANIFEST, BARE);
     let tender = Tender::in_front_of(&fake).await;
     for ns in [
         "evil.example.com",
@@ -305,9 +308,14 @@ async fn should_refuse_hostile_ns_values_without_any_outbound_connection() {
 async fn should_route_by_ns_then_prefix_then_default() {
     let ghcr = FakeUpstream::start().await;
     let hub = FakeUpstream::start().await;
-    ghcr.add_manifest("siderolabs/kubelet", "v1", OCI_MANIFEST, b"{\"from\":\"ghcr\"}");
-    hub.add_manifest("library/alpine", "3", OCI_MANIFEST, b"{\"from\":\"hub\"}");
-    hub.add_manifest("siderolabs/kubelet", "v1", OCI_MANIFEST, b"{\"from\":\"hub-kubelet\"}");
+    ghcr.add_manifest("siderolabs/kubelet", "v1", OCI_MANIFEST, b"{\"from\":\"ghcr\",\"config\":{},\"layers\":[]}");
+    hub.add_manifest("library/alpine", "3", OCI_MANIFEST, b"{\"from\":\"hub\",\"config\":{},\"layers\":[]}");
+    hub.add_manifest(
+        "siderolabs/kubelet",
+        "v1",
+        OCI_MANIFEST,
+        b"{\"from\":\"hub-kubelet\",\"config\":{},\"layers\":[]}",
+    );
     let tender = Tender::start(
         vec![upstream_settings("docker.io", &hub.url()), upstream_settings("ghcr.io", &ghcr.url())],
         fast_settings(),
@@ -317,20 +325,29 @@ async fn should_route_by_ns_then_prefix_then_default() {
         let url = tender.url(p);
         async move { String::from_utf8(get(&url, &[]).await.body.unwrap().to_vec()).unwrap() }
     };
-    assert_eq!(body("/v2/siderolabs/kubelet/manifests/v1?ns=ghcr.io").await, "{\"from\":\"ghcr\"}");
-    assert_eq!(body("/v2/ghcr.io/siderolabs/kubelet/manifests/v1").await, "{\"from\":\"ghcr\"}");
-    assert_eq!(body("/v2/siderolabs/kubelet/manifests/v1").await, "{\"from\":\"hub-kubelet\"}");
+    assert_eq!(
+        body("/v2/siderolabs/kubelet/manifests/v1?ns=ghcr.io").await,
+        "{\"from\":\"ghcr\",\"config\":{},\"layers\":[]}"
+    );
+    assert_eq!(
+        body("/v2/ghcr.io/siderolabs/kubelet/manifests/v1").await,
+        "{\"from\":\"ghcr\",\"config\":{},\"layers\":[]}"
+    );
+    assert_eq!(
+        body("/v2/siderolabs/kubelet/manifests/v1").await,
+        "{\"from\":\"hub-kubelet\",\"config\":{},\"layers\":[]}"
+    );
     // docker.io: one-component names get library/
-    assert_eq!(body("/v2/alpine/manifests/3").await, "{\"from\":\"hub\"}");
-    assert_eq!(body("/v2/alpine/manifests/3?ns=docker.io").await, "{\"from\":\"hub\"}");
-    assert_eq!(body("/v2/docker.io/alpine/manifests/3").await, "{\"from\":\"hub\"}");
+    assert_eq!(body("/v2/alpine/manifests/3").await, "{\"from\":\"hub\",\"config\":{},\"layers\":[]}");
+    assert_eq!(body("/v2/alpine/manifests/3?ns=docker.io").await, "{\"from\":\"hub\",\"config\":{},\"layers\":[]}");
+    assert_eq!(body("/v2/docker.io/alpine/manifests/3").await, "{\"from\":\"hub\",\"config\":{},\"layers\":[]}");
 }
 
 #[tokio::test]
 async fn should_do_the_bearer_token_dance_and_cache_the_token() {
     let fake = FakeUpstream::start().await;
     *fake.state.require_token.lock().unwrap() = Some("t0k3n".into());
-    fake.add_manifest("a/b", "v1", OCI_MANIFEST, b"{}");
+    fake.add_manifest("a/b", "v1", OCI_MANIFEST, BARE);
     let blob = fake.add_blob(random_bytes(1000, 4));
     let tender = Tender::in_front_of(&fake).await;
     assert_eq!(get(&tender.url("/v2/ghcr.io/a/b/manifests/v1"), &[]).await.status, 200);
@@ -647,8 +664,8 @@ async fn should_serve_tag_lists_and_referrers_stale_while_the_upstream_is_down()
 async fn should_refuse_unconfigured_hostnames_when_the_default_is_docker_io() {
     let hub = FakeUpstream::start().await;
     let ghcr = FakeUpstream::start().await;
-    hub.add_manifest("library/alpine", "3", OCI_MANIFEST, b"{}");
-    ghcr.add_manifest("a/b", "v1", OCI_MANIFEST, b"{}");
+    hub.add_manifest("library/alpine", "3", OCI_MANIFEST, BARE);
+    ghcr.add_manifest("a/b", "v1", OCI_MANIFEST, BARE);
     let tender = Tender::start(
         vec![upstream_settings("docker.io", &hub.url()), upstream_settings("ghcr.io", &ghcr.url())],
         fast_settings(),
@@ -685,7 +702,7 @@ async fn should_refuse_unconfigured_hostnames_when_the_default_is_docker_io() {
 
     // another default: a dotted first component goes to it as a repository name
     let tender = Tender::in_front_of(&ghcr).await;
-    ghcr.add_manifest("quay.io/a/b", "v1", OCI_MANIFEST, b"{}");
+    ghcr.add_manifest("quay.io/a/b", "v1", OCI_MANIFEST, BARE);
     let resp = client().get(tender.url("/v2/quay.io/a/b/manifests/v1")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
 }

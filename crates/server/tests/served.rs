@@ -57,7 +57,7 @@ async fn should_count_worker_pulls_but_not_prefetch() {
 #[tokio::test]
 async fn should_pin_what_a_pinning_prefetch_fetched() {
     let fake = FakeUpstream::start().await;
-    let m = br#"{"schemaVersion":2,"layers":[]}"#;
+    let m = br#"{"schemaVersion":2,"config":{},"layers":[]}"#;
     let md = fake.add_manifest("a/b", "v1", OCI_MANIFEST, m);
     let blob = fake.add_blob(random_bytes(1000, 2));
     let other = fake.add_blob(random_bytes(1000, 3));

@@ -64,7 +64,9 @@ impl StoreError {
 
     /// True when the disk refused a write for lack of space.
     pub fn is_disk_full(&self) -> bool {
-        matches!(self, StoreError::Io { source, .. } if source.raw_os_error() == Some(28))
+        let full = [rustix::io::Errno::NOSPC.raw_os_error(), rustix::io::Errno::DQUOT.raw_os_error()];
+        matches!(self, StoreError::Io { source, .. }
+            if source.raw_os_error().is_some_and(|n| full.contains(&n)) || source.kind() == io::ErrorKind::StorageFull)
     }
 }
 
@@ -104,6 +106,8 @@ pub struct Store {
     /// on first use: a hit opens `xx/<hex>` relative to it, so the kernel walks two path
     /// components, not the whole data directory's path (a path walk was 9% of a small hit).
     objects_dirs: [std::sync::OnceLock<std::os::fd::OwnedFd>; 2],
+    /// The cap and free-space floor enforced at fill time, and the objects' running total.
+    pub(crate) room: crate::room::Room,
 }
 
 /// A committed object to serve: its bytes (a small object, verified when read from disk) or
@@ -175,6 +179,7 @@ impl Store {
             known_cache: std::sync::Mutex::new(std::collections::HashMap::new()),
             memory: Memory::new(MemoryLimit::default()),
             objects_dirs: Default::default(),
+            room: crate::room::Room::new(),
         };
         if mode == OpenMode::Exclusive {
             for d in ["objects/sha256", "meta/sha256", "known/sha256", "tags", "spool", "quarantine"] {
@@ -402,6 +407,12 @@ impl Store {
         SpoolWriter::create(self.spool_path(key), algorithm).map_err(|e| self.err(e))
     }
 
+    /// A spool writer that stores nothing, for a pass-through fill whose spool file could not
+    /// be created (see [`SpoolWriter::stop_storing`]).
+    pub fn unstored_spool(&self, key: &str, algorithm: Algorithm) -> Result<SpoolWriter, StoreError> {
+        SpoolWriter::unstored(self.spool_path(key), algorithm).map_err(|e| self.err(e))
+    }
+
     /// The spool file for `key`.
     pub fn spool_path(&self, key: &str) -> PathBuf {
         let name = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()));
@@ -431,7 +442,11 @@ impl Store {
         let target = self.object_path(expected);
         let dir = target.parent().ok_or_else(|| self.err(io::Error::other("object path has no parent")))?;
         fs::create_dir_all(dir).map_err(|e| self.err(e))?;
+        let new = !target.exists();
         fs::rename(&sealed.path, &target).map_err(|e| self.err(e))?;
+        if new {
+            self.room.added(sealed.len);
+        }
         sync_dir(dir).map_err(|e| self.err(e))?;
         Ok(target)
     }
@@ -445,8 +460,16 @@ impl Store {
         }
         let n = SPOOL_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut w = self.create_spool(&format!("{key}#{}#{n}", std::process::id()), expected.algorithm())?;
-        w.append(bytes).map_err(|e| self.err(e))?;
-        let sealed = w.seal().map_err(|e| self.err(e))?;
+        if let Err(e) = w.append(bytes) {
+            // A full disk: leave no empty spool file behind (issue 41 item 4).
+            w.discard();
+            return Err(self.err(e));
+        }
+        let path = w.path().to_path_buf();
+        let sealed = w.seal().map_err(|e| {
+            let _ = fs::remove_file(&path);
+            self.err(e)
+        })?;
         self.commit(sealed, expected)
     }
 
@@ -455,8 +478,13 @@ impl Store {
     pub fn remove_object(&self, digest: &Digest) -> Result<(), StoreError> {
         self.memory.forget_object(digest);
         self.forget_known(digest)?;
-        match fs::remove_file(self.object_path(digest)) {
-            Ok(()) => Ok(()),
+        let path = self.object_path(digest);
+        let len = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        match fs::remove_file(&path) {
+            Ok(()) => {
+                self.room.removed(len);
+                Ok(())
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(self.err(e)),
         }

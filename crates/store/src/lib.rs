@@ -26,6 +26,7 @@ mod layout;
 mod maintenance;
 mod memory;
 mod records;
+mod room;
 mod spool;
 
 pub use fsutil::write_atomic;
@@ -33,4 +34,5 @@ pub use layout::{OpenMode, Store, StoreError, Stored, FORMAT_VERSION};
 pub use maintenance::{FsckReport, GcPlan, GcReport};
 pub use memory::MemoryLimit;
 pub use records::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord};
+pub use room::{Reservation, RoomPolicy, RoomReport};
 pub use spool::{Sealed, SpoolWriter, PARALLEL_APPEND_MIN};

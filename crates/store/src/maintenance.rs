@@ -123,6 +123,7 @@ impl Store {
     ) -> Result<GcPlan, StoreError> {
         let mut objects = self.list_objects()?;
         let total: u64 = objects.iter().map(|o| o.size).sum();
+        self.room.counted(total);
         let mut plan = GcPlan { total_bytes: total, cap_bytes: cap, ..GcPlan::default() };
         if let Some(cap) = cap {
             objects.sort_by_key(|o| o.last_used);

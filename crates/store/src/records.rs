@@ -356,6 +356,187 @@ impl Store {
     }
 }
 
+/// Files a batch of records writes before it syncs the file system and renames them.
+const BATCH_FILES: usize = 4096;
+
+/// Distinguishes the temporary names of batches running at once.
+static BATCH_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// What follows a batched record once it is in place: the copies in memory follow the disk.
+enum Then {
+    Nothing,
+    Meta(Digest, ManifestMeta),
+    Tag(String, TagRecord),
+    Known(Digest, Vec<String>),
+}
+
+/// Records written together by [`Store::put_records`]: each file is written beside its record
+/// under a temporary name, without a sync; [`Batch::flush`] syncs the file system once
+/// (`syncfs`), renames every file into place and syncs again. A crash leaves each record whole,
+/// old or new, as [`write_atomic`] does, for two syncs per batch instead of two per record.
+/// Files are created and renamed by several threads: on a busy disk each of those waits on the
+/// journal, and the waits overlap (3,000 files: 2.9 s one at a time, 0.3 s eight at a time).
+struct Batch<'a> {
+    store: &'a Store,
+    root: fs::File,
+    dirs: std::collections::HashSet<PathBuf>,
+    staged: Vec<Staged>,
+}
+
+/// A record of a batch: its bytes, its file, and what follows once the file is in place.
+struct Staged {
+    path: PathBuf,
+    tmp: PathBuf,
+    bytes: Vec<u8>,
+    then: Then,
+}
+
+/// Threads a batch creates and renames its files with.
+const BATCH_THREADS: usize = 8;
+
+/// Run `f` on every item, on up to [`BATCH_THREADS`] threads; each item's result.
+fn on_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let per_thread = items.len().div_ceil(BATCH_THREADS).max(64);
+    std::thread::scope(|scope| {
+        let f = &f;
+        let parts: Vec<_> =
+            items.chunks(per_thread).map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<R>>())).collect();
+        parts.into_iter().flat_map(|p| p.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    })
+}
+
+impl Batch<'_> {
+    fn add(&mut self, path: PathBuf, bytes: Vec<u8>, then: Then) -> io::Result<()> {
+        let dir = path.parent().ok_or_else(|| io::Error::other("path has no parent"))?.to_path_buf();
+        if !self.dirs.contains(&dir) {
+            fs::create_dir_all(&dir)?;
+            self.dirs.insert(dir.clone());
+        }
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("record");
+        let seq = BATCH_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.batch-{}-{seq}", std::process::id()));
+        self.staged.push(Staged { path, tmp, bytes, then });
+        if self.staged.len() >= BATCH_FILES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Write what is staged, make it durable, then visible, then durable where it is.
+    fn flush(&mut self) -> io::Result<()> {
+        use std::io::Write as _;
+        let staged = std::mem::take(&mut self.staged);
+        if staged.is_empty() {
+            return Ok(());
+        }
+        let remove_all = |staged: &[Staged]| {
+            for s in staged {
+                let _ = fs::remove_file(&s.tmp);
+            }
+        };
+        let written = on_threads(&staged, |s| fs::File::create(&s.tmp).and_then(|mut f| f.write_all(&s.bytes)));
+        if let Some(e) = written.into_iter().find_map(Result::err) {
+            remove_all(&staged);
+            return Err(e);
+        }
+        if let Err(e) = rustix::fs::syncfs(&self.root) {
+            remove_all(&staged);
+            return Err(e.into());
+        }
+        let renamed = on_threads(&staged, |s| fs::rename(&s.tmp, &s.path));
+        let mut first_error = None;
+        for (s, result) in staged.into_iter().zip(renamed) {
+            if let Err(e) = result {
+                let _ = fs::remove_file(&s.tmp);
+                first_error.get_or_insert(e);
+                continue;
+            }
+            match s.then {
+                Then::Nothing => {}
+                Then::Meta(d, meta) => self.store.memory.keep_meta(&d, meta),
+                Then::Tag(key, record) => self.store.memory.keep_tag(key, record),
+                Then::Known(d, upstreams) => self.store.cache_known(&d, &upstreams),
+            }
+        }
+        rustix::fs::syncfs(&self.root)?;
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Store {
+    /// Many records at once, as an import registers them (issue 32 (4)): manifest records, the
+    /// upstreams objects are known in, pins (`pin_reason`), then tag records, once the others
+    /// are durable. Each record ends as [`Store::meta_put`], [`Store::record_known`],
+    /// [`Store::pin`] and [`Store::tag_put`] leave it, but the file system is synced twice per
+    /// [`BATCH_FILES`] records, not twice per record (`write_atomic` took 6.5 ms on an ext4
+    /// disk: 13 s for 2,000 pins). Records already as asked (an upstream known, a pin, an
+    /// equal manifest record) are not written again. The known-upstream lock is held from the
+    /// first known record read to the last one in place.
+    pub fn put_records(
+        &self,
+        metas: &[(Digest, ManifestMeta)],
+        known: &[(Digest, &str)],
+        pins: &[Digest],
+        pin_reason: &str,
+        tags: &[TagRecord],
+    ) -> Result<(), StoreError> {
+        fn json<T: Serialize>(v: &T) -> io::Result<Vec<u8>> {
+            serde_json::to_vec(v).map_err(io::Error::other)
+        }
+        let e = |e: io::Error| self.err(e);
+        let root = fs::File::open(self.root()).map_err(e)?;
+        let mut batch = Batch { store: self, root, dirs: std::collections::HashSet::new(), staged: Vec::new() };
+        for (d, meta) in metas {
+            if self.meta_get(d)?.as_ref() == Some(meta) {
+                continue;
+            }
+            self.memory.forget_meta(d);
+            batch.add(self.meta_path(d), json(meta).map_err(e)?, Then::Meta(*d, meta.clone())).map_err(e)?;
+        }
+        for d in pins {
+            if self.is_pinned(d) {
+                continue;
+            }
+            let body = serde_json::json!({ "digest": d, "pinnedAt": now_secs(), "reason": pin_reason });
+            let bytes = serde_json::to_vec_pretty(&body).map_err(|x| e(io::Error::other(x)))?;
+            batch.add(self.pin_path(d), bytes, Then::Nothing).map_err(e)?;
+        }
+        {
+            let _guard = self.known_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let mut wanted: std::collections::HashMap<Digest, Vec<&str>> = std::collections::HashMap::new();
+            for (d, upstream) in known {
+                if !self.is_known_in(d, upstream)? {
+                    wanted.entry(*d).or_default().push(upstream);
+                }
+            }
+            for (d, upstreams) in wanted {
+                let path = self.known_path(&d);
+                let mut r: KnownRecord = read_json(&path).map_err(e)?.unwrap_or_default();
+                let before = r.upstreams.len();
+                for u in upstreams {
+                    if !r.upstreams.iter().any(|have| have.eq_ignore_ascii_case(u)) {
+                        r.upstreams.push(u.to_string());
+                    }
+                }
+                if r.upstreams.len() == before {
+                    self.cache_known(&d, &r.upstreams);
+                    continue;
+                }
+                r.upstreams.sort();
+                batch.add(path, json(&r).map_err(e)?, Then::Known(d, r.upstreams)).map_err(e)?;
+            }
+            batch.flush().map_err(e)?;
+        }
+        for record in tags {
+            let key = Memory::tag_key(&record.upstream, &record.repository, &record.tag);
+            self.memory.forget_tag(&key);
+            let path = self.tag_path(&record.upstream, &record.repository, &record.tag);
+            batch.add(path, json(record).map_err(e)?, Then::Tag(key, record.clone())).map_err(e)?;
+        }
+        batch.flush().map_err(e)
+    }
+}
+
 fn read_json<T: for<'de> Deserialize<'de>>(path: &std::path::Path) -> io::Result<Option<T>> {
     match fs::read(path) {
         Ok(bytes) => match serde_json::from_slice(&bytes) {

@@ -19,6 +19,9 @@ pub struct SpoolWriter {
     file: File,
     hasher: Hasher,
     len: u64,
+    /// Bytes from this offset on were hashed but not written (a pass-through fill: the disk
+    /// could not take them); the file, unlinked, holds only what came before.
+    unstored_from: Option<u64>,
 }
 
 /// A spool file whose writing is finished: its path, length and digest.
@@ -35,7 +38,7 @@ impl SpoolWriter {
             std::fs::create_dir_all(dir)?;
         }
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
-        Ok(SpoolWriter { path, file, hasher: algorithm.hasher(), len: 0 })
+        Ok(SpoolWriter { path, file, hasher: algorithm.hasher(), len: 0, unstored_from: None })
     }
 
     /// Reopen an existing spool file and re-hash its content, to append after it.
@@ -52,7 +55,45 @@ impl SpoolWriter {
             hasher.update(&buf[..n]);
             len += n as u64;
         }
-        Ok(SpoolWriter { path, file, hasher, len })
+        Ok(SpoolWriter { path, file, hasher, len, unstored_from: None })
+    }
+
+    /// A writer that stores nothing (the spool file could not even be created: no space, no
+    /// inode): every byte is hashed only, for a pass-through fill. Its file is an empty
+    /// anonymous memory file, so readers have a handle like any other fill's.
+    pub(crate) fn unstored(path: PathBuf, algorithm: Algorithm) -> io::Result<SpoolWriter> {
+        let fd = rustix::fs::memfd_create("tender-pass-through", rustix::fs::MemfdFlags::CLOEXEC)?;
+        Ok(SpoolWriter { path, file: File::from(fd), hasher: algorithm.hasher(), len: 0, unstored_from: Some(0) })
+    }
+
+    /// Stop writing to disk: from here on [`SpoolWriter::append_unstored`] hashes the bytes
+    /// without storing them. The spool file is unlinked at once (its handles, readers' too,
+    /// keep what it holds until they close), so nothing partial stays on disk.
+    pub fn stop_storing(&mut self) {
+        if self.unstored_from.is_none() {
+            self.unstored_from = Some(self.len);
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    /// Give back the disk space of what was stored (its bytes were copied to memory by the
+    /// caller): the file is emptied, and every byte counts as not stored.
+    pub fn drop_stored(&mut self) -> io::Result<()> {
+        self.stop_storing();
+        self.file.set_len(0)?;
+        self.unstored_from = Some(0);
+        Ok(())
+    }
+
+    /// Where the bytes that are not on disk begin, if this writer stopped storing.
+    pub fn unstored_from(&self) -> Option<u64> {
+        self.unstored_from
+    }
+
+    /// Hash bytes that follow without writing them (after [`SpoolWriter::stop_storing`]).
+    pub fn append_unstored(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+        self.len += bytes.len() as u64;
     }
 
     pub fn path(&self) -> &Path {
@@ -101,13 +142,17 @@ impl SpoolWriter {
 
     /// Whether `bytes` equal what the spool holds at `offset` (a restarted transfer re-sends
     /// bytes already received; they must be the same bytes).
+    /// Bytes not on disk (a pass-through fill) cannot be compared: they are taken as the same,
+    /// and the digest over the bytes first received, which readers got, decides.
     pub fn matches_at(&self, offset: u64, bytes: &[u8]) -> io::Result<bool> {
         if offset + bytes.len() as u64 > self.len {
             return Ok(false);
         }
-        let mut have = vec![0u8; bytes.len()];
+        let stored_end = self.unstored_from.unwrap_or(self.len);
+        let n = usize::try_from(stored_end.saturating_sub(offset)).unwrap_or(usize::MAX).min(bytes.len());
+        let mut have = vec![0u8; n];
         self.file.read_exact_at(&mut have, offset)?;
-        Ok(have == bytes)
+        Ok(have[..] == bytes[..n])
     }
 
     /// The digest of what was written so far, without finishing.
@@ -122,6 +167,9 @@ impl SpoolWriter {
 
     /// Flush to disk and hand over the file for commit.
     pub fn seal(self) -> io::Result<Sealed> {
+        if let Some(at) = self.unstored_from {
+            return Err(io::Error::other(format!("bytes from {at} on were passed through, not stored")));
+        }
         self.file.sync_all()?;
         Ok(Sealed { digest: self.hasher.finalize(), path: self.path, len: self.len })
     }

@@ -186,6 +186,7 @@ pub struct RawFetch {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RawCache {
     pub max_size: Option<String>,
+    pub min_free: Option<String>,
     pub gc_interval: Option<String>,
     pub memory: Option<String>,
     pub memory_object_max: Option<String>,
@@ -289,6 +290,9 @@ pub struct Settings {
     /// Time to response headers from the Image Factory, which may build an asset first.
     pub factory_first_byte_timeout: Duration,
     pub cache_max_size: Option<u64>,
+    /// `cache.minFree`: bytes a fill leaves free on the data directory's file system (None:
+    /// the default, 5% of that file system and at most 1 GiB, resolved when serving).
+    pub cache_min_free: Option<u64>,
     pub gc_interval: Duration,
     /// Small objects kept in memory (`cache.memory`, `cache.memoryObjectMax`).
     pub memory: tender_store::MemoryLimit,
@@ -635,10 +639,17 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             },
         },
     };
+    let fetch = clamp_fills_per_upstream(fetch);
     let cache_max_size = match &raw.cache.max_size {
         None => None,
         Some(s) => Some(parse_size(s).ok_or_else(|| {
             err("cache.maxSize", format!("{s:?} is not a size; write it like 500Gi, 100G or 1073741824"))
+        })?),
+    };
+    let cache_min_free = match &raw.cache.min_free {
+        None => None,
+        Some(s) => Some(parse_size(s).ok_or_else(|| {
+            err("cache.minFree", format!("{s:?} is not a size; write it like 1Gi, 500M or 0 (no floor)"))
         })?),
     };
     let factory_first_byte_timeout =
@@ -690,6 +701,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         fetch,
         factory_first_byte_timeout,
         cache_max_size,
+        cache_min_free,
         memory,
         gc_interval,
         catalog,
@@ -1000,10 +1012,46 @@ fn resolve_limits(name: &str, raw: &RawLimits) -> Result<tender_server::limits::
     })
 }
 
+/// `maxFillsPerUpstream` exists so that one upstream never holds every fill slot: at or above
+/// `maxConcurrentFills` it would, so it is clamped to half of that (at least 1), with a warning.
+fn clamp_fills_per_upstream(mut fetch: FetchSettings) -> FetchSettings {
+    if let (Some(all), Some(per)) = (fetch.max_concurrent_fills, fetch.max_fills_per_upstream) {
+        if per >= all && all > 1 {
+            let clamped = (all / 2).max(1);
+            tracing::warn!(
+                max_fills_per_upstream = per,
+                max_concurrent_fills = all,
+                clamped,
+                "limits.maxFillsPerUpstream is at or above limits.maxConcurrentFills, so one upstream could take \
+                 every fill slot: using half of maxConcurrentFills instead"
+            );
+            fetch.max_fills_per_upstream = Some(clamped);
+        }
+    }
+    fetch
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
     use super::*;
+
+    /// Issue 32 (9): one upstream never holds every fill slot, however the limits are set.
+    #[test]
+    fn should_clamp_fills_per_upstream_below_the_global_fill_cap() {
+        let load = |limits: &str| {
+            let yaml = format!("upstreams:\n  - name: ghcr.io\n    url: https://ghcr.io\nlimits:\n{limits}");
+            resolve("t.yaml", parse("t.yaml", &yaml).unwrap(), &Overrides::default()).unwrap().fetch
+        };
+        let f = load("  maxConcurrentFills: 8\n  maxFillsPerUpstream: 8\n");
+        assert_eq!((f.max_concurrent_fills, f.max_fills_per_upstream), (Some(8), Some(4)));
+        let f = load("  maxConcurrentFills: 8\n  maxFillsPerUpstream: 100\n");
+        assert_eq!(f.max_fills_per_upstream, Some(4));
+        let f = load("  maxConcurrentFills: 8\n  maxFillsPerUpstream: 7\n");
+        assert_eq!(f.max_fills_per_upstream, Some(7), "below the global cap: as configured");
+        let f = load("  maxConcurrentFills: 1\n  maxFillsPerUpstream: 1\n");
+        assert_eq!(f.max_fills_per_upstream, Some(1), "one slot in all: nothing to share");
+    }
 
     fn check_err(yaml: &str, o: &Overrides, want: &[&str]) {
         let e = parse("t.yaml", yaml).and_then(|raw| resolve("t.yaml", raw, o)).expect_err("must fail");

@@ -757,6 +757,13 @@ impl LocalBackend {
             match s.phase {
                 Phase::Committed(d) => return Ok(d),
                 Phase::Failed(e) => return Err(e),
+                Phase::PassedThrough(_) => {
+                    return Err(FetchError::new(
+                        FetchErrorKind::Local,
+                        "store",
+                        "verified but not stored: the data directory has no room for it (free space or cache.maxSize)",
+                    ))
+                }
                 Phase::Connecting | Phase::Streaming | Phase::Verified(_) => {}
             }
             if Instant::now() >= give_up {

@@ -337,6 +337,10 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
         .with_memory(settings.memory);
     crate::datadir::close_logged(&settings.data, &settings.catalog);
     learn_parent(&mut settings).await?;
+    // Enforced at fill time (evict first, else pass the object through), not only on the tick.
+    let min_free = settings.cache_min_free.unwrap_or_else(|| default_min_free(store.capacity_bytes().unwrap_or(0)));
+    store.set_room_policy(tender_store::RoomPolicy { max_size: settings.cache_max_size, min_free });
+    tracing::info!(max_size = settings.cache_max_size, min_free, "cache limits");
     let store = Arc::new(store);
     let fetch_metrics = FetchMetrics::default();
     let catalog_metrics = tender_catalog::CatalogMetrics::default();
@@ -587,6 +591,11 @@ fn spawn_reload(
             }
         }
     });
+}
+
+/// `cache.minFree` when not set: 5% of the data directory's file system, at most 1 GiB.
+pub(crate) fn default_min_free(capacity: u64) -> u64 {
+    (capacity / 20).min(1 << 30)
 }
 
 /// Evict down to `cache.maxSize` every `cache.gcInterval`, never touching fills in progress.
