@@ -55,6 +55,14 @@ score=$(sed -n 's/.*Overall exposure level for tender.service: \([0-9.]*\).*/\1/
 awk -v s="$score" 'BEGIN { exit !(s <= 2.0) }' || die "exposure $score is above 2.0: $(grep '✗' <<<"$sec")"
 log "security: exposure $score ($(grep -c '✗' <<<"$sec") findings open)"
 
+# --- 2b. safe defaults (issue 32): loopback unless TLS and auth are set, a memory wall --------------
+CONF=$ROOT/deploy/systemd/tender.yaml
+grep -qE '^listen: 127\.0\.0\.1:[0-9]+$' "$CONF" \
+  || die "deploy/systemd/tender.yaml must listen on loopback (plain HTTP, no client authentication): $(grep '^listen:' "$CONF")"
+! grep -qE '^(tls|auth):' "$CONF" || die "deploy/systemd/tender.yaml: check the listen rule against its tls/auth"
+[ -n "$(prop MemoryMax)" ] && [ -n "$(prop MemoryHigh)" ] || die "the unit has no MemoryHigh=/MemoryMax="
+log "defaults: listen $(sed -n 's/^listen: //p' "$CONF"), MemoryHigh=$(prop MemoryHigh) MemoryMax=$(prop MemoryMax)"
+
 # --- 3. run under the unit's restrictions -------------------------------------------------------
 umask_v=$(prop UMask); mode=$(prop StateDirectoryMode); state=/var/lib/$(prop StateDirectory)
 [ "$umask_v" = 0077 ] && [ "$mode" = 0711 ] && [ "$state" = /var/lib/tender ] \

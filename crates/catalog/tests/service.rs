@@ -68,6 +68,7 @@ fn mirror(data: &Path, factory: &str) -> Arc<Mirror> {
         proxy: None,
         credentials: None,
         public: true,
+        private: false,
         redirect_hosts: None,
         token_realm_hosts: Vec::new(),
         library_prefix: false,

@@ -32,6 +32,9 @@ pub struct UpstreamSettings {
     pub credentials: Option<Credentials>,
     /// Served to unauthenticated clients although it has credentials.
     pub public: bool,
+    /// `private: true`: its content needs an authenticated client even without credentials
+    /// (an offline upstream at an air-gapped site has nothing to log in to).
+    pub private: bool,
     /// If set, redirects may only go to these hosts (exact, or `*.suffix`).
     pub redirect_hosts: Option<Vec<String>>,
     /// Token realms on other hosts than the endpoints that may receive `credentials` (exact,
@@ -51,6 +54,14 @@ pub struct UpstreamSettings {
     pub ns_param: Option<String>,
     /// Client certificate and key (PEM) presented to the endpoints (a parent with mutual TLS).
     pub client_identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl UpstreamSettings {
+    /// Whether what tender serves from this upstream goes only to authenticated clients: it
+    /// has credentials or is marked `private`, and is not marked `public`.
+    pub fn needs_identity(&self) -> bool {
+        (self.credentials.is_some() || self.private) && !self.public
+    }
 }
 
 /// `staleMaxAge`: how old the last known answer of an unreachable upstream may be and still be

@@ -36,6 +36,15 @@ const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 const FAILURE_ADDRESSES: usize = 65_536;
 /// Verified credentials remembered, so a client sending Basic on every request pays bcrypt once.
 const VERIFIED_CACHE: usize = 4096;
+/// Checks one client address may have waiting for or holding a bcrypt slot: a flood from a few
+/// addresses cannot fill the queue by itself.
+const BCRYPT_PER_ADDRESS: usize = 2;
+/// A user who logged in within this long goes ahead of unknown ones (its own slot and queue).
+const KNOWN_USER_FOR: Duration = Duration::from_secs(3600);
+/// Users remembered as having logged in lately.
+const KNOWN_USERS: usize = 4096;
+/// Checks of such users waiting at most (their lane's queue).
+const KNOWN_QUEUE: usize = 16;
 
 /// Who a request authenticated as; put in the request's extensions by [`layer`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +81,14 @@ pub struct ClientAuth {
     bcrypt_slots: Semaphore,
     /// Checks waiting for (or holding) a bcrypt slot.
     bcrypt_queued: AtomicUsize,
+    /// A slot of its own for users who logged in lately, so a flood of unknown or wrong
+    /// credentials never keeps them out (they may take a general slot too).
+    known_slot: Semaphore,
+    known_queued: AtomicUsize,
+    /// Users who logged in lately, and when (carried over a reload).
+    known_users: Mutex<HashMap<String, Instant>>,
+    /// Checks in the queue per client address.
+    queued_by_address: Mutex<HashMap<IpAddr, usize>>,
     /// What an unknown user's password is checked against, at the users' own cost, so an
     /// unknown user takes as long as a wrong password.
     decoy: Option<String>,
@@ -107,8 +124,28 @@ fn sha(b: &[u8]) -> [u8; 32] {
     Sha256::digest(b).into()
 }
 
+/// The mode of a secret file that users other than its owner's group may read (`o+r`), if it
+/// is one: a password or token file should be 0600 or 0640.
+pub fn readable_by_others(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    (mode & 0o004 != 0).then_some(mode & 0o7777)
+}
+
+/// Warn (once per read) that a secret file is readable by every user of the host.
+pub fn warn_if_exposed(path: &Path, what: &str) {
+    if let Some(mode) = readable_by_others(path) {
+        tracing::warn!(
+            file = %path.display(),
+            mode = format!("{mode:04o}"),
+            "{what} is readable by every user of this host; chmod 0600 it (or 0640 with tender's group)"
+        );
+    }
+}
+
 /// Read a token file: one token per line, `#` comments and blank lines ignored.
 pub fn read_tokens(path: &Path) -> Result<Vec<String>, AuthFileError> {
+    warn_if_exposed(path, "the token file");
     let text = std::fs::read_to_string(path).map_err(|e| file_err(path, format!("cannot read: {e}")))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -136,6 +173,7 @@ pub fn read_tokens(path: &Path) -> Result<Vec<String>, AuthFileError> {
 
 /// Read an htpasswd file; only bcrypt entries (`htpasswd -B`) are accepted.
 pub fn read_htpasswd(path: &Path) -> Result<HashMap<String, String>, AuthFileError> {
+    warn_if_exposed(path, "the htpasswd file");
     let text = std::fs::read_to_string(path).map_err(|e| file_err(path, format!("cannot read: {e}")))?;
     let mut users = HashMap::new();
     for (i, line) in text.lines().enumerate() {
@@ -181,9 +219,47 @@ impl ClientAuth {
             verified: Mutex::new(HashSet::new()),
             bcrypt_slots: Semaphore::new(BCRYPT_PARALLEL),
             bcrypt_queued: AtomicUsize::new(0),
+            known_slot: Semaphore::new(1),
+            known_queued: AtomicUsize::new(0),
+            known_users: Mutex::new(HashMap::new()),
+            queued_by_address: Mutex::new(HashMap::new()),
             decoy,
             failures: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Keep what the running configuration learned in the one that replaces it on a reload:
+    /// who logged in lately (the users that still exist) and which addresses failed lately (a
+    /// reload must not hand a flood a fresh budget).
+    pub fn inherit(&self, old: &ClientAuth) {
+        if std::ptr::eq(self, old) {
+            return;
+        }
+        {
+            let theirs = old.known_users.lock().unwrap_or_else(|p| p.into_inner());
+            let mut mine = self.known_users.lock().unwrap_or_else(|p| p.into_inner());
+            mine.extend(theirs.iter().filter(|(u, _)| self.users.contains_key(*u)).map(|(u, t)| (u.clone(), *t)));
+        }
+        let theirs = old.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let mut mine = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        mine.extend(theirs.iter().filter(|(_, (_, since))| since.elapsed() < FAILURE_WINDOW).map(|(ip, f)| (*ip, *f)));
+    }
+
+    /// Whether `user` logged in successfully within [`KNOWN_USER_FOR`].
+    fn known_user(&self, user: &str) -> bool {
+        let known = self.known_users.lock().unwrap_or_else(|p| p.into_inner());
+        known.get(user).is_some_and(|t| t.elapsed() < KNOWN_USER_FOR)
+    }
+
+    fn logged_in(&self, user: &str) {
+        let mut known = self.known_users.lock().unwrap_or_else(|p| p.into_inner());
+        if known.len() >= KNOWN_USERS && !known.contains_key(user) {
+            known.retain(|_, t| t.elapsed() < KNOWN_USER_FOR);
+            if known.len() >= KNOWN_USERS {
+                return;
+            }
+        }
+        known.insert(user.to_string(), Instant::now());
     }
 
     /// Whether `ip` failed too often in the current window.
@@ -244,11 +320,17 @@ impl ClientAuth {
             self.failed(ip);
             return Verdict::RateLimited;
         }
-        let ok = match self.bcrypt(known.or(self.decoy.as_ref()), password).await {
-            None => return Verdict::Busy,
+        let ahead = known.is_some() && self.known_user(user);
+        let ok = match self.bcrypt(known.or(self.decoy.as_ref()), password, ip, ahead).await {
+            None => {
+                // A refusal for want of a slot counts against its address, like a failure.
+                self.failed(ip);
+                return Verdict::Busy;
+            }
             Some(ok) => ok && known.is_some(),
         };
         if ok {
+            self.logged_in(user);
             if let Some(hash) = known {
                 let key = sha(format!("{user}\0{password}\0{hash}").as_bytes());
                 let mut v = self.verified.lock().unwrap_or_else(|p| p.into_inner());
@@ -264,21 +346,62 @@ impl ClientAuth {
         }
     }
 
-    /// Run bcrypt on the bounded pool: `None` when the queue is full or no slot came in time.
-    async fn bcrypt(&self, hash: Option<&String>, password: &str) -> Option<bool> {
+    /// Run bcrypt on the bounded pool: `None` when the queue is full, the address has its share
+    /// of it already, or no slot came in time. `ahead`: a user who logged in lately, in a lane
+    /// of its own (its own queue, its own slot or a general one, whichever comes first).
+    async fn bcrypt(&self, hash: Option<&String>, password: &str, ip: Option<IpAddr>, ahead: bool) -> Option<bool> {
         let hash = hash?.clone();
-        if self.bcrypt_queued.fetch_add(1, Ordering::AcqRel) >= BCRYPT_QUEUE.saturating_add(BCRYPT_PARALLEL) {
-            self.bcrypt_queued.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
         struct Queued<'a>(&'a AtomicUsize);
         impl Drop for Queued<'_> {
             fn drop(&mut self) {
                 self.0.fetch_sub(1, Ordering::AcqRel);
             }
         }
-        let _queued = Queued(&self.bcrypt_queued);
-        let _slot = tokio::time::timeout(BCRYPT_WAIT, self.bcrypt_slots.acquire()).await.ok()?.ok()?;
+        struct Share<'a>(&'a Mutex<HashMap<IpAddr, usize>>, Option<IpAddr>);
+        impl Drop for Share<'_> {
+            fn drop(&mut self) {
+                let Some(ip) = self.1 else { return };
+                let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(n) = m.get_mut(&ip) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        m.remove(&ip);
+                    }
+                }
+            }
+        }
+        let _share = {
+            let mut m = self.queued_by_address.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(ip) = ip {
+                let n = m.entry(ip).or_insert(0);
+                if *n >= BCRYPT_PER_ADDRESS {
+                    return None;
+                }
+                *n = n.saturating_add(1);
+            }
+            Share(&self.queued_by_address, ip)
+        };
+        let (queued, cap) = if ahead {
+            (&self.known_queued, KNOWN_QUEUE)
+        } else {
+            (&self.bcrypt_queued, BCRYPT_QUEUE.saturating_add(BCRYPT_PARALLEL))
+        };
+        if queued.fetch_add(1, Ordering::AcqRel) >= cap {
+            queued.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        let _queued = Queued(queued);
+        let slot = async {
+            if ahead {
+                tokio::select! {
+                    s = self.known_slot.acquire() => s,
+                    s = self.bcrypt_slots.acquire() => s,
+                }
+            } else {
+                self.bcrypt_slots.acquire().await
+            }
+        };
+        let _slot = tokio::time::timeout(BCRYPT_WAIT, slot).await.ok()?.ok()?;
         let password = password.to_string();
         Some(
             tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
@@ -467,6 +590,19 @@ mod tests {
         let p = dir.path().join(name);
         std::fs::write(&p, text).unwrap();
         p
+    }
+
+    /// Issue 32 (13): a secret file every user of the host may read is noticed (and warned of).
+    #[test]
+    fn should_notice_secret_files_that_others_can_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(&dir, "tokens", "t0k3n\n");
+        for (mode, exposed) in [(0o644, Some(0o644)), (0o604, Some(0o604)), (0o640, None), (0o600, None)] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(readable_by_others(&p), exposed, "mode {mode:o}");
+        }
+        assert_eq!(readable_by_others(&dir.path().join("absent")), None);
     }
 
     #[test]

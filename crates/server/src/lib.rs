@@ -196,7 +196,7 @@ impl Viewer {
         match self {
             Viewer::All => true,
             Viewer::Anonymous => {
-                mirror.upstream(name).is_some_and(|u| u.settings().credentials.is_none() || u.settings().public)
+                mirror.upstream(name).is_some_and(|u| !u.settings().needs_identity())
                     || mirror.image_factory().is_some_and(|f| f.name().eq_ignore_ascii_case(name))
             }
         }

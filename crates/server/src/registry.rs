@@ -119,7 +119,7 @@ async fn dispatch(app: &Arc<AppState>, req: &Parts, info: &mut AccessInfo) -> Re
     info.repository = Some(format!("{}/{}", up.name(), repo));
     // What tender pulls with an upstream's credentials goes only to authenticated clients,
     // unless the operator marked the upstream public.
-    if up.settings().credentials.is_some() && !up.settings().public && !authenticated {
+    if up.settings().needs_identity() && !authenticated {
         return Ok(crate::auth::challenge(&format!("{} is served to authenticated clients only", up.name())));
     }
     let flag = |h: &str| headers.get(h).is_some_and(|v| v.as_bytes() == b"1");

@@ -558,6 +558,67 @@ async fn should_bound_the_cost_of_failed_logins() {
     assert!(text.contains("tender_auth_refusals_total{reason=\"rate_limited\"}"), "{text}");
 }
 
+/// Issue 32 (5): a login flood does not lock real users out. 60 addresses keep sending
+/// unknown users and wrong passwords, four at a time each, for as long as the test runs; a user
+/// who logged in before the flood logs in 24 times over 30 s, each time after a reload (SIGHUP:
+/// nothing verified is remembered, so every login runs bcrypt), and every login succeeds. A busy
+/// refusal counts against its address, each address has a bounded share of the queue, and a
+/// user who logged in within the hour has a lane of its own. Before: the real user got 429s.
+#[tokio::test]
+async fn should_let_real_users_log_in_during_a_login_flood() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fake = FakeUpstream::start().await;
+    let users = std::collections::HashMap::from([("worker".to_string(), bcrypt::hash("s3cret", 10).unwrap())]);
+    let auth = tender_server::auth::ClientAuth::new(users.clone(), &[], false);
+    let security = Security { auth: std::sync::RwLock::new(Some(Arc::new(auth))), ..Security::default() };
+    let tender = secured(&fake, security).await;
+    let url = tender.url("/v2/");
+    let real = client_from(loopback(250));
+    let login = |c: &reqwest::Client| c.get(&url).basic_auth("worker", Some("s3cret")).send();
+    assert_eq!(login(&real).await.unwrap().status(), 200, "logged in before the flood");
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood: Vec<_> = (10..70u8)
+        .flat_map(|n| (0..4).map(move |i| (n, i)))
+        .map(|(n, i)| {
+            let (c, url, stop) = (client_from(loopback(n)), url.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut sent = 0u32;
+                while !stop.load(Ordering::SeqCst) && sent < 100_000 {
+                    let user = if i % 2 == 0 { "mallory" } else { "worker" };
+                    if let Ok(r) = c.get(&url).basic_auth(user, Some("flood")).send().await {
+                        let _ = r.bytes().await;
+                    }
+                    sent += 1;
+                }
+                sent
+            })
+        })
+        .collect();
+    let mut refused = Vec::new();
+    for i in 0..24 {
+        tokio::time::sleep(Duration::from_millis(1250)).await;
+        // A reload: nothing verified is remembered, who logged in lately is.
+        let old = tender.app.security().auth().unwrap();
+        let fresh = Arc::new(tender_server::auth::ClientAuth::new(users.clone(), &[], false));
+        fresh.inherit(&old);
+        tender.app.security().set_auth(Some(fresh));
+        let status = login(&real).await.unwrap().status();
+        if status != 200 {
+            refused.push((i, status.as_u16()));
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let mut sent = 0;
+    for f in flood {
+        sent += f.await.unwrap();
+    }
+    eprintln!("flood: {sent} requests from 60 addresses; real user refused: {refused:?}");
+    assert!(refused.is_empty(), "the real user was refused during the flood: {refused:?}");
+    let text = tender.app.metrics().render();
+    assert!(text.contains("tender_auth_refusals_total{reason=\"busy\"}"), "the flood kept the queue busy: {text}");
+}
+
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 
 /// An xz stream whose header asks for a `dict` byte dictionary, around a little data.

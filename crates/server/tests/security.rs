@@ -254,6 +254,31 @@ async fn should_serve_an_upstream_with_credentials_only_to_authenticated_clients
     assert_eq!(authed.status(), 200);
 }
 
+/// Issue 32 (3): an upstream marked `private` has no credentials (an offline upstream at an
+/// air-gapped site has nothing to log in to) and is served only to authenticated clients, like
+/// one with credentials: anonymous clients get a 401 and do not see it on the status page.
+#[tokio::test]
+async fn should_serve_a_private_upstream_without_credentials_only_to_authenticated_clients() {
+    let fake = FakeUpstream::start().await;
+    let d = fake.add_blob(random_bytes(1000, 12));
+    let mut private = upstream_settings("offline.example", &fake.url());
+    private.private = true;
+    assert!(private.credentials.is_none());
+    let ups = vec![upstream_settings("ghcr.io", &fake.url()), private];
+    let tender = Tender::start_full(ups, None, fast_settings(), auth_security(true), None, Surface::All).await;
+    let url = tender.url(&format!("/v2/a/b/blobs/{d}?ns=offline.example"));
+    let refused = client().get(&url).send().await.unwrap();
+    assert_eq!(refused.status(), 401, "an anonymous client of a private upstream");
+    assert_eq!(fake.blob_gets(), 0, "nothing fetched for it");
+    let authed = client().get(&url).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(authed.status(), 200);
+    assert_eq!(authed.bytes().await.unwrap().len(), 1000);
+    // Stored now; still refused to anonymous clients, through any route to it.
+    assert_eq!(client().get(&url).send().await.unwrap().status(), 401);
+    let page = client().get(tender.url("/")).send().await.unwrap().text().await.unwrap();
+    assert!(!page.contains("offline.example"), "the status page shows a private upstream to anonymous clients");
+}
+
 #[tokio::test]
 async fn should_offer_admin_endpoints_only_with_a_token_and_only_to_its_holder() {
     let fake = FakeUpstream::start().await;

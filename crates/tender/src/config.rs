@@ -155,6 +155,8 @@ pub struct RawUpstream {
     pub password_env: Option<String>,
     #[serde(default)]
     pub public: bool,
+    #[serde(default)]
+    pub private: bool,
     pub redirect_hosts: Option<Vec<String>>,
     pub token_realm_hosts: Option<Vec<String>>,
     pub library_prefix: Option<bool>,
@@ -526,6 +528,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         let credentials = match (&u.username, &u.password_file, &u.password_env) {
             (None, None, None) => None,
             (Some(user), Some(file), None) => {
+                tender_server::auth::warn_if_exposed(file, &key("passwordFile"));
                 let p = std::fs::read_to_string(file)
                     .map_err(|e| err(&key("passwordFile"), format!("{}: {e}", file.display())))?;
                 Some(Credentials { username: user.clone(), password: p.trim_end_matches(['\n', '\r']).to_string() })
@@ -545,6 +548,19 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
                 return Err(err(&key("username"), "a password is set without a username; add username".into()))
             }
         };
+        if u.private && u.public {
+            return Err(err(&key("private"), format!("{uname}: private and public contradict each other; keep one")));
+        }
+        if u.private && auth.is_none() {
+            return Err(err(
+                &key("private"),
+                format!(
+                    "{uname} is private: its content goes only to authenticated clients, and no client can \
+                     authenticate; turn on client authentication (auth.htpasswd / auth.tokenFile, \
+                     --auth-htpasswd / --auth-token-file)"
+                ),
+            ));
+        }
         if credentials.is_some() && !u.public && auth.is_none() {
             return Err(err(
                 &key("public"),
@@ -570,6 +586,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             proxy,
             credentials,
             public: u.public,
+            private: u.private,
             redirect_hosts: u.redirect_hosts.clone(),
             token_realm_hosts: u.token_realm_hosts.clone().unwrap_or_default(),
             max_object_size,
@@ -833,6 +850,7 @@ fn resolve_parent(name: &str, raw: &RawParent, o: &Overrides) -> Result<Option<P
     ) {
         (None, None) => None,
         (Some(user), Some(file)) => {
+            tender_server::auth::warn_if_exposed(&file, "parent.passwordFile");
             let p = std::fs::read_to_string(&file).map_err(|e| {
                 let m = format!("{}: {e}", file.display());
                 origin_err(name, o.parent_password_file.is_some(), "--parent-password-file", "parent.passwordFile", m)
@@ -878,6 +896,7 @@ fn resolve_s3(name: &str, raw: &RawS3) -> Result<tender_bucket::BucketSettings, 
         s.prefix = p.to_string();
     }
     let read = |key: &str, f: &PathBuf| {
+        tender_server::auth::warn_if_exposed(f, key);
         std::fs::read_to_string(f).map(|v| v.trim().to_string()).map_err(|e| err(key, format!("{}: {e}", f.display())))
     };
     s.credentials = match (&raw.access_key_id_file, &raw.secret_access_key_file) {
@@ -1192,6 +1211,23 @@ mod tests {
         let c = s.upstreams[0].credentials.as_ref().unwrap();
         assert_eq!(c.password, "secret");
         assert!(!format!("{c:?}").contains("secret"), "passwords never reach logs");
+    }
+
+    /// Issue 32 (3): `private: true` needs no credentials, and a tender that serves a private
+    /// upstream without client authentication refuses to start.
+    #[test]
+    fn should_take_private_upstreams_only_with_client_authentication() {
+        let yaml = "upstreams:\n  - name: a.io\n    url: https://a.io\n    offline: true\n    private: true\n";
+        check_err(yaml, &Overrides::default(), &["upstreams[0].private", "client authentication"]);
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens");
+        std::fs::write(&tokens, "0123456789abcdef0123456789abcdef\n").unwrap();
+        let ok = format!("{yaml}auth:\n  tokenFile: {}\n", tokens.display());
+        let s = resolve("t", parse("t", &ok).unwrap(), &Overrides::default()).unwrap();
+        assert!(s.upstreams[0].private && s.upstreams[0].credentials.is_none());
+        assert!(s.upstreams[0].needs_identity(), "served to authenticated clients only");
+        let both = ok.replace("    private: true\n", "    private: true\n    public: true\n");
+        check_err(&both, &Overrides::default(), &["upstreams[0].private", "contradict"]);
     }
 
     #[test]

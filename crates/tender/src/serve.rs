@@ -164,6 +164,7 @@ pub(crate) fn build_mirror(
         proxy: None,
         credentials: parent.and_then(|p| p.credentials.clone()),
         public: true,
+        private: false,
         redirect_hosts: None,
         token_realm_hosts: Vec::new(),
         library_prefix: false,
@@ -261,6 +262,7 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
             credentials: p.credentials.clone(),
             // The operator gave the edge the parent's credentials for its clients.
             public: true,
+            private: false,
             redirect_hosts: None,
             token_realm_hosts: Vec::new(),
             library_prefix: false,
@@ -573,7 +575,12 @@ fn spawn_reload(
                     match build_mirror(&new, flights.clone(), &metrics) {
                         Ok(m) => {
                             app.replace_mirror(m.clone());
-                            app.security().set_auth(client_auth(&new));
+                            let auth = client_auth(&new);
+                            // Who logged in lately stays known across the reload.
+                            if let (Some(new_auth), Some(old)) = (&auth, app.security().auth()) {
+                                new_auth.inherit(&old);
+                            }
+                            app.security().set_auth(auth);
                             crate::catalog_cmd::reload(&catalog, &new, m);
                             tracing::info!(
                                 upstreams = ?new.upstreams.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),

@@ -510,6 +510,7 @@ pub fn upstream_settings(name: &str, url: &str) -> UpstreamSettings {
         proxy: None,
         credentials: None,
         public: false,
+        private: false,
         redirect_hosts: None,
         token_realm_hosts: Vec::new(),
         library_prefix: name == "docker.io",
