@@ -69,6 +69,7 @@ fn mirror(data: &Path, factory: &str) -> Arc<Mirror> {
         credentials: None,
         public: true,
         private: false,
+        range_before_verify: false,
         redirect_hosts: None,
         token_realm_hosts: Vec::new(),
         library_prefix: false,

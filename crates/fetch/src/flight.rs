@@ -1317,9 +1317,32 @@ impl Fill {
         self.read(start, end, withhold, true)
     }
 
-    fn read(&self, start: u64, end: Option<u64>, withhold: bool, spans: bool) -> BoxStream<'static, io::Result<Piece>> {
-        self.info.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    /// [`Fill::pieces`] (or, without `spans`, [`Fill::reader`]) that hands out nothing until
+    /// the fill's content verified: a range of an object from an upstream that is not trusted
+    /// with unverified bytes (`rangeBeforeVerify: false`).
+    pub fn verified_pieces(
+        self: &Arc<Self>,
+        start: u64,
+        end: Option<u64>,
+        spans: bool,
+    ) -> BoxStream<'static, io::Result<Piece>> {
         let mut source = ReadSource::new(self.file.clone(), spans);
+        source.until_verified = true;
+        self.read_from(source, start, end, false)
+    }
+
+    fn read(&self, start: u64, end: Option<u64>, withhold: bool, spans: bool) -> BoxStream<'static, io::Result<Piece>> {
+        self.read_from(ReadSource::new(self.file.clone(), spans), start, end, withhold)
+    }
+
+    fn read_from(
+        &self,
+        mut source: ReadSource,
+        start: u64,
+        end: Option<u64>,
+        withhold: bool,
+    ) -> BoxStream<'static, io::Result<Piece>> {
+        self.info.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         source.place = Some(self.window.place(start));
         read_stream(source, self.state.subscribe(), start, end, withhold)
     }
@@ -1388,6 +1411,8 @@ struct ReadSource {
     /// A fill's reader: its place in the fill's window (bytes a pass-through fill holds only
     /// in memory). None for a stored object.
     place: Option<Place>,
+    /// Hand out nothing before the fill's content verified (as for a gated fill).
+    until_verified: bool,
     /// Hand out spans of the file the page cache holds instead of reading them.
     spans: bool,
     /// Bytes read per chunk, at most ([`READ_CHUNK`], or less under [`small_reads`]).
@@ -1397,7 +1422,7 @@ struct ReadSource {
 impl ReadSource {
     fn new(file: Arc<File>, spans: bool) -> ReadSource {
         let chunk = SMALL_READS.try_with(|n| *n).map_or(READ_CHUNK, |n| n.clamp(4096, READ_CHUNK));
-        ReadSource { file, place: None, spans, chunk }
+        ReadSource { file, place: None, until_verified: false, spans, chunk }
     }
 }
 
@@ -1482,7 +1507,7 @@ fn read_stream(
                 return None;
             }
             // A gated fill hands out nothing before its content matched the trust record.
-            let mut limit = if s.gated && !committed { st.pos } else { s.written };
+            let mut limit = if (s.gated || st.source.until_verified) && !committed { st.pos } else { s.written };
             if let Some(e) = end {
                 limit = limit.min(e);
                 if st.withhold && !committed {
@@ -1547,13 +1572,13 @@ fn read_stream(
             // Caught up with the fill: wake for a batch of new bytes (or the end, or a change of
             // phase), not for every chunk appended, so N followers do not each turn every small
             // append into a read and a socket write.
-            let (pos, asked_end, withhold) = (st.pos, st.end, st.withhold);
+            let (pos, asked_end, withhold, hold) = (st.pos, st.end, st.withhold, st.source.until_verified);
             let batch = if st.source.spans { SPAN_BATCH } else { st.source.chunk };
             let ready = move |s: &FillState| {
                 if !matches!(s.phase, Phase::Connecting | Phase::Streaming) {
                     return true;
                 }
-                if s.gated {
+                if s.gated || hold {
                     return false;
                 }
                 // What this reader may read now, and the most it will ever read before the end.

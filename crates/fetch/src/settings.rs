@@ -35,6 +35,10 @@ pub struct UpstreamSettings {
     /// `private: true`: its content needs an authenticated client even without credentials
     /// (an offline upstream at an air-gapped site has nothing to log in to).
     pub private: bool,
+    /// `rangeBeforeVerify: true`: a range of an object being fetched may go out before the
+    /// object's digest verified (the upstream is trusted to send the right bytes). Default:
+    /// the range waits for the verdict.
+    pub range_before_verify: bool,
     /// If set, redirects may only go to these hosts (exact, or `*.suffix`).
     pub redirect_hosts: Option<Vec<String>>,
     /// Token realms on other hosts than the endpoints that may receive `credentials` (exact,

@@ -138,7 +138,8 @@ async fn serve(
             // The request that started the fill is its miss, however fast a small fill verified.
             let hit = !fill.take_start() && fill.is_verified();
             info.cache = Some(if hit { CacheResult::Hit } else { CacheResult::Miss }.as_str());
-            object::filling(fill, &describe, headers, version, Subject::Blob).await
+            let trusted = mirror.image_factory().is_some_and(|f| f.settings().range_before_verify);
+            object::filling(fill, &describe, headers, version, Subject::Blob, trusted).await
         }
     }
 }

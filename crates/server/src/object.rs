@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode, Version};
 use axum::response::Response;
+use futures::StreamExt as _;
 use tender_fetch::flight::{stored_pieces, stored_reader, Fill, Flights, Phase};
 use tender_fetch::shared::SharedObject;
 pub use tender_fetch::source::Fallback;
@@ -173,14 +174,31 @@ fn fill_body(fill: &Arc<Fill>, start: u64, end: Option<u64>, withhold: bool) -> 
     }
 }
 
+/// The body of a range of a fill that goes out only once the fill's content verified (see
+/// [`Fill::verified_pieces`]).
+fn verified_fill_body(fill: &Arc<Fill>, start: u64, end: u64) -> Body {
+    match zerocopy::current() {
+        Some(slot) => zerocopy::body(fill.verified_pieces(start, Some(end), true), slot),
+        None => Body::from_stream(fill.verified_pieces(start, Some(end), false).map(|p| match p? {
+            tender_fetch::flight::Piece::Bytes(b) => Ok(b),
+            tender_fetch::flight::Piece::File { .. } => {
+                Err(std::io::Error::other("internal error: a file span on a byte reader"))
+            }
+        })),
+    }
+}
+
 /// Serve an object that is being filled: headers as soon as the upstream answered, bytes as
-/// they arrive, the final byte of a full body only after verification.
+/// they arrive, the final byte of a full body only after verification. A range goes out as it
+/// arrives only with `range_before_verify` (an upstream trusted to send the right bytes);
+/// otherwise its bytes wait for the fill's verdict (issue 32).
 pub async fn filling(
     fill: Arc<Fill>,
     d: &Describe,
     req: &HeaderMap,
     version: Version,
     subject: Subject,
+    range_before_verify: bool,
 ) -> Result<Response, ApiError> {
     let mut state = fill.started().await;
     if state.total.is_none() && version < Version::HTTP_11 {
@@ -211,7 +229,11 @@ pub async fn filling(
             .status(StatusCode::PARTIAL_CONTENT)
             .header(header::CONTENT_LENGTH, end - start)
             .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{total}", end - 1))
-            .body(fill_body(&fill, start, Some(end), false))
+            .body(if range_before_verify || fill.is_verified() {
+                fill_body(&fill, start, Some(end), false)
+            } else {
+                verified_fill_body(&fill, start, end)
+            })
             .map_err(internal),
         RangeAsk::Full => d
             .builder()

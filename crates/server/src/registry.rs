@@ -323,7 +323,8 @@ async fn blob(
             // The request that started the fill is its miss, however fast a small fill verified.
             let hit = !fill.take_start() && fill.is_verified();
             info.cache = Some(if hit { CacheResult::Hit } else { CacheResult::Miss }.as_str());
-            object::filling(fill, &describe, headers, req.version, Subject::Blob).await
+            object::filling(fill, &describe, headers, req.version, Subject::Blob, up.settings().range_before_verify)
+                .await
         }
     }
 }

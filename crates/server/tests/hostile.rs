@@ -619,6 +619,48 @@ async fn should_let_real_users_log_in_during_a_login_flood() {
     assert!(text.contains("tender_auth_refusals_total{reason=\"busy\"}"), "the flood kept the queue busy: {text}");
 }
 
+/// Issue 32 (11): a short range asked during the first fetch of a blob is not answered with
+/// bytes that have not verified. The liar sends other bytes (with a length) under a digest; a
+/// client asks for its first 1,000 bytes while the fill runs: with the default
+/// (`rangeBeforeVerify: false`) not one byte of the lie reaches it (the range waits for the
+/// verdict, which fails); an upstream marked `rangeBeforeVerify: true` is trusted with exactly
+/// that, and its honest blob's range arrives before the fill ends.
+#[tokio::test]
+async fn should_hold_a_range_of_an_unverified_fill_until_it_verified() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (addr, liar) = liar::start().await;
+    let lie = random_bytes(300_000, 84);
+    let claimed = sha(&random_bytes(300_000, 85));
+    let honest = random_bytes(300_000, 86);
+    let hd = sha(&honest);
+    liar.blobs.lock().unwrap().extend([(claimed.clone(), lie.clone()), (hd.clone(), honest.clone())]);
+    let mut trusted = upstream_settings("trusted.example", &format!("http://{addr}"));
+    trusted.range_before_verify = true;
+    let ups = vec![upstream_settings("liar.example", &format!("http://{addr}")), trusted];
+    let tender = Tender::start_full(ups, None, fast_settings(), Security::default(), None, Surface::All).await;
+    let range = |up: &str, d: &str| {
+        client().get(tender.url(&format!("/v2/{up}/a/b/blobs/{d}"))).header("range", "bytes=0-999").send()
+    };
+    let r = range("liar.example", &claimed).await.unwrap();
+    let got = match r.status().as_u16() {
+        206 => r.bytes().await.map(|b| b.to_vec()).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    assert!(got.is_empty() || got[..] != lie[..got.len()], "unverified bytes of a lie went out as a range");
+    assert!(got.len() < 1000 || got[..] != lie[..1000], "a complete range of the lie was served");
+    // Trusted: the range is the upstream's bytes as they come (the honest blob's first 1,000).
+    let r = range("trusted.example", &hd).await.unwrap();
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.bytes().await.unwrap().to_vec(), honest[..1000].to_vec());
+    // And by default an honest blob's range arrives once it verified, whole.
+    let honest2 = random_bytes(300_000, 87);
+    let hd2 = sha(&honest2);
+    liar.blobs.lock().unwrap().push((hd2.clone(), honest2.clone()));
+    let r = range("liar.example", &hd2).await.unwrap();
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.bytes().await.unwrap().to_vec(), honest2[..1000].to_vec());
+}
+
 const SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
 
 /// An xz stream whose header asks for a `dict` byte dictionary, around a little data.

@@ -157,6 +157,8 @@ pub struct RawUpstream {
     pub public: bool,
     #[serde(default)]
     pub private: bool,
+    #[serde(default)]
+    pub range_before_verify: bool,
     pub redirect_hosts: Option<Vec<String>>,
     pub token_realm_hosts: Option<Vec<String>>,
     pub library_prefix: Option<bool>,
@@ -180,6 +182,7 @@ pub struct RawFetch {
     pub tag_ttl: Option<String>,
     pub stale_max_age: Option<String>,
     pub factory_first_byte_timeout: Option<String>,
+    pub factory_range_before_verify: Option<bool>,
     pub max_decoded_size: Option<String>,
     pub metadata_timeout: Option<String>,
 }
@@ -295,6 +298,8 @@ pub struct Settings {
     /// `cache.minFree`: bytes a fill leaves free on the data directory's file system (None:
     /// the default, 5% of that file system and at most 1 GiB, resolved when serving).
     pub cache_min_free: Option<u64>,
+    /// `fetch.factoryRangeBeforeVerify`: the Image Factory's `rangeBeforeVerify`.
+    pub factory_range_before_verify: bool,
     pub gc_interval: Duration,
     /// Small objects kept in memory (`cache.memory`, `cache.memoryObjectMax`).
     pub memory: tender_store::MemoryLimit,
@@ -587,6 +592,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             credentials,
             public: u.public,
             private: u.private,
+            range_before_verify: u.range_before_verify,
             redirect_hosts: u.redirect_hosts.clone(),
             token_realm_hosts: u.token_realm_hosts.clone().unwrap_or_default(),
             max_object_size,
@@ -719,6 +725,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         factory_first_byte_timeout,
         cache_max_size,
         cache_min_free,
+        factory_range_before_verify: f.factory_range_before_verify.unwrap_or(false),
         memory,
         gc_interval,
         catalog,

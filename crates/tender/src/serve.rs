@@ -165,6 +165,7 @@ pub(crate) fn build_mirror(
         credentials: parent.and_then(|p| p.credentials.clone()),
         public: true,
         private: false,
+        range_before_verify: settings.factory_range_before_verify,
         redirect_hosts: None,
         token_realm_hosts: Vec::new(),
         library_prefix: false,
@@ -263,6 +264,7 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
             // The operator gave the edge the parent's credentials for its clients.
             public: true,
             private: false,
+            range_before_verify: false,
             redirect_hosts: None,
             token_realm_hosts: Vec::new(),
             library_prefix: false,

@@ -511,6 +511,7 @@ pub fn upstream_settings(name: &str, url: &str) -> UpstreamSettings {
         credentials: None,
         public: false,
         private: false,
+        range_before_verify: false,
         redirect_hosts: None,
         token_realm_hosts: Vec::new(),
         library_prefix: name == "docker.io",
