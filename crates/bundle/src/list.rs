@@ -56,7 +56,7 @@ impl Contents {
         let bytes = match &self.source {
             Source::Dir(root) => {
                 let mut buf = Vec::new();
-                File::open(root.join(layout::blob_path(d)))
+                open_regular(&root.join(layout::blob_path(d)))
                     .ok()?
                     .take(MAX_DOCUMENT_BYTES)
                     .read_to_end(&mut buf)
@@ -69,10 +69,28 @@ impl Contents {
     }
 }
 
+/// Open a file of a directory bundle only if it is a regular file, as import does (issue 32
+/// (6)): no link followed, no FIFO or device waited on.
+fn open_regular(path: &Path) -> io::Result<File> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(|e| match e {
+        rustix::io::Errno::LOOP => {
+            io::Error::new(io::ErrorKind::InvalidData, format!("{} is a symbolic link", path.display()))
+        }
+        e => e.into(),
+    })?;
+    if FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) != FileType::RegularFile {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} is not a regular file", path.display())));
+    }
+    Ok(File::from(fd))
+}
+
 fn read_contents(path: &Path) -> io::Result<(Vec<u8>, Contents)> {
     let mut sizes = HashMap::new();
     if path.is_dir() {
-        let index = fs::read(path.join(INDEX_FILE))?;
+        let mut index = Vec::new();
+        open_regular(&path.join(INDEX_FILE))?.take(MAX_DOCUMENT_BYTES).read_to_end(&mut index)?;
         for alg in fs::read_dir(path.join("blobs"))? {
             let alg = alg?;
             let a = alg.file_name().to_string_lossy().into_owned();

@@ -4,7 +4,11 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
+use std::io;
+use std::os::unix::fs::symlink;
 use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use tender_bundle::layout::{self, Descriptor, Document};
 use tender_bundle::{import_path, BundleWriter, ImportError, ImportOptions, Router};
@@ -49,12 +53,15 @@ struct Image {
 }
 
 fn image(seed: &str) -> Image {
+    image_with_layer(seed, format!("layer bytes of {seed}").repeat(1000).as_bytes())
+}
+
+fn image_with_layer(seed: &str, layer: &[u8]) -> Image {
     let config = blob(
         format!("{{\"architecture\":\"amd64\",\"os\":\"linux\",\"seed\":\"{seed}\"}}").as_bytes(),
         "application/vnd.oci.image.config.v1+json",
     );
-    let layer =
-        blob(format!("layer bytes of {seed}").repeat(1000).as_bytes(), "application/vnd.oci.image.layer.v1.tar+gzip");
+    let layer = blob(layer, "application/vnd.oci.image.layer.v1.tar+gzip");
     let manifest_doc = serde_json::json!({
         "schemaVersion": 2, "mediaType": media::OCI_MANIFEST,
         "config": config.descriptor(), "layers": [layer.descriptor()],
@@ -433,4 +440,249 @@ fn should_never_grant_bytes_the_bundle_does_not_carry() {
     hostile_bundle(&path, &[], vec![private.index.descriptor().with(layout::REF_NAME, "docker.io/team/app:v2")]);
     import_path(&path, &s, &TwoUpstreams, &options()).unwrap();
     assert_eq!(s.tag_get("docker.io", "team/app", "v2").unwrap().unwrap().digest, private.index.digest);
+}
+
+/// Issue 32 (6): a directory bundle's blob that is a symbolic link is refused, not read: named
+/// by the digest of a file outside the bundle (here one this test wrote; in the review,
+/// /etc/shadow), it "verified" and imported, a hash oracle for local files and a way to copy
+/// them into the store. Nothing is stored or registered.
+#[test]
+fn should_refuse_a_symlinked_blob_whose_target_matches_its_digest() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    let bytes = b"root:$6$not-for-the-bundle:19000:0:99999:7:::\n".repeat(20);
+    fs::write(&secret, &bytes).unwrap();
+    let img = image_with_layer("symlink", &bytes);
+    assert_eq!(img.layer.digest, Algorithm::Sha256.digest(&fs::read(&secret).unwrap()));
+    let path = dir.path().join("bundle");
+    write_bundle(&path, &[("ghcr.io/a/b:v1", &img)], HashSet::new(), None);
+    let layer_path = path.join(layout::blob_path(&img.layer.digest));
+    fs::remove_file(&layer_path).unwrap();
+    symlink(&secret, &layer_path).unwrap();
+    let s = store(&dir.path().join("data"));
+    let e = import_path(&path, &s, &TwoUpstreams, &options()).expect_err("a symlinked blob imported");
+    assert!(matches!(e, ImportError::Refused(_)), "{e}");
+    let e = e.to_string();
+    assert!(e.contains(&layout::blob_path(&img.layer.digest)) && e.contains("not a regular file"), "{e}");
+    assert_invisible(&s, &img, "v1");
+    assert!(s.object_len(&img.layer.digest).is_none(), "the symlink's target was copied into the store");
+}
+
+/// Run an import of `path` on another thread; `None` if it did not end within `limit` (then
+/// `unblock` is called so the thread can end, and the test fails rather than hangs).
+fn import_within(
+    path: &Path,
+    s: &Store,
+    limit: Duration,
+    unblock: impl FnOnce(),
+) -> Option<(Result<tender_bundle::ImportReport, ImportError>, Duration)> {
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::channel();
+        let started = Instant::now();
+        scope.spawn(move || {
+            let _ = tx.send(import_path(path, s, &TwoUpstreams, &options()));
+        });
+        match rx.recv_timeout(limit) {
+            Ok(result) => Some((result, started.elapsed())),
+            Err(_) => {
+                unblock();
+                None
+            }
+        }
+    })
+}
+
+/// Issue 32 (6): a FIFO named as a blob hung the import forever (opened for reading, waiting on
+/// a writer). It is refused at once, as not a regular file, and nothing is registered.
+#[test]
+fn should_refuse_a_fifo_named_as_a_blob_without_waiting_on_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image("fifo");
+    let path = dir.path().join("bundle");
+    write_bundle(&path, &[("ghcr.io/a/b:v1", &img)], HashSet::new(), None);
+    let layer_path = path.join(layout::blob_path(&img.layer.digest));
+    fs::remove_file(&layer_path).unwrap();
+    rustix::fs::mkfifoat(rustix::fs::CWD, &layer_path, rustix::fs::Mode::from_raw_mode(0o600)).unwrap();
+    let s = store(&dir.path().join("data"));
+    // A writer that opens and closes lets a reader blocked in open(2) go on (to EOF).
+    let unblock = || {
+        use std::os::unix::fs::OpenOptionsExt;
+        let nonblock = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+        let _ = fs::OpenOptions::new().write(true).custom_flags(nonblock).open(&layer_path);
+    };
+    // A second in practice; 5 allow for a loaded CI machine.
+    let limit = Duration::from_secs(5);
+    let Some((result, took)) = import_within(&path, &s, limit, unblock) else {
+        panic!("the import of a bundle with a FIFO as a blob was still waiting after {limit:?}");
+    };
+    eprintln!("refused in {took:?}");
+    let e = result.expect_err("a FIFO imported");
+    let e = e.to_string();
+    assert!(e.contains(&layout::blob_path(&img.layer.digest)) && e.contains("not a regular file"), "{e}");
+    assert_invisible(&s, &img, "v1");
+}
+
+/// Issue 32 (6): `index.json`, `oci-layout`, `blobs` and `blobs/sha256` are read only as what
+/// they are, never through a symbolic link (each case points at an exact copy outside the
+/// bundle, which imported before).
+#[test]
+fn should_refuse_symlinks_in_place_of_the_layout_files_and_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image("linked");
+    for (i, member) in ["index.json", "oci-layout", "blobs", "blobs/sha256"].into_iter().enumerate() {
+        let path = dir.path().join(format!("bundle-{i}"));
+        write_bundle(&path, &[("ghcr.io/a/b:v1", &img)], HashSet::new(), None);
+        let elsewhere = dir.path().join(format!("elsewhere-{i}"));
+        fs::create_dir(&elsewhere).unwrap();
+        let moved = elsewhere.join("moved");
+        fs::rename(path.join(member), &moved).unwrap();
+        symlink(&moved, path.join(member)).unwrap();
+        let s = store(&dir.path().join(format!("data-{i}")));
+        let e = import_path(&path, &s, &TwoUpstreams, &options()).expect_err(member);
+        assert!(matches!(e, ImportError::Refused(_)), "{member}: {e}");
+        let e = e.to_string();
+        assert!(e.contains(member) && e.contains("symbolic link"), "{member}: {e}");
+        assert_invisible(&s, &img, "v1");
+    }
+}
+
+/// The members of a directory bundle as a tar, with `special` (a member name and a header of
+/// another type) in place of that member.
+fn tar_with(dir: &Path, out: &Path, special: (&str, tar::Header)) {
+    let mut b = tar::Builder::new(fs::File::create(out).unwrap());
+    let mut members = vec![layout::LAYOUT_FILE.to_string(), layout::INDEX_FILE.to_string()];
+    for alg in fs::read_dir(dir.join("blobs")).unwrap() {
+        let alg = alg.unwrap();
+        for f in fs::read_dir(alg.path()).unwrap() {
+            members.push(format!(
+                "blobs/{}/{}",
+                alg.file_name().to_str().unwrap(),
+                f.unwrap().file_name().to_str().unwrap()
+            ));
+        }
+    }
+    let (special_name, mut special_header) = special;
+    for name in members {
+        if name == special_name {
+            b.append_data(&mut special_header, &name, io::empty()).unwrap();
+        } else {
+            b.append_path_with_name(dir.join(&name), &name).unwrap();
+        }
+    }
+    b.into_inner().unwrap();
+}
+
+/// Issue 32 (6), tar bundles: a member that is a symbolic link, a hard link, a FIFO or a device
+/// is never followed or opened (tar members are read from the stream only); named as a layout
+/// member it refuses the bundle, as not a regular file, and nothing is stored or registered.
+#[test]
+fn should_refuse_tar_members_that_are_links_or_special_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    let bytes = b"not for the bundle\n".repeat(50);
+    fs::write(&secret, &bytes).unwrap();
+    let img = image_with_layer("tar-links", &bytes);
+    let layout_dir = dir.path().join("bundle");
+    write_bundle(&layout_dir, &[("ghcr.io/a/b:v1", &img)], HashSet::new(), None);
+    let layer_name = layout::blob_path(&img.layer.digest);
+    let header = |kind: tar::EntryType, link: Option<&Path>| {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_size(0);
+        h.set_mode(0o644);
+        if let Some(l) = link {
+            h.set_link_name(l).unwrap();
+        }
+        h
+    };
+    let cases = [
+        ("symlink to a matching file", layer_name.as_str(), header(tar::EntryType::Symlink, Some(&secret))),
+        ("hard link to a matching file", layer_name.as_str(), header(tar::EntryType::Link, Some(&secret))),
+        (
+            "hard link to another member",
+            layer_name.as_str(),
+            header(tar::EntryType::Link, Some(Path::new("oci-layout"))),
+        ),
+        ("FIFO", layer_name.as_str(), header(tar::EntryType::Fifo, None)),
+        ("character device", layer_name.as_str(), header(tar::EntryType::Char, None)),
+        ("block device", layer_name.as_str(), header(tar::EntryType::Block, None)),
+        ("symlinked index.json", "index.json", header(tar::EntryType::Symlink, Some(&layout_dir.join("index.json")))),
+    ];
+    for (i, (what, name, h)) in cases.into_iter().enumerate() {
+        let tar_path = dir.path().join(format!("special-{i}.tar"));
+        tar_with(&layout_dir, &tar_path, (name, h));
+        let s = store(&dir.path().join(format!("data-{i}")));
+        let e = import_path(&tar_path, &s, &TwoUpstreams, &options()).expect_err(what);
+        assert!(matches!(e, ImportError::Refused(_)), "{what}: {e}");
+        let e = e.to_string();
+        assert!(e.contains(name) && e.contains("not a regular file"), "{what}: {e}");
+        assert_invisible(&s, &img, "v1");
+        assert!(s.object_len(&img.layer.digest).is_none(), "{what}: the link's target was stored");
+    }
+}
+
+/// Issue 32 (4): an index holds at most 10,000 entries and a manifest at most 10,000
+/// descriptors; past that the bundle is refused with the cap named, before anything is walked.
+#[test]
+fn should_refuse_an_index_or_a_manifest_over_its_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image("caps");
+    let s = store(&dir.path().join("data"));
+
+    let entries: Vec<Descriptor> =
+        (0..10_001).map(|i| img.index.descriptor().with(layout::REF_NAME, format!("ghcr.io/a/b:t{i}"))).collect();
+    let path = dir.path().join("entries");
+    // (without the layer: the cap refuses before any entry is walked)
+    hostile_bundle(&path, &[&img.config, &img.manifest, &img.index], entries);
+    let e = import_path(&path, &s, &TwoUpstreams, &options()).unwrap_err().to_string();
+    assert!(e.contains("10001 entries") && e.contains("10000"), "{e}");
+    assert_invisible(&s, &img, "t0");
+
+    let layers: Vec<Descriptor> = (0..10_001u32)
+        .map(|i| Descriptor::new(img.layer.media_type, &Algorithm::Sha256.digest(&i.to_be_bytes()), 4))
+        .collect();
+    let doc = serde_json::json!({
+        "schemaVersion": 2, "mediaType": media::OCI_MANIFEST, "config": img.config.descriptor(), "layers": layers,
+    });
+    let wide = blob(&serde_json::to_vec(&doc).unwrap(), media::OCI_MANIFEST);
+    let path = dir.path().join("descriptors");
+    hostile_bundle(&path, &[&img.config, &wide], vec![wide.descriptor().with(layout::REF_NAME, "ghcr.io/a/b:wide")]);
+    let e = import_path(&path, &s, &TwoUpstreams, &options()).unwrap_err().to_string();
+    assert!(e.contains("10001 layers") && e.contains("10000") && e.contains(&wide.digest.to_string()), "{e}");
+    assert!(s.tag_get("ghcr.io", "a/b", "wide").unwrap().is_none());
+}
+
+/// Issue 32 (6), `tender bundle ls`: it reads a directory bundle's manifests as import does,
+/// never through a link and never waiting on a FIFO (one named as the manifest hung it).
+#[test]
+fn should_list_a_bundle_without_following_links_or_waiting_on_fifos() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image("ls-fifo");
+    let path = dir.path().join("bundle");
+    write_bundle(&path, &[("ghcr.io/a/b:v1", &img)], HashSet::new(), None);
+    let manifest_path = path.join(layout::blob_path(&img.manifest.digest));
+    fs::remove_file(&manifest_path).unwrap();
+    rustix::fs::mkfifoat(rustix::fs::CWD, &manifest_path, rustix::fs::Mode::from_raw_mode(0o600)).unwrap();
+    let listed = std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::channel();
+        let path = &path;
+        scope.spawn(move || {
+            let _ = tx.send(tender_bundle::list::list(path).map(|l| l.entries.len()).map_err(|e| e.to_string()));
+        });
+        let listed = rx.recv_timeout(Duration::from_secs(5));
+        if listed.is_err() {
+            use std::os::unix::fs::OpenOptionsExt;
+            let nonblock = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+            let _ = fs::OpenOptions::new().write(true).custom_flags(nonblock).open(&manifest_path);
+        }
+        listed
+    });
+    assert_eq!(listed.expect("bundle ls still waiting on a FIFO after 5 s"), Ok(1));
+
+    let index = path.join(layout::INDEX_FILE);
+    let moved = dir.path().join("index-elsewhere.json");
+    fs::rename(&index, &moved).unwrap();
+    symlink(&moved, &index).unwrap();
+    let e = tender_bundle::list::list(&path).unwrap_err().to_string();
+    assert!(e.contains("symbolic link"), "{e}");
 }
