@@ -43,6 +43,12 @@ use crate::layout::{self, Descriptor, Document, INDEX_FILE, LAYOUT_FILE, MAX_DOC
 pub trait Router {
     /// `(upstream name, repository in that upstream)`, or why the name has no upstream.
     fn route(&self, image: &ImageRef) -> Result<(String, RepoName), String>;
+
+    /// Whether what is served through `upstream` goes only to authenticated clients (it has
+    /// credentials or is `private` at this site).
+    fn is_private(&self, _upstream: &str) -> bool {
+        false
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -56,6 +62,9 @@ pub struct ImportOptions {
     /// `--expect-index`: the index digest `tender export` printed on the other side; a bundle
     /// whose `index.json` is anything else is refused.
     pub expect_index: Option<Digest>,
+    /// `--allow-public`: register an image the exporting site served only to authenticated
+    /// clients under an upstream that is not private here.
+    pub allow_public: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -1000,6 +1009,16 @@ fn plan<'a>(
                         let (upstream, repository) = router.route(&image).map_err(|e| {
                             refused(format!("{image}: {e}; add its registry to the upstreams of the config"))
                         })?;
+                        if entry.annotation(layout::PRIVATE) == Some("true")
+                            && !options.allow_public
+                            && !router.is_private(&upstream)
+                        {
+                            return Err(refused(format!(
+                                "{image} was private where it was exported (served to authenticated clients only), and \
+                                 upstream {upstream} is not private here: set private: true on upstream {upstream} \
+                                 (with client authentication), or import with --allow-public to serve it to everyone"
+                            )));
+                        }
                         let tag = match &image.reference {
                             Reference::Tag(t) => Some(t.to_string()),
                             Reference::Digest(_) => None,

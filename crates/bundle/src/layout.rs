@@ -25,6 +25,10 @@ pub const PLATFORMS: &str = "dev.tender.platforms";
 pub const FACTORY_PATH: &str = "dev.tender.image-factory.path";
 /// The sha256 of an asset's trust record (its first verified fetch).
 pub const TRUST_SHA256: &str = "dev.tender.trust.sha256";
+/// On an entry: `true` when the image came from an upstream whose content goes only to
+/// authenticated clients (credentials, or `private`); `import` registers it only under an
+/// upstream that is private at its site too, unless told `--allow-public`.
+pub const PRIVATE: &str = "dev.tender.private";
 /// On a delta's index: the index digest of the bundle it builds on.
 pub const SINCE: &str = "dev.tender.bundle.since";
 /// `artifactType` of an OS image asset's manifest.

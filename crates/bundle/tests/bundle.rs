@@ -686,3 +686,47 @@ fn should_list_a_bundle_without_following_links_or_waiting_on_fifos() {
     let e = tender_bundle::list::list(&path).unwrap_err().to_string();
     assert!(e.contains("symbolic link"), "{e}");
 }
+
+/// Routes like [`TwoUpstreams`], with `docker.io` private at this site.
+struct DockerPrivate;
+
+impl Router for DockerPrivate {
+    fn route(&self, image: &ImageRef) -> Result<(String, RepoName), String> {
+        TwoUpstreams.route(image)
+    }
+
+    fn is_private(&self, upstream: &str) -> bool {
+        upstream == "docker.io"
+    }
+}
+
+/// Issue 32 (3): an image exported from an upstream that served it to authenticated clients
+/// only carries `dev.tender.private`; it registers only under an upstream that is private at
+/// the importing site too (else the whole bundle is refused, naming the image and the key to
+/// set, and nothing of it becomes visible), unless `--allow-public` says to serve it to all.
+#[test]
+fn should_keep_a_private_image_private_or_refuse_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image("private");
+    let write = |path: &Path, name: &str| {
+        let mut w = BundleWriter::create(path, HashSet::new()).unwrap();
+        for b in [&img.layer, &img.config, &img.manifest, &img.index] {
+            w.add_bytes(&b.digest, &b.bytes).unwrap();
+        }
+        let entry = img.index.descriptor().with(layout::REF_NAME, name).with(layout::PRIVATE, "true");
+        w.finish(&Document::index(vec![entry], BTreeMap::new())).unwrap();
+    };
+    let public = dir.path().join("public");
+    write(&public, "ghcr.io/a/b:v1");
+    let s = store(&dir.path().join("data"));
+    let e = import_path(&public, &s, &DockerPrivate, &options()).unwrap_err().to_string();
+    assert!(e.contains("ghcr.io/a/b:v1") && e.contains("private: true") && e.contains("--allow-public"), "{e}");
+    assert_invisible(&s, &img, "v1");
+    let allowed = ImportOptions { allow_public: true, ..options() };
+    import_path(&public, &s, &DockerPrivate, &allowed).unwrap();
+    assert!(s.tag_get("ghcr.io", "a/b", "v1").unwrap().is_some(), "--allow-public registers it");
+    let private = dir.path().join("private");
+    write(&private, "docker.io/a/b:v1");
+    import_path(&private, &s, &DockerPrivate, &options()).unwrap();
+    assert!(s.tag_get("docker.io", "a/b", "v1").unwrap().is_some(), "a private upstream takes it");
+}

@@ -28,6 +28,10 @@ impl Router for Routes<'_> {
             .map(|(up, repo)| (up.name().to_string(), repo))
             .map_err(|e| e.to_string())
     }
+
+    fn is_private(&self, upstream: &str) -> bool {
+        self.0.upstream(upstream).is_some_and(|u| u.settings().needs_identity())
+    }
 }
 
 fn error(status: StatusCode, message: String) -> Response {
@@ -43,9 +47,12 @@ pub struct ImportQuery {
     pin: Option<bool>,
     /// `--expect-index`: refuse a bundle whose index.json has another digest.
     expect_index: Option<String>,
+    /// `--allow-public`: register images that were private where they were exported under
+    /// upstreams that are not private here.
+    allow_public: Option<bool>,
 }
 
-/// `POST /api/v1/admin/import[?registry=NAME][&pin=false][&expectIndex=DIGEST]`: the body is a bundle as a tar
+/// `POST /api/v1/admin/import[?registry=NAME][&pin=false][&expectIndex=DIGEST][&allowPublic=true]`: the body is a bundle as a tar
 /// (`tender import --server` streams a directory as one). 200 with what was registered; 422
 /// when the bundle is refused (nothing of it became visible); 413 over `admin.maxImportSize`.
 pub async fn import(
@@ -73,8 +80,13 @@ pub async fn import(
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("expectIndex: {e}")),
     };
     let mirror = app.mirror().clone();
-    let options =
-        ImportOptions { registry: q.registry, max_bytes: Some(cap), pin: q.pin.unwrap_or(true), expect_index };
+    let options = ImportOptions {
+        registry: q.registry,
+        max_bytes: Some(cap),
+        pin: q.pin.unwrap_or(true),
+        expect_index,
+        allow_public: q.allow_public.unwrap_or(false),
+    };
     let reader = tokio_util::io::StreamReader::new(body.into_data_stream().map_err(io::Error::other));
     let handle = tokio::runtime::Handle::current();
     let result = tokio::task::spawn_blocking(move || {

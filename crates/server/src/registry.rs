@@ -168,6 +168,9 @@ async fn dispatch(app: &Arc<AppState>, req: &Parts, info: &mut AccessInfo) -> Re
 /// The header on an answer served stale while its upstream is unreachable: the age of the
 /// copy, in seconds.
 pub const STALE_HEADER: &str = "x-tender-stale";
+/// On a manifest from an upstream whose content goes only to authenticated clients (it has
+/// credentials or is `private`): `1`.
+pub const PRIVATE_HEADER: &str = "x-tender-private";
 
 fn listing_response(listing: Listing, head: bool) -> Response {
     let mut builder = Response::builder()
@@ -222,6 +225,11 @@ async fn manifest(
         .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
         .header("docker-content-digest", hit.digest.to_string())
         .header(header::ETAG, etag(&hit.digest));
+    if up.settings().needs_identity() {
+        // Only an authenticated client gets here: it learns that what it pulled is private, so
+        // `tender export --server` can record it in the bundle (issue 32).
+        builder = builder.header(PRIVATE_HEADER, "1");
+    }
     if let Some(age) = hit.stale_age {
         builder = builder.header(STALE_HEADER, age);
     }

@@ -99,6 +99,9 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
                 if prefetch::is_index(&graph.top.media_type) {
                     entry = entry.with(layout::PLATFORMS, done.platforms.join(","));
                 }
+                if graph.top.private {
+                    entry = entry.with(layout::PRIVATE, "true");
+                }
                 entries.push(entry);
                 counts.images += 1;
                 for m in &manifests {
@@ -114,6 +117,9 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
                                 entry.with(layout::REPOSITORY, format!("{}/{}", r.image.registry, r.image.repository))
                             }
                         };
+                        if graph.top.private {
+                            entry = entry.with(layout::PRIVATE, "true");
+                        }
                         if !entries
                             .iter()
                             .any(|e: &Descriptor| e.digest == entry.digest && e.annotations == entry.annotations)

@@ -39,6 +39,10 @@ pub struct ImportArgs {
     /// The index digest `tender export` printed on the connected side: refuse any other bundle
     #[arg(long, value_name = "DIGEST")]
     pub expect_index: Option<tender_oci::Digest>,
+    /// Register images that were private where they were exported (served to authenticated
+    /// clients only) under upstreams that are not private here, served to everyone
+    #[arg(long)]
+    pub allow_public: bool,
     /// Print the report as JSON
     #[arg(long)]
     pub json: bool,
@@ -125,6 +129,7 @@ pub fn run_import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         max_bytes: None,
         pin: !args.no_pin,
         expect_index: args.expect_index,
+        allow_public: args.allow_public,
     };
     let t = &args.target;
     let report = match server_or_env(&t.server, t.data.is_some()) {
@@ -195,6 +200,9 @@ fn import_through(url: &str, args: &ImportArgs, options: &ImportOptions) -> anyh
     }
     if !options.pin {
         q.append_pair("pin", "false");
+    }
+    if options.allow_public {
+        q.append_pair("allowPublic", "true");
     }
     if let Some(d) = &options.expect_index {
         q.append_pair("expectIndex", &d.to_string());

@@ -469,6 +469,9 @@ pub(crate) struct Manifest {
     pub(crate) bytes: Bytes,
     /// Served from the store without a transfer (known with --data only).
     already: bool,
+    /// From an upstream whose content goes only to authenticated clients (credentials, or
+    /// `private`): `export` records it, and `import` keeps it private (issue 32).
+    pub(crate) private: bool,
 }
 
 pub(crate) fn is_index(media_type: &str) -> bool {
@@ -639,6 +642,7 @@ impl ServerBackend {
             .get("docker-content-digest")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<Digest>().ok());
+        let private = resp.headers().get("x-tender-private").is_some_and(|v| v.as_bytes() == b"1");
         let mut body = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(|e| Failed::transport(&what, &e))? {
             if body.len() + chunk.len() > MAX_MANIFEST_BYTES {
@@ -657,7 +661,7 @@ impl ServerBackend {
                 return Err(Failed::definite(format!("{what}: the server sent {digest}")));
             }
         }
-        Ok(Manifest { digest, media_type, bytes: Bytes::from(body), already: false })
+        Ok(Manifest { digest, media_type, bytes: Bytes::from(body), already: false, private })
     }
 
     /// Read a body to the end (the server verifies and keeps it), counting bytes.
@@ -731,7 +735,8 @@ impl LocalBackend {
             self.mirror.manifest(&up, &repo, reference, &accept).await.map_err(|e| Failed::from_fetch(&what, &e))?;
         self.pin(&what, &hit.digest)?;
         let already = hit.cache != CacheResult::Miss;
-        Ok(Manifest { digest: hit.digest, media_type: hit.media_type, bytes: hit.bytes, already })
+        let private = up.settings().needs_identity();
+        Ok(Manifest { digest: hit.digest, media_type: hit.media_type, bytes: hit.bytes, already, private })
     }
 
     /// Wait for a fill to commit, reporting its bytes as they arrive.
