@@ -54,6 +54,11 @@ pub struct ServerMetrics {
     pub storage: StorageGauges,
     /// Corrupt objects found by `POST /api/v1/admin/fsck` (repaired or not).
     pub fsck_corrupt: Counter,
+    /// The background scrub (`cache.scrubInterval`): objects and bytes re-hashed, objects found
+    /// corrupt (quarantined, fetched again on the next request).
+    pub scrub_objects: Counter,
+    pub scrub_bytes: Counter,
+    pub scrub_corrupt: Counter,
     /// The fetch layer's counters (bytes received per upstream, for the savings).
     fetch: FetchMetrics,
     registry: Registry,
@@ -170,10 +175,25 @@ impl ServerMetrics {
             "Corrupt objects found by fsck through the server (POST /api/v1/admin/fsck)",
             fsck_corrupt.clone(),
         );
+        let (scrub_objects, scrub_bytes, scrub_corrupt) = (Counter::default(), Counter::default(), Counter::default());
+        registry.register(
+            "tender_scrub_objects",
+            "Stored objects re-hashed by the background scrub",
+            scrub_objects.clone(),
+        );
+        registry.register("tender_scrub_bytes", "Bytes re-hashed by the background scrub", scrub_bytes.clone());
+        registry.register(
+            "tender_scrub_corrupt_objects",
+            "Stored objects the background scrub found corrupt (quarantined, fetched again on the next request)",
+            scrub_corrupt.clone(),
+        );
         fetch.register(&mut registry);
         ServerMetrics {
             storage,
             fsck_corrupt,
+            scrub_objects,
+            scrub_bytes,
+            scrub_corrupt,
             served: crate::served::Served::default(),
             requests,
             bytes_served,

@@ -108,6 +108,8 @@ pub struct Store {
     objects_dirs: [std::sync::OnceLock<std::os::fd::OwnedFd>; 2],
     /// The cap and free-space floor enforced at fill time, and the objects' running total.
     pub(crate) room: crate::room::Room,
+    /// Large objects opened since the start, announced to a scrubber.
+    pub(crate) first_reads: crate::scrub::FirstReads,
 }
 
 /// A committed object to serve: its bytes (a small object, verified when read from disk) or
@@ -180,6 +182,7 @@ impl Store {
             memory: Memory::new(MemoryLimit::default()),
             objects_dirs: Default::default(),
             room: crate::room::Room::new(),
+            first_reads: Default::default(),
         };
         if mode == OpenMode::Exclusive {
             for d in ["objects/sha256", "meta/sha256", "known/sha256", "tags", "spool", "quarantine"] {
@@ -341,6 +344,8 @@ impl Store {
         }
         let Some((file, len, touched)) = self.open_touched(digest)? else { return Ok(None) };
         if len > self.memory.limit.max_object {
+            // Too large to check on every read: a scrubber checks it after its first read.
+            self.first_reads.read(digest);
             return Ok(Some(Stored::File { file, len }));
         }
         // Only from the page cache: a read that would wait for the disk is left to the file

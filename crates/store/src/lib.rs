@@ -27,6 +27,7 @@ mod maintenance;
 mod memory;
 mod records;
 mod room;
+mod scrub;
 mod spool;
 
 pub use fsutil::write_atomic;
@@ -35,4 +36,5 @@ pub use maintenance::{FsckReport, GcPlan, GcReport};
 pub use memory::MemoryLimit;
 pub use records::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord};
 pub use room::{Reservation, RoomPolicy, RoomReport};
+pub use scrub::{Pace, Scrubbed};
 pub use spool::{Sealed, SpoolWriter, PARALLEL_APPEND_MIN};

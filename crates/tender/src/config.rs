@@ -191,6 +191,8 @@ pub struct RawFetch {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RawCache {
     pub max_size: Option<String>,
+    pub scrub_interval: Option<String>,
+    pub scrub_rate: Option<String>,
     pub min_free: Option<String>,
     pub gc_interval: Option<String>,
     pub memory: Option<String>,
@@ -300,6 +302,10 @@ pub struct Settings {
     pub cache_min_free: Option<u64>,
     /// `fetch.factoryRangeBeforeVerify`: the Image Factory's `rangeBeforeVerify`.
     pub factory_range_before_verify: bool,
+    /// `cache.scrubInterval`: every object re-hashed this often (zero: off), and
+    /// `cache.scrubRate`: at most this many bytes per second (zero: unbounded).
+    pub scrub_interval: Duration,
+    pub scrub_rate: u64,
     pub gc_interval: Duration,
     /// Small objects kept in memory (`cache.memory`, `cache.memoryObjectMax`).
     pub memory: tender_store::MemoryLimit,
@@ -678,6 +684,13 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
     let factory_first_byte_timeout =
         duration(name, "fetch.factoryFirstByteTimeout", &f.factory_first_byte_timeout, Duration::from_secs(600))?;
     let gc_interval = duration(name, "cache.gcInterval", &raw.cache.gc_interval, Duration::from_secs(300))?;
+    let scrub_interval = duration(name, "cache.scrubInterval", &raw.cache.scrub_interval, Duration::from_secs(86_400))?;
+    let scrub_rate = match &raw.cache.scrub_rate {
+        None => 32 << 20,
+        Some(s) => parse_size(s).ok_or_else(|| {
+            err("cache.scrubRate", format!("{s:?} is not a size per second; write it like 32Mi, or 0 for no bound"))
+        })?,
+    };
     let memory = {
         let d = tender_store::MemoryLimit::default();
         let size = |key: &str, v: &Option<String>, default: u64| match v {
@@ -726,6 +739,8 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         cache_max_size,
         cache_min_free,
         factory_range_before_verify: f.factory_range_before_verify.unwrap_or(false),
+        scrub_interval,
+        scrub_rate,
         memory,
         gc_interval,
         catalog,

@@ -368,7 +368,7 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
         limits: settings.limits.clone(),
     };
     let catalog_api: Arc<dyn tender_catalog::CatalogApi> = catalog.clone();
-    let app = AppState::full(mirror, server_metrics, Some(catalog_api), security);
+    let app = AppState::full(mirror, server_metrics.clone(), Some(catalog_api), security);
     raise_fd_limit();
 
     let tls = match &settings.tls {
@@ -407,6 +407,7 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
     // `catalog_cmd::start` started the first catalog sync.
     spawn_reload(args, settings.clone(), app.clone(), flights.clone(), fetch_metrics.clone(), catalog.clone());
     spawn_gc(&settings, flights.clone());
+    spawn_scrub(&settings, flights.clone(), server_metrics.clone());
     let served_path = settings.data.join(SERVED_FILE);
     spawn_served_saver(app.clone(), served_path.clone());
 
@@ -600,6 +601,73 @@ fn spawn_reload(
             }
         }
     });
+}
+
+/// Re-hash every stored object every `cache.scrubInterval` at `cache.scrubRate` (the first
+/// pass a minute after the start), and each large object soon after its first read since the
+/// start; a mismatch is quarantined and fetched again on the next request (issue 32). One
+/// thread of its own: it sleeps to keep to its rate.
+fn spawn_scrub(settings: &Settings, flights: Arc<Flights>, metrics: Arc<ServerMetrics>) {
+    if settings.scrub_interval.is_zero() {
+        return;
+    }
+    let (every, rate) = (settings.scrub_interval, settings.scrub_rate);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<tender_oci::Digest>(4096);
+    flights.store().watch_first_reads(tx);
+    let spawned = std::thread::Builder::new().name("tender-scrub".into()).spawn(move || {
+        let store = flights.store().clone();
+        let mut pace = tender_store::Pace::new(rate);
+        let check = |d: &tender_oci::Digest, pace: &mut tender_store::Pace| {
+            if flights.active_keys().binary_search(&d.to_string()).is_ok() {
+                return;
+            }
+            match store.scrub_object(d, pace) {
+                Ok(tender_store::Scrubbed::Sound { bytes }) => {
+                    metrics.scrub_objects.inc();
+                    metrics.scrub_bytes.inc_by(bytes);
+                }
+                Ok(tender_store::Scrubbed::Corrupt { bytes }) => {
+                    metrics.scrub_objects.inc();
+                    metrics.scrub_bytes.inc_by(bytes);
+                    metrics.scrub_corrupt.inc();
+                }
+                Ok(tender_store::Scrubbed::Gone) => {}
+                Err(e) => tracing::warn!(digest = %d, error = %e, "scrub: could not check an object"),
+            }
+        };
+        let mut next_pass = std::time::Instant::now() + every.min(Duration::from_secs(60));
+        loop {
+            let wait = next_pass.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(wait.min(Duration::from_secs(1))) {
+                Ok(d) => check(&d, &mut pace),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            if std::time::Instant::now() < next_pass {
+                continue;
+            }
+            let objects = match store.list_objects() {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::warn!(error = %e, "scrub: could not list the objects");
+                    Vec::new()
+                }
+            };
+            let started = std::time::Instant::now();
+            for o in &objects {
+                // First reads go first, between the scheduled ones.
+                while let Ok(d) = rx.try_recv() {
+                    check(&d, &mut pace);
+                }
+                check(&o.digest, &mut pace);
+            }
+            tracing::info!(objects = objects.len(), seconds = started.elapsed().as_secs(), "scrub pass done");
+            next_pass = std::time::Instant::now() + every;
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "scrub: no thread; stored objects are checked by fsck only");
+    }
 }
 
 /// `cache.minFree` when not set: 5% of the data directory's file system, at most 1 GiB.

@@ -78,3 +78,45 @@ fn should_find_quarantine_and_refetch_a_corrupt_object() {
         "stored again, intact"
     );
 }
+
+/// Issue 32 (12): bit rot in a stored object too large to be checked on every read is found
+/// without `fsck`. A 2 MiB blob is pulled and stored; one byte of its object file flips while
+/// tender runs; the next read is the object's first from the store since the start, so the
+/// background scrub checks it at once, quarantines it (`tender_scrub_corrupt_objects_total`),
+/// and the following pull fetches it again, whole and right. Before: served rotten until
+/// `fsck` ran.
+#[test]
+fn should_find_bit_rot_by_scrubbing_and_fetch_the_object_again() {
+    use std::sync::Arc;
+    use tender_e2e::digest::sha256;
+    use tender_e2e::{http, poll_until};
+    let dir = tender_e2e::TestDir::new("scrub");
+    let blob = tender_e2e::slow::noise(2 << 20);
+    let digest = sha256(&blob);
+    let upstream = tender_e2e::slow::SlowBlobServer::start("e2e/rot", &digest, Arc::new(blob), u64::MAX);
+    let config = dir.path().join("tender.yaml");
+    tender::write_config(&config, &[("ghcr.io", &upstream.url())], "cache:\n  scrubInterval: 24h\n");
+    let data = dir.path().join("data");
+    let t = tender::Tender::start(&config, &data, &dir.path().join("tender.log"));
+    let path = format!("/v2/ghcr.io/e2e/rot/blobs/{digest}");
+    let r = http::get(t.addr, &path).unwrap();
+    assert_eq!((r.status(), sha256(&r.body)), (200, digest.clone()));
+    let hex = hex_of(&digest).to_string();
+    let object = data.join("objects/sha256").join(&hex[..2]).join(&hex);
+    poll_until("the blob to be committed", Duration::from_secs(10), || object.exists().then_some(()));
+    let mut bytes = std::fs::read(&object).unwrap();
+    bytes[1 << 20] ^= 0x01;
+    std::fs::write(&object, &bytes).unwrap();
+
+    // The first read from the store since the start: scrubbed right after.
+    let _ = http::get(t.addr, &path);
+    poll_until("the scrub to find the rot", Duration::from_secs(20), || {
+        let m = http::get(t.addr, "/metrics").ok()?.text();
+        m.lines().any(|l| l.starts_with("tender_scrub_corrupt_objects_total 1")).then_some(())
+    });
+    assert!(!object.exists(), "the rotten object was quarantined");
+    let r = http::get(t.addr, &path).unwrap();
+    assert_eq!((r.status(), sha256(&r.body)), (200, digest.clone()), "fetched again, whole and right");
+    let gets = upstream.hits().iter().filter(|h| h.method == "GET").count();
+    assert_eq!(gets, 2, "one fetch, one more after the quarantine");
+}
