@@ -20,6 +20,7 @@ mod export;
 mod import_cmd;
 mod logsink;
 mod maint;
+mod noise;
 mod prefetch;
 mod probe;
 mod progress;

@@ -128,9 +128,13 @@ pub fn init_logging(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(crate::logsink::sink());
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let (installed, style) = match format {
-        LogFormat::Json => (builder.json().flatten_event(true).try_init(), LogStyle::Json),
-        LogFormat::Text => (builder.try_init(), LogStyle::Text),
+        LogFormat::Json => {
+            (builder.json().flatten_event(true).finish().with(crate::noise::library_noise()).try_init(), LogStyle::Json)
+        }
+        LogFormat::Text => (builder.finish().with(crate::noise::library_noise()).try_init(), LogStyle::Text),
     };
     // Access lines are written as this subscriber would format them, without its machinery
     // (tender_server::access::log_directly); its `access` filter still applies. Without ANSI
