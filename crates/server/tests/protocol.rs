@@ -203,15 +203,18 @@ async fn should_answer_if_none_match_with_304_while_the_object_is_still_filling(
     fake.set_faults(vec![Fault::StallAt(1 << 19)]);
     let tender = Tender::in_front_of(&fake).await;
     let url = tender.url(&format!("/v2/ghcr.io/a/b/blobs/{d}"));
-    let first = client().get(&url).header("Range", "bytes=0-99").send().await.unwrap();
-    assert_eq!(first.status(), 206);
-    assert_eq!(first.bytes().await.unwrap(), blob.slice(0..100));
+    // A whole-body reader holds the fill open (a range would wait for the verdict: issue 32).
+    let mut first = client().get(&url).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let head = first.chunk().await.unwrap().unwrap();
+    assert_eq!(head, blob.slice(0..head.len()));
     let resp = client().get(&url).header("If-None-Match", format!("W/\"{d}\"")).send().await.unwrap();
     assert_eq!(resp.status(), 304);
     let resp = client().get(&url).header("If-None-Match", "\"sha256:other\"").send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-length"], (1u64 << 20).to_string().as_str());
     assert_eq!(fake.blob_gets(), 1);
+    drop(first);
 }
 
 #[tokio::test]
