@@ -17,7 +17,8 @@
 //! - [`state`]: the cluster state as kubectl prints it;
 //! - [`cozystack`]: patches and values in Cozystack's own keys, and the rules checked on them;
 //! - [`rules`], [`quantity`], [`hash`]: rule ids and shape checks, quantities, canonical data;
-//! - [`yaml`]: YAML output that YAML 1.1 and 1.2 readers parse the same, and the 1.1 resolver.
+//! - [`yaml`]: YAML output that YAML 1.1 and 1.2 readers parse the same, and the 1.1 resolver;
+//! - [`nesting`]: how deeply a YAML text nests, found in one linear pass before it is parsed.
 
 pub mod catalog;
 pub mod clone;
@@ -26,6 +27,7 @@ pub mod cozystack;
 pub mod golden;
 pub mod hash;
 pub mod k8s;
+pub mod nesting;
 pub mod pool;
 pub mod quantity;
 pub mod registries;

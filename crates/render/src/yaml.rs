@@ -231,6 +231,13 @@ fn scalar(out: &mut String, v: &Value, indent: usize) {
     }
 }
 
+/// The longest key written as an implicit key (`key: value`), in bytes as written (quotes and
+/// escapes included). YAML limits an implicit key to 1,024 characters, and readers refuse a
+/// longer one ("mapping values are not allowed"): PyYAML and go-yaml count characters,
+/// serde_norway (libyaml's port) bytes. A longer key is written as an explicit key, `? key`
+/// on its own line and `: value` under it.
+pub const MAX_IMPLICIT_KEY: usize = 1024;
+
 fn is_block(v: &Value) -> bool {
     match v {
         Value::Array(a) => !a.is_empty(),
@@ -252,7 +259,25 @@ fn block(out: &mut String, v: &Value, indent: usize, inline_first: bool) {
         Value::Object(m) => {
             for (k, val) in m {
                 line(out);
-                out.push_str(&inline_scalar(k));
+                let key = inline_scalar(k);
+                if key.len() > MAX_IMPLICIT_KEY {
+                    // `? key`, then `:` under the `?`, the value as it would follow `- `.
+                    out.push_str("? ");
+                    out.push_str(&key);
+                    out.push('\n');
+                    pad(out, indent);
+                    out.push(':');
+                    if is_block(val) {
+                        out.push('\n');
+                        block(out, val, indent + 2, false);
+                    } else {
+                        out.push(' ');
+                        scalar(out, val, indent + 2);
+                        out.push('\n');
+                    }
+                    continue;
+                }
+                out.push_str(&key);
                 out.push(':');
                 match val {
                     Value::Object(_) if is_block(val) => {
@@ -335,8 +360,9 @@ fn quoted(s: &str) -> Option<(String, &str)> {
 }
 
 /// The plain scalars (keys and values) of YAML text in the block style [`to_string`] writes,
-/// in order. Literal block contents, quoted scalars and `{}` / `[]` are not plain and are left
-/// out. A reader of what this module writes, not a general YAML parser.
+/// in order, explicit keys (`? key` / `: value`) included. Literal block contents, quoted
+/// scalars and `{}` / `[]` are not plain and are left out. A reader of what this module writes,
+/// not a general YAML parser.
 pub fn plain_scalars(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     // Inside a literal block: the column of the key or dash that opened it.
@@ -366,25 +392,37 @@ pub fn plain_scalars(text: &str) -> Vec<String> {
         // A key, then `:`; or a lone scalar (a sequence item).
         // The column a literal block's lines must go deeper than: its key's, or its dash's.
         let mut owner = column;
-        let value = match rest.chars().next() {
-            Some('\'' | '"') => match quoted(rest) {
-                Some((_, after)) if after.starts_with(':') => after[1..].strip_prefix(' ').unwrap_or(""),
-                _ => continue,
-            },
-            _ => match rest.find(": ") {
-                Some(i) => {
-                    out.push(rest[..i].to_string());
-                    &rest[i + 2..]
-                }
-                None if rest.ends_with(':') => {
-                    out.push(rest[..rest.len() - 1].to_string());
-                    ""
-                }
-                None => {
-                    owner = dash.unwrap_or(column);
-                    rest
-                }
-            },
+        let value = if let Some(key) = rest.strip_prefix("? ") {
+            // An explicit key: the one scalar on its line; its value follows on a `:` line.
+            if !key.starts_with(['\'', '"']) {
+                out.push(key.to_string());
+            }
+            continue;
+        } else if rest == ":" {
+            ""
+        } else if let Some(v) = rest.strip_prefix(": ") {
+            v
+        } else {
+            match rest.chars().next() {
+                Some('\'' | '"') => match quoted(rest) {
+                    Some((_, after)) if after.starts_with(':') => after[1..].strip_prefix(' ').unwrap_or(""),
+                    _ => continue,
+                },
+                _ => match rest.find(": ") {
+                    Some(i) => {
+                        out.push(rest[..i].to_string());
+                        &rest[i + 2..]
+                    }
+                    None if rest.ends_with(':') => {
+                        out.push(rest[..rest.len() - 1].to_string());
+                        ""
+                    }
+                    None => {
+                        owner = dash.unwrap_or(column);
+                        rest
+                    }
+                },
+            }
         };
         match value {
             "" | "{}" | "[]" => {}

@@ -2,7 +2,8 @@
 //! writes their bytes; every decision about the output lives in the library.
 //!
 //! Exit codes: 2 for usage (bad flags, unreadable or malformed files, `osImage.builtin` without
-//! `--cluster-state`), 1 for a rule that refuses the input.
+//! `--cluster-state`, an input of `check cozystack` over its size or nesting cap), 1 for a rule
+//! that refuses the input.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -11,6 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
+use tender_catalog::size::{human, parse_bytes};
 use tender_render::catalog::parse_config;
 use tender_render::containerd::{config_dropin, hosts_files, ContainerdVersion, OutputFile};
 use tender_render::golden::render_catalog;
@@ -115,7 +117,16 @@ struct CheckCozystackArgs {
     namespace: Option<String>,
     #[arg(long, value_enum, default_value_t = CheckOutput::Text)]
     output: CheckOutput,
+    /// Refuse an input (-f, --catalog-values, --cluster-state) larger than this, unparsed
+    #[arg(long, value_name = "SIZE", default_value = "4Mi")]
+    max_input_size: String,
 }
+
+/// How deeply an input of `check cozystack` may nest (found before it is parsed). Cozystack's
+/// values nest a few levels, and the deepest Kubernetes document in `testdata/` (a CRD's
+/// schema) 37; serde_norway's own limit is 128, reached only after it read the whole document,
+/// in time that grows with the square of the depth of flow collections (`{a: {a: …`).
+const MAX_NESTING: usize = 64;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum RegistriesFormat {
@@ -228,6 +239,36 @@ fn read_input(flag: &str, path: &Path) -> anyhow::Result<String> {
         fs::read_to_string(path).map(|t| text = t)
     };
     result.map_err(|e| Failure::usage(format!("{flag} {}: cannot read it: {e}", path.display())))?;
+    Ok(text)
+}
+
+/// Read one input of `check cozystack` with the caps that keep parsing it cheap: at most
+/// `max_size` bytes (read no further), nested at most [`MAX_NESTING`] levels deep (a linear scan
+/// of the text, `tender_render::nesting`). Both are usage errors naming the cap.
+fn read_capped(flag: &str, path: &Path, max_size: u64) -> anyhow::Result<String> {
+    let cannot = |e: std::io::Error| Failure::usage(format!("{flag} {}: cannot read it: {e}", path.display()));
+    let mut bytes = Vec::new();
+    let limit = max_size.saturating_add(1);
+    if path.as_os_str() == "-" {
+        std::io::stdin().lock().take(limit).read_to_end(&mut bytes).map_err(cannot)?;
+    } else {
+        fs::File::open(path).and_then(|f| f.take(limit).read_to_end(&mut bytes)).map_err(cannot)?;
+    }
+    if bytes.len() as u64 > max_size {
+        return Err(Failure::usage(format!(
+            "{flag} {}: is larger than the input size cap of {} ({max_size} bytes), so it is not parsed; pass --max-input-size to raise the cap",
+            path.display(),
+            human(max_size)
+        )));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|e| cannot(std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())))?;
+    if tender_render::nesting::depth(&text, MAX_NESTING) > MAX_NESTING {
+        return Err(Failure::usage(format!(
+            "{flag} {}: nests deeper than the nesting cap of {MAX_NESTING} levels (collections within collections), so it is not parsed; Cozystack values and kubectl output nest far less",
+            path.display()
+        )));
+    }
     Ok(text)
 }
 
@@ -430,18 +471,17 @@ fn check_cozystack(a: CheckCozystackArgs) -> anyhow::Result<ExitCode> {
             "--cluster-state is required: the rules R-1 to R-4, D-1 to D-6, N-1 to N-4, A-1 and G-9 read the cluster; pass the output of `kubectl get storageclasses,datavolumes,persistentvolumeclaims -A -o yaml`",
         ));
     };
-    let text = read_input("-f", &a.file)?;
+    let max = parse_bytes(&a.max_input_size).ok_or_else(|| {
+        Failure::usage(format!("--max-input-size {:?} is not a size; write it like 4Mi or 4194304", a.max_input_size))
+    })?;
+    let text = read_capped("-f", &a.file, max)?;
+    let catalog_text = a.catalog_values.as_ref().map(|p| read_capped("--catalog-values", p, max)).transpose()?;
+    let state_text = read_capped("--cluster-state", state_path, max)?;
     let pools =
         tender_render::cozystack::read_input(&text, a.name.as_deref(), a.namespace.as_deref()).map_err(classify)?;
-    let catalog = a
-        .catalog_values
-        .as_ref()
-        .map(|p| {
-            read_input("--catalog-values", p)
-                .and_then(|t| tender_render::cozystack::read_catalog_values(&t).map_err(classify))
-        })
-        .transpose()?;
-    let state = cluster_state(Some(state_path))?.unwrap_or_default();
+    let catalog =
+        catalog_text.map(|t| tender_render::cozystack::read_catalog_values(&t).map_err(classify)).transpose()?;
+    let state = ClusterState::from_yaml(&state_text).map_err(classify)?;
     let report = tender_render::cozystack::check(&pools, catalog.as_ref(), &state).map_err(classify)?;
     let out = match a.output {
         CheckOutput::Text => report.text(),
