@@ -73,7 +73,7 @@ fi
 # Stage 1: compile first, so that the time limit (a hang guard at twice the budget) is test time;
 # --no-fail-fast: one failing test binary does not hide the others' results.
 if [ -z "${SKIP_UNIT:-}" ]; then
-  cargo test --workspace --exclude tender-e2e --no-run || failed="$failed unit-build"
+  stage "unit build" 1800 cargo test --workspace --exclude tender-e2e --no-run || failed="$failed unit-build"
   if [ -z "$failed" ]; then
     stage "unit + in-process" 300 timeout -k 30 600 \
       cargo test --workspace --exclude tender-e2e --no-fail-fast || failed="$failed unit"
@@ -81,7 +81,7 @@ if [ -z "${SKIP_UNIT:-}" ]; then
 fi
 
 if [ -z "${SKIP_E2E:-}" ]; then
-  if cargo build --bin tender && cargo test -p tender-e2e --no-run; then
+  if stage "e2e build" 1200 bash -c 'cargo build --bin tender && cargo test -p tender-e2e --no-run'; then
     stage "end-to-end" 1500 timeout -k 30 1500 \
       cargo test -p tender-e2e -- --test-threads=1 ${E2E_FILTER:+"$E2E_FILTER"} || failed="$failed e2e"
     # the renderers' YAML read by PyYAML, a YAML 1.1 reader (Debian's python3-yaml)
