@@ -79,6 +79,9 @@ fn builders(limits: &Limits, metrics: &Arc<ServerMetrics>) -> Builders {
     Builders { auto, h1, h2 }
 }
 
+/// How long a connection tender closes by its own deadline has to read the GOAWAY.
+const GOAWAY_GRACE: Duration = Duration::from_millis(250);
+
 /// Concurrent streams of one HTTP/2 connection.
 const MAX_STREAMS: u32 = 256;
 /// Bytes an HTTP/2 stream queues in user space, at most, before its body is asked for more.
@@ -321,7 +324,10 @@ async fn drive<C>(
                     Some(_) => {}
                     None if !state.head_seen() && now >= opened + limits.header_timeout => {
                         metrics.limit_refusal("header_timeout");
-                        return;
+                        // Said first where the protocol can say it (HTTP/2: GOAWAY), then closed
+                        // after a moment whether or not the peer let go.
+                        conn.as_mut().graceful_shutdown();
+                        closing = Some(Some(now + GOAWAY_GRACE));
                     }
                     None => {
                         if state.idle_since().is_some_and(|i| now >= i + limits.idle_timeout) {

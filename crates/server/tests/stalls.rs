@@ -328,3 +328,39 @@ async fn should_close_http2_connections_that_never_read() {
     assert!(grown <= 96 << 20, "grew by {} MiB", grown >> 20);
     assert_eq!(get(&tender.url("/healthz"), &[]).await.status, 200);
 }
+
+/// Issue 41 (7): an HTTP/2 connection that tender closes by its own deadline hears why first.
+/// A client sends the preface and its SETTINGS and never a request: at `headerTimeout` it gets
+/// a GOAWAY, and then the connection closes (before: closed without a word).
+#[tokio::test]
+async fn should_send_goaway_before_closing_a_silent_http2_connection() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let fake = FakeUpstream::start().await;
+    let limits = Limits { header_timeout: Duration::from_secs(1), ..Limits::default() };
+    let tender = tender_with(&fake, limits).await;
+    let mut s = connect_from(loopback(1), tender.addr, 64 * 1024).await;
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(SETTINGS, 0, 0, &[]));
+    s.write_all(&out).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut kinds = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match read_frame(&mut s).await {
+                Ok((kind, flags, _, _)) => {
+                    kinds.push(kind);
+                    if kind == SETTINGS && flags & 1 == 0 {
+                        // Acknowledge tender's SETTINGS, as a well-behaved peer would.
+                        s.write_all(&frame(SETTINGS, 1, 0, &[])).await.unwrap();
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the silent connection was never closed: {kinds:?}");
+    assert!(kinds.contains(&GOAWAY), "closed without a GOAWAY: frames {kinds:?}");
+    assert!(started.elapsed() >= Duration::from_millis(900), "closed before headerTimeout");
+    assert_eq!(refusals(&tender, "header_timeout"), 1);
+}
