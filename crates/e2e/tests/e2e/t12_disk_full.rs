@@ -27,6 +27,14 @@ fn metric(text: &str, prefix: &str) -> f64 {
     text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }
 
+/// `/metrics` once no fill is in progress (within 30 s).
+fn metrics_once_idle(addr: std::net::SocketAddr) -> String {
+    poll_until("the fills to end", Duration::from_secs(30), || {
+        let m = http::get(addr, "/metrics").ok()?.text();
+        (metric(&m, "tender_fills_active") == 0.0).then_some(m)
+    })
+}
+
 /// Peak resident memory of a process (`VmHWM`), in bytes.
 fn peak_rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -80,10 +88,7 @@ fn should_pass_a_blob_larger_than_the_disk_through_whole_once_per_round() {
             let got = p.join().unwrap().unwrap();
             assert_eq!(got, (200, big.clone()), "round {round}: the whole blob, with its digest");
         }
-        let m = poll_until("the fill to end", Duration::from_secs(30), || {
-            let m = http::get(t.addr, "/metrics").ok()?.text();
-            (metric(&m, "tender_fills_active") == 0.0).then_some(m)
-        });
+        let m = metrics_once_idle(t.addr);
         assert_eq!(started(&m) - before, round, "one upstream transfer per round: {m}");
         assert_eq!(
             metric(&m, "tender_fills_finished_total{upstream=\"ghcr.io\",result=\"passed_through\"}"),
@@ -134,10 +139,7 @@ fn should_pass_a_fill_through_when_the_disk_fills_up_under_it() {
     });
     fill_up(&data);
     assert_eq!(pull.join().unwrap().unwrap(), (200, digest.clone()), "the whole blob, with its digest");
-    let m = poll_until("the fill to end", Duration::from_secs(30), || {
-        let m = http::get(t.addr, "/metrics").ok()?.text();
-        (metric(&m, "tender_fills_active") == 0.0).then_some(m)
-    });
+    let m = metrics_once_idle(t.addr);
     let gets = upstream.hits().iter().filter(|h| h.method == "GET").count();
     assert_eq!(gets, 1, "one upstream transfer: {:?}", upstream.hits());
     assert_eq!(metric(&m, "tender_fills_finished_total{upstream=\"ghcr.io\",result=\"passed_through\"}"), 1.0, "{m}");
@@ -200,10 +202,7 @@ fn should_evict_at_fill_time_to_stay_within_the_cap() {
     for p in at_once {
         p.join().unwrap();
     }
-    poll_until("the fills to end", Duration::from_secs(30), || {
-        let m = http::get(t.addr, "/metrics").ok()?.text();
-        (metric(&m, "tender_fills_active") == 0.0).then_some(())
-    });
+    metrics_once_idle(t.addr);
     let held = objects_bytes(&data);
     assert!(held <= (24 << 20) + (6 << 20) + 64, "objects take {held} bytes: over the 24 MiB cap plus one fill");
     let m = http::get(t.addr, "/metrics").unwrap().text();
