@@ -427,3 +427,72 @@ fn should_import_layouts_made_by_skopeo_and_by_talos_image_cache() {
     }
     g.assert_never_contacted();
 }
+
+/// Issue 32 (3): private images stay private across the gap. The connected side's upstream
+/// is `private: true` (with client authentication); `export` (from the data directory and
+/// through the server) marks the image `dev.tender.private`; the far side refuses it under an
+/// upstream that is not private there, naming the key, imports it with `--allow-public`, and
+/// under a private upstream keeps it for authenticated clients only.
+#[test]
+fn should_keep_private_images_private_across_the_gap() {
+    let bed = Bed::new("airgap-private", tender_e2e::registry::Sizes { kubelet: "", installer: "1", big_mb: 0 });
+    let token = "0123456789abcdef0123456789abcdef";
+    let tokens = bed.path("tokens");
+    std::fs::write(&tokens, format!("{token}\n")).unwrap();
+    let auth = format!("auth:\n  tokenFile: {}\n  anonymousPull: true\n", tokens.display());
+    let private_cfg = |path: &Path, url: &str, offline: bool| {
+        let extra = if offline { "    offline: true\n" } else { "" };
+        let y = format!("upstreams:\n  - name: ghcr.io\n    url: {url}\n    private: true\n{extra}{auth}");
+        std::fs::write(path, y).unwrap();
+    };
+    let connected_cfg = bed.path("connected.yaml");
+    private_cfg(&connected_cfg, &bed.registry.url(), false);
+    let data = bed.path("data-connected");
+    let t = Tender::start(&connected_cfg, &data, &bed.path("connected.log"));
+    let marked = |bundle: &Path| {
+        let index: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(bundle.join("index.json")).unwrap()).unwrap();
+        index["manifests"][0]["annotations"]["dev.tender.private"] == "true"
+    };
+    let through_server = bed.path("via-server");
+    let (server, tokens_arg) = (format!("http://{}", t.hostport()), tokens.to_str().unwrap());
+    ok(&[
+        "export",
+        "--out",
+        through_server.to_str().unwrap(),
+        "--server",
+        &server,
+        "--token-file",
+        tokens_arg,
+        "--quiet",
+        INSTALLER,
+    ]);
+    assert!(marked(&through_server), "export --server marks the private image");
+    assert_eq!(t.terminate(Duration::from_secs(10)).code(), Some(0));
+    let from_data = bed.path("via-data");
+    let (data_s, cfg_s) = (data.to_str().unwrap(), connected_cfg.to_str().unwrap());
+    ok(&["export", "--out", from_data.to_str().unwrap(), "--data", data_s, "--config", cfg_s, "--quiet", INSTALLER]);
+    assert!(marked(&from_data), "export --data marks the private image");
+
+    // The far side: ghcr.io offline and public first.
+    let far_public = bed.path("far-public.yaml");
+    std::fs::write(
+        &far_public,
+        format!("upstreams:\n  - name: ghcr.io\n    url: {}\n    offline: true\n", bed.registry.url()),
+    )
+    .unwrap();
+    let far = bed.path("data-far");
+    let (far_s, public_s) = (far.to_str().unwrap(), far_public.to_str().unwrap());
+    let (code, out, err) = tender_cli(&["import", from_data.to_str().unwrap(), "--data", far_s, "--config", public_s]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains(INSTALLER) && err.contains("private: true") && err.contains("--allow-public"), "{err}");
+    // Under a private upstream: imported, and served to authenticated clients only.
+    let far_private = bed.path("far-private.yaml");
+    private_cfg(&far_private, &bed.registry.url(), true);
+    ok(&["import", from_data.to_str().unwrap(), "--data", far_s, "--config", far_private.to_str().unwrap()]);
+    let g = Tender::start(&far_private, &far, &bed.path("far.log"));
+    let path = "/v2/ghcr.io/siderolabs/installer/manifests/v1.10.5";
+    assert_eq!(http::get(g.addr, path).unwrap().status(), 401, "anonymous clients get nothing of it");
+    let authed = http::request(g.addr, "GET", path, &[("authorization", &format!("Bearer {token}"))]).unwrap();
+    assert_eq!(authed.status(), 200, "{}", authed.text());
+}
