@@ -1331,6 +1331,11 @@ impl Fill {
         self.read_from(source, start, end, false)
     }
 
+    /// [`Fill::verified_pieces`] as bytes, for a connection that cannot send file spans.
+    pub fn verified_reader(self: &Arc<Self>, start: u64, end: Option<u64>) -> BoxStream<'static, io::Result<Bytes>> {
+        only_bytes(self.verified_pieces(start, end, false))
+    }
+
     fn read(&self, start: u64, end: Option<u64>, withhold: bool, spans: bool) -> BoxStream<'static, io::Result<Piece>> {
         self.read_from(ReadSource::new(self.file.clone(), spans), start, end, withhold)
     }

@@ -8,7 +8,6 @@ use std::time::SystemTime;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode, Version};
 use axum::response::Response;
-use futures::StreamExt as _;
 use tender_fetch::flight::{stored_pieces, stored_reader, Fill, Flights, Phase};
 use tender_fetch::shared::SharedObject;
 pub use tender_fetch::source::Fallback;
@@ -179,12 +178,7 @@ fn fill_body(fill: &Arc<Fill>, start: u64, end: Option<u64>, withhold: bool) -> 
 fn verified_fill_body(fill: &Arc<Fill>, start: u64, end: u64) -> Body {
     match zerocopy::current() {
         Some(slot) => zerocopy::body(fill.verified_pieces(start, Some(end), true), slot),
-        None => Body::from_stream(fill.verified_pieces(start, Some(end), false).map(|p| match p? {
-            tender_fetch::flight::Piece::Bytes(b) => Ok(b),
-            tender_fetch::flight::Piece::File { .. } => {
-                Err(std::io::Error::other("internal error: a file span on a byte reader"))
-            }
-        })),
+        None => Body::from_stream(fill.verified_reader(start, Some(end))),
     }
 }
 

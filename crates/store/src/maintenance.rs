@@ -202,20 +202,33 @@ fn digest_of_path(algorithm: Algorithm, path: &Path) -> Option<Digest> {
     Digest::from_hex(algorithm, path.file_name()?.to_str()?).ok()
 }
 
-fn hash_file(path: &Path, algorithm: Algorithm) -> io::Result<(Digest, u64)> {
+/// The digest and length of a file's content, hashed 1 MiB at a time; `read` hears of each
+/// span read (the scrub paces itself with it).
+pub(crate) fn hash_file_with(
+    path: &Path,
+    algorithm: Algorithm,
+    read: &mut dyn FnMut(u64),
+) -> io::Result<(Digest, u64)> {
     let mut f = File::open(path)?;
     let mut h = algorithm.hasher();
     let mut buf = vec![0u8; 1 << 20];
     let mut len = 0u64;
     loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
+        let n = match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
         h.update(&buf[..n]);
         len += n as u64;
+        read(n as u64);
     }
     Ok((h.finalize(), len))
+}
+
+fn hash_file(path: &Path, algorithm: Algorithm) -> io::Result<(Digest, u64)> {
+    hash_file_with(path, algorithm, &mut |_| {})
 }
 
 #[cfg(test)]

@@ -6,14 +6,14 @@
 //! `quarantine/`: the next request fetches it again.
 
 use std::collections::HashSet;
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::sync::mpsc::SyncSender;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tender_oci::Digest;
 
+use crate::maintenance::hash_file_with;
 use crate::{Store, StoreError};
 
 /// Large objects remembered as read since the start (more: the set starts over; an object
@@ -98,26 +98,11 @@ impl Store {
     /// quarantine it when it does not match its digest.
     pub fn scrub_object(&self, digest: &Digest, pace: &mut Pace) -> Result<Scrubbed, StoreError> {
         let path = self.object_path(digest);
-        let mut file = match File::open(&path) {
-            Ok(f) => f,
+        let (actual, bytes) = match hash_file_with(&path, digest.algorithm(), &mut |n| pace.took(n)) {
+            Ok(hashed) => hashed,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Scrubbed::Gone),
             Err(e) => return Err(self.err(e)),
         };
-        let mut hasher = digest.algorithm().hasher();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut bytes = 0u64;
-        loop {
-            let n = match file.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(self.err(e)),
-            };
-            hasher.update(&buf[..n]);
-            bytes = bytes.saturating_add(n as u64);
-            pace.took(n as u64);
-        }
-        let actual = hasher.finalize();
         if actual == *digest {
             return Ok(Scrubbed::Sound { bytes });
         }
