@@ -494,9 +494,12 @@ impl Upstream {
     pub async fn read_small(&self, resp: reqwest::Response, limit: usize, what: &str) -> Result<Bytes, FetchError> {
         if resp.content_length().is_some_and(|l| l > limit as u64) {
             return Err(FetchError::new(
-                FetchErrorKind::Corrupt,
+                FetchErrorKind::TooLarge,
                 self.name(),
-                format!("{what} of {} bytes is over the limit of {limit}", resp.content_length().unwrap_or(0)),
+                format!(
+                    "{what} of {} bytes is over tender's limit of {limit} bytes",
+                    resp.content_length().unwrap_or(0)
+                ),
             ));
         }
         let deadline = crate::later(self.fetch.metadata_timeout);
@@ -523,9 +526,9 @@ impl Upstream {
             let chunk = chunk.map_err(|e| self.count(FetchError::from_reqwest(self.name(), &e)))?;
             if out.len().saturating_add(chunk.len()) > limit {
                 return Err(FetchError::new(
-                    FetchErrorKind::Corrupt,
+                    FetchErrorKind::TooLarge,
                     self.name(),
-                    format!("{what} larger than {limit} bytes"),
+                    format!("{what} of more than {limit} bytes is over tender's limit of {limit} bytes"),
                 ));
             }
             out.extend_from_slice(&chunk);

@@ -34,6 +34,9 @@ pub enum FetchErrorKind {
     NoSpace,
     /// The upstream is configured `offline`: it was not asked.
     Offline,
+    /// The client must present an identity: the upstream's content goes to authenticated
+    /// clients only. Nothing was asked or looked up.
+    Unauthenticated,
 }
 
 /// An error on the way to or from an upstream.
@@ -95,6 +98,7 @@ impl FetchError {
             | FetchErrorKind::Unverifiable
             | FetchErrorKind::TooLarge
             | FetchErrorKind::Offline
+            | FetchErrorKind::Unauthenticated
             | FetchErrorKind::Local
             | FetchErrorKind::NoSpace => false,
         }

@@ -1,5 +1,7 @@
 //! The only code that talks to upstreams.
 //!
+//! - [`entry`]: the one way to an object: every rule that decides what a client gets
+//!   (admission, provenance, `Accept`, size limits, the source, the cache status) in one place.
 //! - [`client`]: one HTTP client per configured upstream, with its TLS, proxy, credentials,
 //!   the bearer-token dance and the redirect / address policy.
 //! - [`flight`]: single-flight fills: one upstream transfer per object, any number of readers
@@ -17,6 +19,7 @@
 
 pub mod client;
 pub mod container;
+pub mod entry;
 pub mod error;
 pub mod fills;
 pub mod flight;
@@ -32,6 +35,7 @@ pub mod wire;
 
 pub use client::Upstream;
 pub use container::Container;
+pub use entry::{Ask, AssetAsk, Body, Head, Object, Opened, Routed, SharedBody, Stored, Viewer};
 pub use error::{FetchError, FetchErrorKind};
 pub use flight::{Fill, Flights, ObjectBody, Piece};
 pub use metrics::FetchMetrics;

@@ -15,6 +15,7 @@ use tender_oci::{Algorithm, Digest, Reference, RepoName};
 use tender_store::{ListingRecord, ManifestMeta, TagRecord};
 
 use crate::client::Upstream;
+use crate::entry::{not_in, Routed};
 use crate::error::{FetchError, FetchErrorKind};
 use crate::flight::{Claim, Expect, Flights, Opened, Source};
 use crate::records::{Record, WriteErrors};
@@ -108,6 +109,17 @@ pub enum RouteRefusal {
     UnknownRegistry(String),
 }
 
+/// How an object is known to exist in an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Provenance {
+    /// Recorded here or in the shared bucket: nobody was asked.
+    Recorded,
+    /// The upstream confirmed it just now (and it is recorded from now on).
+    Confirmed,
+    /// The upstream does not have it.
+    Absent,
+}
+
 /// What a digest names, for the HEAD that asks an upstream whether it holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObjectKind {
@@ -125,6 +137,8 @@ pub struct Mirror {
     flights: Arc<Flights>,
     settings: FetchSettings,
     manifest_flights: Mutex<HashMap<String, ManifestFlight>>,
+    /// Manifests refused for their size, remembered for a tag's TTL.
+    refusals: Refusals,
     /// Record writes that failed on a request's path (the request was answered anyway).
     write_errors: WriteErrors,
 }
@@ -156,6 +170,7 @@ impl Mirror {
             flights,
             settings,
             manifest_flights: Mutex::new(HashMap::new()),
+            refusals: Refusals::default(),
         })
     }
 
@@ -183,6 +198,11 @@ impl Mirror {
             Some(f) if f.name().eq_ignore_ascii_case(name) => Some(f.probe("/").await),
             _ => None,
         }
+    }
+
+    /// [`Mirror::route`], as the route the one way to an object ([`Mirror::open`]) takes.
+    pub fn routed(&self, ns: Option<&str>, name: &RepoName) -> Result<Routed, RouteRefusal> {
+        self.route(ns, name).map(|(up, repo)| Routed { up, repo })
     }
 
     /// Choose the upstream for a request: a path prefix naming a configured upstream, else
@@ -223,10 +243,14 @@ impl Mirror {
     }
 
     /// A manifest by tag or digest, for a client that accepts `accept`. A tag is always
-    /// resolved to its true target (the upstream is asked with every manifest type); a client
-    /// that cannot take a stored index gets the entry distribution would give it (linux/amd64,
-    /// else the first), chosen from the stored index, so one client's Accept never changes what
-    /// the tag means for the others, and the choice works with the upstream down.
+    /// resolved to its true target (the upstream is asked with every image manifest type, and
+    /// with the client's own further types, so artifacts of custom types reach it); the client
+    /// gets the manifest only when its `Accept` lists the manifest's type (or is open), as
+    /// distribution answers: 404 `MANIFEST_UNKNOWN` otherwise. The one exception is
+    /// distribution's too: a Docker manifest list asked for by tag by a client that cannot take
+    /// it gets the entry distribution would give it (linux/amd64, else the first), chosen from
+    /// the stored list, so one client's Accept never changes what the tag means for the others,
+    /// and the choice works with the upstream down.
     pub async fn manifest(
         self: &Arc<Self>,
         up: &Arc<Upstream>,
@@ -234,25 +258,31 @@ impl Mirror {
         reference: &Reference,
         accept: &AcceptList,
     ) -> Result<ManifestHit, FetchError> {
-        let hit = self.resolve(up, repo, reference).await?;
-        let Reference::Tag(tag) = reference else {
+        let extra = extra_types(accept);
+        let hit = self.resolve(up, repo, reference, &extra).await?;
+        if accept.accepts(&hit.media_type) {
             return Ok(hit);
-        };
-        if accept.accepts(&hit.media_type) || !media::is_index(&hit.media_type) {
-            return Ok(hit);
+        }
+        let list_by_tag =
+            matches!(reference, Reference::Tag(_)) && hit.media_type.eq_ignore_ascii_case(media::DOCKER_LIST);
+        if !list_by_tag {
+            return Err(not_acceptable(up, repo, reference, &hit.media_type));
         }
         let Some(entry) = media::default_platform(&hit.bytes) else {
             return Err(FetchError::new(
                 FetchErrorKind::NotFound,
                 up.name(),
                 format!(
-                    "{repo}:{tag} is an index ({}) with no manifest for a client that does not accept it",
+                    "{repo}:{reference} is an index ({}) with no manifest for a client that does not accept it",
                     hit.media_type
                 ),
             )
             .with_status(404));
         };
-        let mut chosen = self.resolve(up, repo, &Reference::Digest(entry)).await?;
+        let mut chosen = self.resolve(up, repo, &Reference::Digest(entry), &extra).await?;
+        if !accept.accepts(&chosen.media_type) {
+            return Err(not_acceptable(up, repo, reference, &chosen.media_type));
+        }
         if hit.cache == CacheResult::Stale {
             chosen.cache = CacheResult::Stale;
             chosen.stale_age = hit.stale_age;
@@ -266,16 +296,21 @@ impl Mirror {
         up: &Arc<Upstream>,
         repo: &RepoName,
         reference: &Reference,
+        extra: &[String],
     ) -> Result<ManifestHit, FetchError> {
         let store = self.flights.store();
         match reference {
             Reference::Digest(d) => {
-                if let Some(hit) = self.stored_manifest(d, CacheResult::Hit)? {
+                if let Some(mut hit) = self.stored_manifest(d, CacheResult::Hit)? {
                     // Stored, perhaps for another upstream: served only if known in this one.
-                    if self.known_in(up, repo, d, ObjectKind::Manifest).await? {
-                        return Ok(hit);
+                    match self.provenance(up, repo, d, ObjectKind::Manifest).await? {
+                        Provenance::Recorded => return Ok(hit),
+                        Provenance::Confirmed => {
+                            hit.cache = CacheResult::Revalidated;
+                            return Ok(hit);
+                        }
+                        Provenance::Absent => return Err(not_in(up, repo, d)),
                     }
-                    return Err(not_in(up, repo, d));
                 }
             }
             Reference::Tag(t) => {
@@ -291,6 +326,11 @@ impl Mirror {
             }
         }
         let key = format!("{}\0{}\0{}", up.name(), repo, reference);
+        if let Some(e) = self.refusals.get(&key) {
+            return Err(e);
+        }
+        // Clients asking with different further types ask the upstream differently.
+        let key = if extra.is_empty() { key } else { format!("{key}\0{}", extra.join(",")) };
         let flight = {
             let mut flights = self
                 .manifest_flights
@@ -300,11 +340,12 @@ impl Mirror {
                 .entry(key.clone())
                 .or_insert_with(|| {
                     let (me, up, repo, reference) = (self.clone(), up.clone(), repo.clone(), reference.clone());
+                    let extra = extra.to_vec();
                     async move {
                         // A fetch that panics is an error for its waiters, never a flight that
                         // panics again for everyone who joins it later.
                         let name = up.name().to_string();
-                        std::panic::AssertUnwindSafe(me.fetch_manifest(&up, &repo, &reference))
+                        std::panic::AssertUnwindSafe(me.fetch_manifest(&up, &repo, &reference, &extra))
                             .catch_unwind()
                             .await
                             .unwrap_or_else(|_| {
@@ -319,7 +360,15 @@ impl Mirror {
         };
         // The flight leaves the map when this waiter is done or dropped (a client that went away).
         let _leave = LeaveFlight { mirror: self, key: &key };
-        flight.await
+        let result = flight.await;
+        if let Err(e) = &result {
+            if e.kind == FetchErrorKind::TooLarge {
+                // Refused for its size: not fetched again on every request, for a tag's TTL.
+                let key = format!("{}\0{}\0{}", up.name(), repo, reference);
+                self.refusals.put(key, e.clone(), self.settings.tag_ttl);
+            }
+        }
+        result
     }
 
     /// Whether a client of `up` may have the stored object `digest`: it is known to exist in
@@ -333,15 +382,26 @@ impl Mirror {
         digest: &Digest,
         kind: ObjectKind,
     ) -> Result<bool, FetchError> {
+        Ok(self.provenance(up, repo, digest, kind).await? != Provenance::Absent)
+    }
+
+    /// [`Mirror::known_in`], saying how it is known: recorded, or confirmed by `up` just now.
+    pub(crate) async fn provenance(
+        &self,
+        up: &Arc<Upstream>,
+        repo: &RepoName,
+        digest: &Digest,
+        kind: ObjectKind,
+    ) -> Result<Provenance, FetchError> {
         let store = self.flights.store();
         if store.is_known_in(digest, up.name()).map_err(|e| local(up, e))? {
-            return Ok(true);
+            return Ok(Provenance::Recorded);
         }
         if let Some(bucket) = self.flights.shared() {
             match bucket.is_known(digest, up.name()).await {
                 Ok(true) => {
                     self.write_errors.keep_going(Record::Known, store.record_known(digest, up.name()));
-                    return Ok(true);
+                    return Ok(Provenance::Recorded);
                 }
                 Ok(false) => {}
                 // The breaker is open: said once when it opened, not again per request.
@@ -363,7 +423,7 @@ impl Mirror {
         }
         let resp = match up.request(Method::HEAD, &path, headers, Some(&format!("repository:{repo}:pull"))).await {
             Ok(r) => r,
-            Err(e) if e.kind == FetchErrorKind::NotFound => return Ok(false),
+            Err(e) if e.kind == FetchErrorKind::NotFound => return Ok(Provenance::Absent),
             Err(e) => return Err(e),
         };
         // Absent on some CDN-redirected blob HEADs (Docker Hub); when present it must name the
@@ -383,7 +443,7 @@ impl Mirror {
         }
         tracing::info!(%digest, upstream = %up.name(), %repo, "stored object confirmed by the upstream; now known there");
         self.remember_known(up, digest)?;
-        Ok(true)
+        Ok(Provenance::Confirmed)
     }
 
     /// Record that `digest` exists in `up`, here and (off the response path) in the bucket.
@@ -430,6 +490,7 @@ impl Mirror {
         up: &Arc<Upstream>,
         repo: &RepoName,
         reference: &Reference,
+        extra: &[String],
     ) -> Result<ManifestHit, FetchError> {
         let store = self.flights.store();
         let record = match reference {
@@ -445,7 +506,7 @@ impl Mirror {
                 Err(l) => lease = l,
             }
         }
-        let fetched = self.upstream_manifest(up, repo, reference, record).await;
+        let fetched = self.upstream_manifest(up, repo, reference, record, extra).await;
         if let Some(bucket) = self.flights.shared() {
             match &fetched {
                 // Fetched just now: off the response path, into the bucket; then its known
@@ -548,7 +609,7 @@ impl Mirror {
                 return Ok(None);
             }
         }
-        match bucket.read_small(d, MAX_MANIFEST_BYTES as u64).await {
+        match bucket.read_small(d, self.settings.max_manifest_size as u64).await {
             Ok(Some((body, index))) => {
                 if let Some(media_type) = index.media_type.clone() {
                     store.put_bytes(&format!("manifest:{d}"), &body, d).map_err(|e| local(up, e))?;
@@ -580,14 +641,17 @@ impl Mirror {
         repo: &RepoName,
         reference: &Reference,
         record: Option<TagRecord>,
+        extra: &[String],
     ) -> Result<ManifestHit, FetchError> {
         let store = self.flights.store();
         let path = format!("/v2/{repo}/manifests/{reference}");
         let scope = format!("repository:{repo}:pull");
-        // Always every type: the answer is the tag's true target, never one narrowed to a
-        // client's Accept (a narrowed answer would become the tag's record for everyone).
+        // Always every image type: the answer is the tag's true target, never one narrowed to a
+        // client's Accept (a narrowed answer would become the tag's record for everyone); then
+        // the client's further types, for artifacts an upstream serves only to those who ask.
         let mut headers = HeaderMap::new();
-        if let Ok(v) = HeaderValue::from_str(&media::ALL_MANIFESTS.join(", ")) {
+        let types: Vec<&str> = media::ALL_MANIFESTS.iter().copied().chain(extra.iter().map(String::as_str)).collect();
+        if let Ok(v) = HeaderValue::from_str(&types.join(", ")) {
             headers.insert(ACCEPT, v);
         }
         // A tag we hold: ask with HEAD (cheap, not rate-limited by Docker Hub) whether it moved.
@@ -632,8 +696,13 @@ impl Mirror {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<Digest>().ok());
         // A body that stalls or never ends is the upstream being down: the last known digest.
-        let body = match up.read_small(resp, MAX_MANIFEST_BYTES, "manifest").await {
+        let limit = self.settings.max_manifest_size;
+        let body = match up.read_small(resp, limit, "manifest").await {
             Ok(b) => b,
+            Err(mut e) if e.kind == FetchErrorKind::TooLarge => {
+                e.message = format!("{repo}:{reference}: {} (limits.maxManifestSize)", e.message);
+                return Err(e);
+            }
             Err(e) => return self.stale_or(up, e, record.as_ref()),
         };
         // By digest, the digest asked for is the one verified (whatever the upstream announces:
@@ -898,6 +967,57 @@ fn rewrite_link(link: &str, client_name: &RepoName, what: &str, ns: Option<&str>
     Some(format!("</v2/{client_name}/{what}{sep}{q}>; rel=\"next\""))
 }
 
+/// The client's further manifest types (beyond the four image types), to ask the upstream
+/// with: registry types only, at most 16.
+fn extra_types(accept: &AcceptList) -> Vec<String> {
+    let mut out: Vec<String> = accept
+        .types()
+        .iter()
+        .filter(|t| !media::is_manifest(t) && media::is_manifest_like(t) && t.len() <= 255)
+        .take(16)
+        .cloned()
+        .collect();
+    out.sort();
+    out
+}
+
+/// A manifest the client's `Accept` does not list: what distribution answers.
+fn not_acceptable(up: &Upstream, repo: &RepoName, reference: &Reference, media_type: &str) -> FetchError {
+    FetchError::new(
+        FetchErrorKind::NotFound,
+        up.name(),
+        format!("{repo}:{reference} is a {media_type}, which the client's Accept does not list"),
+    )
+    .with_status(404)
+}
+
+/// Errors remembered per key until they expire (bounded: when full, expired entries go, then
+/// everything).
+#[derive(Default)]
+struct Refusals(Mutex<HashMap<String, (std::time::Instant, FetchError)>>);
+
+impl Refusals {
+    const MAX: usize = 4096;
+
+    fn get(&self, key: &str) -> Option<FetchError> {
+        let map = self.0.lock().ok()?;
+        let (until, e) = map.get(key)?;
+        (std::time::Instant::now() < *until).then(|| e.clone())
+    }
+
+    fn put(&self, key: String, e: FetchError, ttl: std::time::Duration) {
+        let Ok(mut map) = self.0.lock() else { return };
+        if map.len() >= Self::MAX {
+            let now = std::time::Instant::now();
+            map.retain(|_, (until, _)| *until > now);
+            if map.len() >= Self::MAX {
+                map.clear();
+            }
+        }
+        map.insert(key, (crate::later(ttl), e));
+    }
+}
+
 /// Removes a manifest flight from the map when its waiter ends, however it ends.
 struct LeaveFlight<'a> {
     mirror: &'a Mirror,
@@ -914,12 +1034,6 @@ impl Drop for LeaveFlight<'_> {
 
 fn tender_store_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
-/// The upstream's own answer to a digest it does not hold.
-fn not_in(up: &Upstream, repo: &RepoName, d: &Digest) -> FetchError {
-    FetchError::new(FetchErrorKind::NotFound, up.name(), format!("{repo}@{d} is unknown to {}", up.name()))
-        .with_status(404)
 }
 
 fn local(up: &Upstream, e: tender_store::StoreError) -> FetchError {

@@ -147,6 +147,8 @@ pub struct FetchSettings {
     /// Longest a small upstream body (token response, manifest, tag list, referrers) may take
     /// in whole, after its headers; each gap is bounded by `stall_timeout` too.
     pub metadata_timeout: Duration,
+    /// Largest manifest accepted from an upstream or the shared bucket (`limits.maxManifestSize`).
+    pub max_manifest_size: usize,
 }
 
 impl Default for FetchSettings {
@@ -166,6 +168,7 @@ impl Default for FetchSettings {
             abandoned_fill_grace: Duration::from_secs(60),
             max_decoded_size: crate::container::DEFAULT_MAX_DECODED,
             metadata_timeout: Duration::from_secs(60),
+            max_manifest_size: crate::mirror::MAX_MANIFEST_BYTES,
         }
     }
 }

@@ -42,6 +42,11 @@ impl AcceptList {
         self.wildcard || self.types.is_empty()
     }
 
+    /// The types the client named (lower case, without parameters; wildcards not included).
+    pub fn types(&self) -> &[String] {
+        &self.types
+    }
+
     /// Whether a manifest of `media_type` may be returned to this client.
     pub fn accepts(&self, media_type: &str) -> bool {
         self.is_open() || self.types.iter().any(|t| t.eq_ignore_ascii_case(media_type))

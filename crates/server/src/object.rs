@@ -6,14 +6,15 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::body::Body;
+use axum::http::request::Parts;
+use axum::http::Method;
 use axum::http::{header, HeaderMap, StatusCode, Version};
 use axum::response::Response;
-use tender_fetch::flight::{stored_pieces, stored_reader, Fill, Flights, Phase};
-use tender_fetch::shared::SharedObject;
-pub use tender_fetch::source::Fallback;
-use tender_oci::{Digest, ErrorCode};
-use tender_store::Stored;
+use tender_fetch::flight::{stored_pieces, stored_reader, Fill, Phase};
+use tender_fetch::{Head, Opened, SharedBody, Stored};
+use tender_oci::Digest;
 
+use crate::access::AccessInfo;
 use crate::error::{ApiError, Subject};
 use crate::range::{self, RangeAsk};
 use crate::zerocopy;
@@ -100,17 +101,56 @@ fn truncate(t: SystemTime) -> SystemTime {
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(ErrorCode::Unknown, e.to_string())
+    ApiError::internal(e.to_string())
 }
 
 pub fn unsatisfiable(total: u64) -> ApiError {
-    let mut e = ApiError::new(ErrorCode::RangeInvalid, format!("range not satisfiable for {total} bytes"));
-    e.content_range = Some(format!("bytes */{total}"));
-    e
+    ApiError::unsatisfiable(total)
+}
+
+/// Answer a request with an object opened by the one way to it ([`tender_fetch::Mirror::open`]
+/// and `open_asset`): `describe` turns its head into headers; `info` gets the cache status and
+/// digest (a bucket object asked for whole becomes a fill, and says so).
+pub async fn respond(
+    opened: Opened,
+    describe: impl Fn(&Head) -> Describe,
+    req: &Parts,
+    subject: Subject,
+    info: &mut AccessInfo,
+) -> Result<Response, ApiError> {
+    let is_head = req.method == Method::HEAD;
+    let mut opened = opened;
+    loop {
+        let Opened { head, body } = opened;
+        info.cache = Some(head.cache.as_str());
+        info.digest = head.digest.or(info.digest);
+        let d = describe(&head);
+        return match body {
+            tender_fetch::Body::Bytes(bytes) => match head.digest {
+                Some(digest) => stored(Stored::Memory(bytes), digest, &d, &req.headers, is_head),
+                None => Err(internal("an object without a digest")),
+            },
+            tender_fetch::Body::Stored(object) => match head.digest {
+                Some(digest) => stored(object, digest, &d, &req.headers, is_head),
+                None => Err(internal("a stored object without a digest")),
+            },
+            tender_fetch::Body::Filling(fill) => {
+                filling(fill, &d, &req.headers, req.version, subject, head.range_before_verify).await
+            }
+            tender_fetch::Body::Empty => head_only(&d, head.size),
+            tender_fetch::Body::Shared(found) => match shared(&found, &d, &req.headers, is_head) {
+                Some(resp) => resp,
+                None => {
+                    opened = found.whole().map_err(|e| ApiError::from_fetch(&e, subject))?;
+                    continue;
+                }
+            },
+        };
+    }
 }
 
 /// Headers only: a `HEAD`, with the length when known.
-pub fn head(d: &Describe, len: Option<u64>) -> Result<Response, ApiError> {
+pub fn head_only(d: &Describe, len: Option<u64>) -> Result<Response, ApiError> {
     let mut b = d.builder().status(StatusCode::OK);
     if let Some(l) = len {
         b = b.header(header::CONTENT_LENGTH, l);
@@ -131,7 +171,7 @@ pub fn stored(
         return d.builder().status(StatusCode::NOT_MODIFIED).body(Body::empty()).map_err(internal);
     }
     if is_head {
-        return head(d, Some(len));
+        return head_only(d, Some(len));
     }
     match d.ask(req, len) {
         RangeAsk::Unsatisfiable => Err(unsatisfiable(len)),
@@ -240,36 +280,26 @@ pub async fn filling(
 
 /// Serve an object this replica does not hold but the shared bucket does, when that needs no
 /// local copy: a `HEAD`, a `304`, or a range (fetched as whole chunks, each verified before a
-/// byte of it goes out; should the bucket fail, the rest comes through `fallback`). `None`: a
-/// full body, which the caller fills into the local cache.
-pub fn shared(
-    flights: &Flights,
-    found: &SharedObject,
-    d: &Describe,
-    req: &HeaderMap,
-    is_head: bool,
-    fallback: Fallback,
-) -> Option<Result<Response, ApiError>> {
-    let size = found.index.size;
+/// byte of it goes out; should the bucket fail, the rest comes from the local copy or the
+/// upstream). `None`: a full body, which the caller fills into the local cache.
+fn shared(found: &SharedBody, d: &Describe, req: &HeaderMap, is_head: bool) -> Option<Result<Response, ApiError>> {
+    let size = found.size();
     if d.not_modified(req) {
         return Some(d.builder().status(StatusCode::NOT_MODIFIED).body(Body::empty()).map_err(internal));
     }
     if is_head {
-        return Some(head(d, Some(size)));
+        return Some(head_only(d, Some(size)));
     }
     match d.ask(req, size) {
         RangeAsk::Full => None,
         RangeAsk::Unsatisfiable => Some(Err(unsatisfiable(size))),
-        RangeAsk::Partial { start, end } => {
-            let body = flights.shared_range(found, start, end, fallback);
-            Some(
-                d.builder()
-                    .status(StatusCode::PARTIAL_CONTENT)
-                    .header(header::CONTENT_LENGTH, end - start)
-                    .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{size}", end - 1))
-                    .body(Body::from_stream(body))
-                    .map_err(internal),
-            )
-        }
+        RangeAsk::Partial { start, end } => Some(
+            d.builder()
+                .status(StatusCode::PARTIAL_CONTENT)
+                .header(header::CONTENT_LENGTH, end - start)
+                .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{size}", end - 1))
+                .body(Body::from_stream(found.range(start, end)))
+                .map_err(internal),
+        ),
     }
 }

@@ -7,11 +7,10 @@ use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use tender_fetch::flight::{Claim, Expect};
-use tender_fetch::mirror::{CacheResult, Listing, ListingKind, ObjectKind};
-use tender_fetch::Upstream;
+use tender_fetch::mirror::{CacheResult, Listing, ListingKind};
+use tender_fetch::{Ask, FetchError, FetchErrorKind, Head, Object, Routed, Viewer};
 use tender_oci::media::AcceptList;
-use tender_oci::{Digest, ErrorCode, Reference, RepoName, Route, RouteError, RouteKind};
+use tender_oci::{Digest, ErrorCode, Reference, Route, RouteError, RouteKind};
 
 use crate::access::AccessInfo;
 use crate::auth::Identity;
@@ -25,21 +24,18 @@ const API_VERSION: &str = "registry/2.0";
 /// upstream with listings: `n`, `last`, `artifactType`, the opaque ones of an upstream's `Link`).
 struct Query {
     ns: Option<String>,
-    n: Option<String>,
     rest: Vec<(String, String)>,
 }
 
 fn parse_query(q: Option<&str>) -> Query {
-    let mut out = Query { ns: None, n: None, rest: Vec::new() };
+    let mut out = Query { ns: None, rest: Vec::new() };
     for (k, v) in url::form_urlencoded::parse(q.unwrap_or("").as_bytes()) {
         match k.as_ref() {
             "ns" => out.ns = Some(v.into_owned()),
-            _ => {
-                if k == "n" {
-                    out.n = Some(v.to_string());
-                }
-                out.rest.push((k.into_owned(), v.into_owned()));
-            }
+            // A page size that is not a number is ignored, as the reference registry ignores it:
+            // never passed on.
+            "n" if v.parse::<u32>().is_err() => {}
+            _ => out.rest.push((k.into_owned(), v.into_owned())),
         }
     }
     out
@@ -62,7 +58,7 @@ pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response 
         _ => None,
     };
     if let (true, Ok(_), Some(d)) = (info.pin, &result, info.digest) {
-        if let Err(e) = app.mirror().flights().store().pin(&d, "prefetch") {
+        if let Err(e) = app.mirror().pin(&d, "prefetch") {
             tracing::warn!(digest = %d, error = %e, "could not pin");
         }
     }
@@ -84,13 +80,11 @@ pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response 
 /// object `info` names, from its data directory, the bucket or a fill (a map insert; the
 /// records are flushed in batches). A pass served nothing of ours.
 pub(crate) fn note_served(app: &AppState, info: &AccessInfo) {
-    let mirror = app.mirror();
-    let Some(bucket) = mirror.flights().shared() else { return };
     if info.cache.is_none_or(|c| c == CacheResult::Pass.as_str()) {
         return;
     }
     if let Some(d) = info.digest {
-        bucket.note_served(&d);
+        app.mirror().note_served(&d);
     }
 }
 
@@ -101,7 +95,12 @@ async fn dispatch(app: &Arc<AppState>, req: &Parts, info: &mut AccessInfo) -> Re
         RouteError::Unsupported => ApiError::new(ErrorCode::Unsupported, e.to_string()),
         RouteError::NotFound(_) => ApiError::new(ErrorCode::NameUnknown, e.to_string()),
         RouteError::Name(_) => ApiError::new(ErrorCode::NameInvalid, e.to_string()),
-        RouteError::Reference(_) => ApiError::new(ErrorCode::TagInvalid, e.to_string()),
+        // A reference that is neither a tag nor a digest names no manifest (the reference
+        // registry answers 404); one that tries to be a digest is an invalid digest.
+        RouteError::Reference(_) if path.rsplit('/').next().is_some_and(|r| r.contains(':')) => {
+            ApiError::new(ErrorCode::DigestInvalid, e.to_string())
+        }
+        RouteError::Reference(_) => ApiError::new(ErrorCode::ManifestUnknown, e.to_string()),
         RouteError::Digest(_) => ApiError::new(ErrorCode::DigestInvalid, e.to_string()),
     })?;
     if method != Method::GET && method != Method::HEAD {
@@ -113,54 +112,45 @@ async fn dispatch(app: &Arc<AppState>, req: &Parts, info: &mut AccessInfo) -> Re
         return Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], "{}").into_response());
     };
     let mirror = app.mirror();
-    let (up, repo) =
-        mirror.route(q.ns.as_deref(), &name).map_err(|e| ApiError::new(ErrorCode::NameUnknown, e.to_string()))?;
-    info.upstream = Some(up.name().to_string());
-    info.repository = Some(format!("{}/{}", up.name(), repo));
-    // What tender pulls with an upstream's credentials goes only to authenticated clients,
-    // unless the operator marked the upstream public.
-    if up.settings().needs_identity() && !authenticated {
-        return Ok(crate::auth::challenge(&format!("{} is served to authenticated clients only", up.name())));
-    }
+    let routed =
+        mirror.routed(q.ns.as_deref(), &name).map_err(|e| ApiError::new(ErrorCode::NameUnknown, e.to_string()))?;
+    info.upstream = Some(routed.upstream().to_string());
+    info.repository = Some(format!("{}/{}", routed.upstream(), routed.repository()));
     let flag = |h: &str| headers.get(h).is_some_and(|v| v.as_bytes() == b"1");
     info.pin = flag("x-tender-prefetch") && flag("x-tender-pin");
-    let head = method == Method::HEAD;
+    let accept = AcceptList::parse(headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()));
+    let viewer = Viewer { authenticated };
+    let ask = Ask { viewer, accept: &accept, head: method == Method::HEAD, keep: flag("x-tender-prefetch") };
     match route.kind {
         RouteKind::Base => Err(ApiError::new(ErrorCode::NameUnknown, "no such endpoint")),
         RouteKind::Manifest(reference) => {
             info.route = "manifest";
-            info.confirmed = matches!(reference, tender_oci::Reference::Tag(_));
-            manifest(app, &up, &repo, &reference, headers, head, info).await
+            manifest(app, &routed, reference, ask, headers, info).await
         }
         RouteKind::Blob(digest) => {
             info.route = "blob";
             info.digest = Some(digest);
-            blob(app, &up, &repo, &digest, req, info).await
+            blob(app, &routed, digest, ask, req, info).await
         }
-        RouteKind::TagsList => {
-            info.route = "tags";
-            if let Some(n) = &q.n {
-                if n.parse::<u32>().is_err() {
-                    return Err(ApiError::new(ErrorCode::PaginationNumberInvalid, format!("n={n:?} is not a number")));
+        RouteKind::TagsList | RouteKind::Referrers(_) => {
+            let (kind, subject) = match route.kind {
+                RouteKind::Referrers(digest) => {
+                    info.route = "referrers";
+                    (ListingKind::Referrers(digest), Subject::Manifest)
                 }
-            }
-            let listing = mirror
-                .listing(&up, &repo, &ListingKind::Tags, &q.rest, &name, q.ns.as_deref())
-                .await
-                .map_err(|e| ApiError::from_fetch(&e, Subject::Repository))?;
-            info.cache = Some(listing.cache.as_str());
-            Ok(listing_response(listing, head))
-        }
-        RouteKind::Referrers(digest) => {
-            info.route = "referrers";
+                _ => {
+                    info.route = "tags";
+                    (ListingKind::Tags, Subject::Repository)
+                }
+            };
             // An upstream without the referrers API answers 404, and so does tender: that 404 is
             // what makes clients use the tag-schema fallback (`sha256-<hex>` tags).
-            let listing = mirror
-                .listing(&up, &repo, &ListingKind::Referrers(digest), &q.rest, &name, q.ns.as_deref())
-                .await
-                .map_err(|e| ApiError::from_fetch(&e, Subject::Manifest))?;
+            let listing = match mirror.list(&routed, viewer, &kind, &q.rest, &name, q.ns.as_deref()).await {
+                Ok(l) => l,
+                Err(e) => return refused(&e, subject),
+            };
             info.cache = Some(listing.cache.as_str());
-            Ok(listing_response(listing, head))
+            Ok(listing_response(listing, ask.head))
         }
     }
 }
@@ -203,58 +193,63 @@ fn if_none_match(headers: &HeaderMap, d: &Digest) -> bool {
     })
 }
 
+/// A fetch failure as an answer: a challenge for a client that must log in, else the error.
+fn refused(e: &FetchError, subject: Subject) -> Result<Response, ApiError> {
+    if e.kind == FetchErrorKind::Unauthenticated {
+        return Ok(crate::auth::challenge(&e.message));
+    }
+    Err(ApiError::from_fetch(e, subject))
+}
+
 async fn manifest(
     app: &Arc<AppState>,
-    up: &Arc<Upstream>,
-    repo: &RepoName,
-    reference: &Reference,
+    route: &Routed,
+    reference: Reference,
+    ask: Ask<'_>,
     headers: &HeaderMap,
-    head: bool,
     info: &mut AccessInfo,
 ) -> Result<Response, ApiError> {
-    let accept = AcceptList::parse(headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()));
-    let hit = app
-        .mirror()
-        .manifest(up, repo, reference, &accept)
-        .await
-        .map_err(|e| ApiError::from_fetch(&e, Subject::Manifest))?;
-    info.cache = Some(hit.cache.as_str());
-    info.digest = Some(hit.digest);
+    let opened = match app.mirror().open(route, &Object::Manifest(reference), ask).await {
+        Ok(o) => o,
+        Err(e) => return refused(&e, Subject::Manifest),
+    };
+    let (head, body) = (opened.head, opened.body);
+    info.cache = Some(head.cache.as_str());
+    info.digest = head.digest;
+    info.confirmed = head.name_confirmed;
+    let (Some(digest), tender_fetch::Body::Bytes(bytes)) = (head.digest, body) else {
+        return Err(ApiError::new(ErrorCode::ManifestUnknown, "not a manifest"));
+    };
     let mut builder = Response::builder()
-        .header(header::CONTENT_TYPE, &hit.media_type)
+        .header(header::CONTENT_TYPE, head.media_type.as_deref().unwrap_or(tender_oci::media::OCI_MANIFEST))
         .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
-        .header("docker-content-digest", hit.digest.to_string())
-        .header(header::ETAG, etag(&hit.digest));
-    if up.settings().needs_identity() {
+        .header("docker-content-digest", digest.to_string())
+        .header(header::ETAG, etag(&digest));
+    if head.private {
         // Only an authenticated client gets here: it learns that what it pulled is private, so
         // `tender export --server` can record it in the bundle (issue 32).
         builder = builder.header(PRIVATE_HEADER, "1");
     }
-    if let Some(age) = hit.stale_age {
+    if let Some(age) = head.stale_age {
         builder = builder.header(STALE_HEADER, age);
     }
-    let resp = if if_none_match(headers, &hit.digest) {
+    let resp = if if_none_match(headers, &digest) {
         builder.status(StatusCode::NOT_MODIFIED).body(Body::empty())
     } else {
-        builder.status(StatusCode::OK).header(header::CONTENT_LENGTH, hit.bytes.len()).body(if head {
+        builder.status(StatusCode::OK).header(header::CONTENT_LENGTH, bytes.len()).body(if ask.head {
             Body::empty()
         } else {
-            Body::from(hit.bytes)
+            Body::from(bytes)
         })
     };
-    resp.map_err(|e| ApiError::new(ErrorCode::Unknown, e.to_string()))
+    resp.map_err(|e| ApiError::internal(e.to_string()))
 }
 
-/// What `up` answers for a blob it does not hold: 404 `BLOB_UNKNOWN`.
-fn unknown_blob(up: &Upstream, repo: &RepoName, digest: &Digest) -> ApiError {
-    ApiError::new(ErrorCode::BlobUnknown, format!("{repo}@{digest} is unknown to {}", up.name()))
-}
-
-fn blob_describe(digest: &Digest) -> object::Describe {
+fn blob_describe(head: &Head) -> object::Describe {
     object::Describe {
         content_type: "application/octet-stream".to_string(),
-        docker_digest: Some(*digest),
-        etag_digest: Some(*digest),
+        docker_digest: head.digest,
+        etag_digest: head.digest,
         immutable: true,
         ..object::Describe::default()
     }
@@ -262,77 +257,16 @@ fn blob_describe(digest: &Digest) -> object::Describe {
 
 async fn blob(
     app: &Arc<AppState>,
-    up: &Arc<Upstream>,
-    repo: &RepoName,
-    digest: &Digest,
+    route: &Routed,
+    digest: Digest,
+    ask: Ask<'_>,
     req: &Parts,
     info: &mut AccessInfo,
 ) -> Result<Response, ApiError> {
-    let (headers, head) = (&req.headers, req.method == Method::HEAD);
-    let mirror = app.mirror();
-    let store = mirror.flights().store().clone();
-    let local = |e: tender_store::StoreError| ApiError::new(ErrorCode::Unknown, e.to_string());
-    let describe = blob_describe(digest);
-    // Stored here or in the bucket (perhaps for another upstream): nothing of it, not even a
-    // 304, goes to a client of `up` unless the blob is known to exist in `up`.
-    let here = store.open_stored(digest).map_err(local)?;
-    // Not known in `up` yet: the check below asks the upstream, in this repository.
-    info.confirmed = !store.is_known_in(digest, up.name()).unwrap_or(true);
-    let shared = if here.is_some() { None } else { mirror.flights().shared_lookup(&Expect::Digest(*digest)).await };
-    if (here.is_some() || shared.is_some())
-        && !mirror
-            .known_in(up, repo, digest, ObjectKind::Blob)
-            .await
-            .map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?
-    {
-        info.cache = Some(CacheResult::Pass.as_str());
-        return Err(unknown_blob(up, repo, digest));
-    }
-    if let Some(object) = here {
-        info.cache = Some(CacheResult::Hit.as_str());
-        return object::stored(object, *digest, &describe, headers, head);
-    }
-    if let Some(found) = &shared {
-        let (m, up2, repo2, d) = (mirror.clone(), up.clone(), repo.clone(), *digest);
-        let fallback = object::Fallback { store: store.clone(), claim: Box::new(move || m.blob(&up2, &repo2, &d)) };
-        if let Some(resp) = object::shared(mirror.flights(), found, &describe, headers, head, fallback) {
-            info.cache = Some(CacheResult::Shared.as_str());
-            return resp;
-        }
-    }
-    if head {
-        info.cache = Some(CacheResult::Pass.as_str());
-        let size = mirror.blob_size(up, repo, digest).await.map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?;
-        return object::head(&describe, size);
-    }
-    match mirror.blob(up, repo, digest).map_err(|e| ApiError::from_fetch(&e, Subject::Blob))? {
-        Claim::Stored(_) => {
-            // Committed since the look above, by this upstream's fill or another's.
-            if !mirror
-                .known_in(up, repo, digest, ObjectKind::Blob)
-                .await
-                .map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?
-            {
-                return Err(unknown_blob(up, repo, digest));
-            }
-            info.cache = Some(CacheResult::Hit.as_str());
-            let object = store
-                .open_stored(digest)
-                .map_err(local)?
-                .ok_or_else(|| ApiError::new(ErrorCode::BlobUnknown, "blob vanished"))?;
-            object::stored(object, *digest, &describe, headers, head)
-        }
-        Claim::Filling(fill) => {
-            if headers.get("x-tender-prefetch").is_some_and(|v| v.as_bytes() == b"1") {
-                fill.keep();
-            }
-            // A fill whose content already verified (its commit is under way) holds every byte:
-            // for this request it is as good as stored.
-            // The request that started the fill is its miss, however fast a small fill verified.
-            let hit = !fill.take_start() && fill.is_verified();
-            info.cache = Some(if hit { CacheResult::Hit } else { CacheResult::Miss }.as_str());
-            object::filling(fill, &describe, headers, req.version, Subject::Blob, up.settings().range_before_verify)
-                .await
-        }
-    }
+    let opened = match app.mirror().open(route, &Object::Blob(digest), ask).await {
+        Ok(o) => o,
+        Err(e) => return refused(&e, Subject::Blob),
+    };
+    info.confirmed = opened.head.name_confirmed;
+    object::respond(opened, blob_describe, req, Subject::Blob, info).await
 }

@@ -180,9 +180,12 @@ async fn should_serve_ranges_and_refuse_unsatisfiable_ones() {
         assert_eq!(resp.status(), 206);
         assert_eq!(resp.bytes().await.unwrap(), blob.slice(9990..));
 
+        // 416 with its Content-Range, as the reference registry answers it: no error body (no
+        // spec error code is about ranges)
         let resp = client().get(&url).header("Range", "bytes=10000-").send().await.unwrap();
+        assert_eq!(resp.status(), 416);
         assert_eq!(resp.headers()["content-range"], "bytes */10000");
-        assert_eq!(error_code(resp).await, (416, "RANGE_INVALID".into()));
+        assert!(resp.bytes().await.unwrap().is_empty());
     }
     // If-Range with another validator: the whole object
     let resp =
@@ -231,12 +234,17 @@ async fn should_use_oci_error_bodies_with_real_statuses() {
         (reqwest::Method::GET, format!("/v2/ghcr.io/a/b/blobs/blake3:{}", "0".repeat(64)), (400, "DIGEST_INVALID")),
         (reqwest::Method::GET, format!("/v2/ghcr.io/a/b/blobs/sha512:{}", "A".repeat(128)), (400, "DIGEST_INVALID")),
         (reqwest::Method::GET, format!("/v2/ghcr.io/a/b/blobs/sha512:{}", "0".repeat(64)), (400, "DIGEST_INVALID")),
-        (reqwest::Method::GET, format!("/v2/ghcr.io/a/b/manifests/sha512:{}", "0".repeat(127)), (400, "TAG_INVALID")),
-        (reqwest::Method::GET, "/v2/ghcr.io/a/b/manifests/-bad".into(), (400, "TAG_INVALID")),
+        // a reference that is neither a tag nor a digest names no manifest (the reference
+        // registry: 404); one that tries to be a digest is an invalid digest
+        (
+            reqwest::Method::GET,
+            format!("/v2/ghcr.io/a/b/manifests/sha512:{}", "0".repeat(127)),
+            (400, "DIGEST_INVALID"),
+        ),
+        (reqwest::Method::GET, "/v2/ghcr.io/a/b/manifests/-bad".into(), (404, "MANIFEST_UNKNOWN")),
         (reqwest::Method::POST, "/v2/ghcr.io/a/b/blobs/uploads/".into(), (405, "UNSUPPORTED")),
         (reqwest::Method::PUT, "/v2/ghcr.io/a/b/manifests/v1".into(), (405, "UNSUPPORTED")),
         (reqwest::Method::DELETE, format!("/v2/ghcr.io/a/b/blobs/{zero}"), (405, "UNSUPPORTED")),
-        (reqwest::Method::GET, "/v2/ghcr.io/a/b/tags/list?n=abc".into(), (400, "PAGINATION_NUMBER_INVALID")),
         // (clients normalise dot segments: this arrives as /etc/passwd/..., outside /v2)
         (reqwest::Method::GET, "/v2/../../etc/passwd/manifests/x".into(), (404, "NAME_UNKNOWN")),
         (reqwest::Method::GET, "/v2/a%2f..%2fb/manifests/latest".into(), (400, "NAME_INVALID")),
@@ -246,6 +254,12 @@ async fn should_use_oci_error_bodies_with_real_statuses() {
         assert_eq!(resp.headers()["content-type"], "application/json", "{method} {path}");
         assert_eq!(error_code(resp).await, (want.0, want.1.to_string()), "{method} {path}");
     }
+    // a page size that is not a number is ignored, as the reference registry ignores it
+    let before = fake.state.paths.lock().unwrap().len();
+    let resp = client().get(tender.url("/v2/ghcr.io/a/b/tags/list?n=abc&last=x")).send().await.unwrap();
+    assert_ne!(resp.status(), 400);
+    let asked = fake.state.paths.lock().unwrap()[before..].to_vec();
+    assert!(asked.iter().all(|p| !p.contains("n=abc")), "{asked:?}");
     // invalid input never reached the upstream; unknown objects were asked about
     let paths = fake.state.paths.lock().unwrap().clone();
     assert!(paths.iter().all(|p| !p.contains("..") && !p.contains("A/b") && !p.contains("uploads")), "{paths:?}");
@@ -371,7 +385,8 @@ async fn should_refuse_a_manifest_whose_digest_does_not_match() {
     fake.add_manifest_at("a/b", &wrong, OCI_MANIFEST, body);
     let tender = Tender::in_front_of(&fake).await;
     let resp = client().get(tender.url(&format!("/v2/ghcr.io/a/b/manifests/{wrong}"))).send().await.unwrap();
-    assert_eq!(resp.status(), 502);
+    let status = resp.status();
+    assert_eq!(status, 502, "{:?}", resp.text().await);
     assert!(tender.store.object_len(&wrong.parse().unwrap()).is_none());
 }
 
@@ -464,7 +479,8 @@ async fn should_never_make_a_wrong_sha512_body_visible() {
         assert!(b.len() < size, "the final byte is withheld until verified");
     }
     let resp = client().get(tender.url(&format!("/v2/ghcr.io/a/b/manifests/{wrong}"))).send().await.unwrap();
-    assert_eq!(resp.status(), 502);
+    let status = resp.status();
+    assert_eq!(status, 502, "{:?}", resp.text().await);
     tender.wait_idle().await;
     assert!(object_files(&tender).is_empty(), "{:?}", object_files(&tender));
 
