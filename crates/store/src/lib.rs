@@ -29,12 +29,13 @@ mod records;
 mod room;
 mod scrub;
 mod spool;
+mod types;
 
 pub use fsutil::write_atomic;
 pub use layout::{OpenMode, Store, StoreError, Stored, FORMAT_VERSION};
 pub use maintenance::{FsckReport, GcPlan, GcReport};
 pub use memory::MemoryLimit;
-pub use records::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord};
 pub use room::{Reservation, RoomPolicy, RoomReport};
 pub use scrub::{Pace, Scrubbed};
 pub use spool::{Sealed, SpoolWriter, PARALLEL_APPEND_MIN};
+pub use types::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord};
