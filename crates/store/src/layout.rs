@@ -13,6 +13,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tender_oci::{Algorithm, Digest};
 
+use crate::budget::Room;
 use crate::fsutil::{sync_dir, write_atomic};
 use crate::memory::{Memory, MemoryLimit};
 use crate::spool::{Sealed, SpoolWriter};
@@ -112,7 +113,7 @@ pub struct Store {
     /// components, not the whole data directory's path (a path walk was 9% of a small hit).
     objects_dirs: [std::sync::OnceLock<std::os::fd::OwnedFd>; 2],
     /// The cap and free-space floor enforced at fill time, and the objects' running total.
-    pub(crate) room: crate::room::Room,
+    pub(crate) room: Room,
     /// Large objects opened since the start, announced to a scrubber.
     pub(crate) first_reads: FirstReads,
 }
@@ -218,7 +219,7 @@ impl Store {
             known_cache: std::sync::Mutex::new(std::collections::HashMap::new()),
             memory: Memory::new(MemoryLimit::default()),
             objects_dirs: Default::default(),
-            room: crate::room::Room::new(),
+            room: Room::new(),
             first_reads: Default::default(),
         };
         if mode == OpenMode::Exclusive {
