@@ -23,9 +23,10 @@ use crate::clone::CATALOG_NAMESPACE;
 use crate::golden::{render_catalog, DEFAULT_GOLDEN_STORAGE};
 use crate::k8s::resolve_disk;
 use crate::pool::{defaults, DiskSource, PoolFile};
-use crate::registries::{check_no_credentials, parse_http_url, Registry};
-use crate::rules::{check_no_control, is_dns_label, Refusal, Rule};
+use crate::registries::Registry;
+use crate::rules::{check_no_control, check_no_credentials, is_dns_label, Refusal, Rule};
 use crate::state::ClusterState;
+use crate::url::parse_http_url;
 use crate::Error;
 
 pub const APPS_API_VERSION: &str = "apps.cozystack.io/v1alpha1";

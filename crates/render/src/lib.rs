@@ -17,6 +17,7 @@
 //! - [`state`]: the cluster state as kubectl prints it;
 //! - [`cozystack`]: patches and values in Cozystack's own keys, and the rules checked on them;
 //! - [`rules`], [`quantity`], [`hash`]: rule ids and shape checks, quantities, canonical data;
+//! - `url`: the http(s) URL and `host[:port]` grammar (its items are re-exported by [`registries`]);
 //! - [`yaml`]: YAML output that YAML 1.1 and 1.2 readers parse the same, and the 1.1 resolver;
 //! - [`nesting`]: how deeply a YAML text nests, found in one linear pass before it is parsed.
 
@@ -34,6 +35,7 @@ pub mod registries;
 pub mod rules;
 pub mod state;
 pub mod talos;
+mod url;
 pub mod yaml;
 
 pub use rules::{Refusal, Rule};

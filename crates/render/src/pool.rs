@@ -8,15 +8,15 @@ use serde::{Deserialize, Deserializer};
 
 use crate::quantity::{IntOrString, Quantity};
 use crate::registries::{
-    check_no_credentials, check_pem, check_secret_text, parse_http_url, Auth, Authority, ClientIdentity, Endpoint,
-    EndpointConfig, Mirror, Registry, Routing, Tls,
+    check_pem, check_secret_text, Auth, ClientIdentity, Endpoint, EndpointConfig, Mirror, Registry, Routing, Tls,
 };
 use crate::rules::{
-    check_factory_url, check_name_length, check_no_control, check_schematic, check_support_matrix, check_version,
-    is_dns_label, is_dns_subdomain, is_label_name, is_positive_duration, kubernetes_patch, Refusal, Rule,
-    DNS_SUBDOMAIN_MAX, LABEL_VALUE_MAX,
+    check_factory_url, check_name_length, check_no_control, check_no_credentials, check_schematic,
+    check_support_matrix, check_version, is_dns_label, is_dns_subdomain, is_label_name, is_positive_duration,
+    kubernetes_patch, Refusal, Rule, DNS_SUBDOMAIN_MAX, LABEL_VALUE_MAX,
 };
 use crate::talos::TalosVersion;
+use crate::url::{parse_http_url, Authority};
 use crate::Error;
 
 /// The Cozystack defaults (`packages/apps/kubernetes-nodes/values.yaml`).

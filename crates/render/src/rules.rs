@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use crate::url::{has_credentials, parse_http_url};
+
 /// A rule of the spec, named the way the spec names it (`R-6`, `G-7`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Rule {
@@ -212,8 +214,8 @@ pub fn check_version(rule: Rule, field: &str, value: &str) -> Result<(), Refusal
 }
 
 /// `^v[0-9]{1,6}\.[0-9]{1,6}\.[0-9]{1,6}$`: the numbers are bounded so that every version
-/// this accepts also parses as a [`crate::talos::TalosVersion`] (an over-long one gets this
-/// rule's message, not a parse error).
+/// this accepts also parses as a `TalosVersion` (talos.rs, which bounds them alike; an
+/// over-long one gets this rule's message, not a parse error).
 pub fn is_release_version(value: &str) -> bool {
     let Some(rest) = value.strip_prefix('v') else {
         return false;
@@ -226,7 +228,7 @@ pub fn is_release_version(value: &str) -> bool {
 /// render a scheme-less `/image/...` source. Returns the URL without a trailing slash.
 pub fn check_factory_url(field: &str, value: &str) -> Result<String, Refusal> {
     let trimmed = value.strip_suffix('/').unwrap_or(value);
-    crate::registries::check_no_credentials(field, value).map_err(|mut r| {
+    check_no_credentials(field, value).map_err(|mut r| {
         r.rule = Some(Rule::R8);
         r
     })?;
@@ -239,7 +241,7 @@ pub fn check_factory_url(field: &str, value: &str) -> Result<String, Refusal> {
             "set it to the Image Factory (or tender) base URL, e.g. https://factory.talos.dev",
         ));
     }
-    match crate::registries::parse_http_url(trimmed) {
+    match parse_http_url(trimmed) {
         Ok(url) => Ok(url.to_string()),
         Err(problem) => Err(Refusal::new(
             Some(Rule::R8),
@@ -263,6 +265,22 @@ pub fn check_no_control(field: &str, value: &str) -> Result<(), Refusal> {
         ));
     }
     Ok(())
+}
+
+/// Refuse credentials in a URL as credentials (not as a bad port or host), without echoing
+/// them: a URL is written into machine config, manifests and logs.
+pub fn check_no_credentials(field: &str, value: &str) -> Result<(), Refusal> {
+    if !has_credentials(value) {
+        return Ok(());
+    }
+    let (scheme, rest) = value.split_once("://").unwrap_or(("", value));
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    Err(Refusal::input(
+        field,
+        format!("{scheme}://<redacted>@{host}"),
+        "carries credentials (user:password@); a URL is written into machine configs, manifests and logs",
+        "drop them from the URL and give them as registry auth (talos.registryConfig.<host>.auth, or render registries --username/--password-file)",
+    ))
 }
 
 /// The length limits of the names tender generates (docs/render.md, "Names and their limits").

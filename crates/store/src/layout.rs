@@ -1,17 +1,23 @@
-//! The data directory: format version, lock, object paths and commits.
+//! The data directory: format version, lock, object paths and commits; the hit path
+//! ([`Store::open_stored`]) and the first reads of large objects it notes for a scrubber.
 
+use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::SyncSender;
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tender_oci::{Algorithm, Digest};
 
+use crate::budget::Room;
 use crate::fsutil::{sync_dir, write_atomic};
 use crate::memory::{Memory, MemoryLimit};
 use crate::spool::{Sealed, SpoolWriter};
+use crate::types::now_secs;
 
 /// The data directory format this tender writes. 2: objects record the upstreams they are
 /// known to exist in (`known/`); fill keys (spool names) include the upstream. Every path of
@@ -107,9 +113,41 @@ pub struct Store {
     /// components, not the whole data directory's path (a path walk was 9% of a small hit).
     objects_dirs: [std::sync::OnceLock<std::os::fd::OwnedFd>; 2],
     /// The cap and free-space floor enforced at fill time, and the objects' running total.
-    pub(crate) room: crate::room::Room,
+    pub(crate) room: Room,
     /// Large objects opened since the start, announced to a scrubber.
-    pub(crate) first_reads: crate::scrub::FirstReads,
+    pub(crate) first_reads: FirstReads,
+}
+
+/// Large objects remembered as read since the start (more: the set starts over; an object
+/// checked twice costs a re-hash, nothing else).
+const FIRST_READS: usize = 262_144;
+
+/// First reads of large objects since the process started, and where to announce them.
+#[derive(Debug, Default)]
+pub(crate) struct FirstReads {
+    seen: Mutex<HashSet<Digest>>,
+    tell: Mutex<Option<SyncSender<Digest>>>,
+}
+
+impl FirstReads {
+    /// Announce first reads on `tx` from now on ([`Store::watch_first_reads`], the scrub).
+    pub(crate) fn announce_to(&self, tx: SyncSender<Digest>) {
+        *self.tell.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+    }
+
+    /// `digest` (of `len` bytes, over the small-object limit) was opened for a reader.
+    pub(crate) fn read(&self, digest: &Digest) {
+        let tell = self.tell.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(tx) = tell.as_ref() else { return };
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.len() >= FIRST_READS {
+            seen.clear();
+        }
+        if seen.insert(*digest) {
+            // A full queue: the scheduled pass checks it later.
+            let _ = tx.try_send(*digest);
+        }
+    }
 }
 
 /// A committed object to serve: its bytes (a small object, verified when read from disk) or
@@ -181,7 +219,7 @@ impl Store {
             known_cache: std::sync::Mutex::new(std::collections::HashMap::new()),
             memory: Memory::new(MemoryLimit::default()),
             objects_dirs: Default::default(),
-            room: crate::room::Room::new(),
+            room: Room::new(),
             first_reads: Default::default(),
         };
         if mode == OpenMode::Exclusive {
@@ -335,7 +373,7 @@ impl Store {
     /// is moved to `quarantine/` and reported absent, so that it is fetched again.
     pub fn open_stored(&self, digest: &Digest) -> Result<Option<Stored>, StoreError> {
         if let Some(hit) = self.memory.object(digest) {
-            if hit.claim_touch(crate::records::now_secs(), TOUCH_EVERY.as_secs()) {
+            if hit.claim_touch(now_secs(), TOUCH_EVERY.as_secs()) {
                 if let Ok(f) = File::options().write(true).open(self.object_path(digest)) {
                     let _ = f.set_modified(SystemTime::now());
                 }
@@ -368,7 +406,7 @@ impl Store {
     /// Move a corrupt object aside (`quarantine/<name>.<time>`), forgetting it.
     pub(crate) fn quarantine(&self, digest: &Digest, path: &Path) -> Result<PathBuf, StoreError> {
         self.memory.forget_object(digest);
-        let stamp = crate::records::now_secs();
+        let stamp = now_secs();
         // sha256 objects keep the name format 2 gave them; others name their algorithm.
         let name = match digest.algorithm() {
             Algorithm::Sha256 => format!("{}.{stamp}", digest.hex()),

@@ -21,6 +21,7 @@
 //! Invariant: nothing appears under `objects/` before it hashed, with the algorithm of the
 //! digest it is stored under, to that digest; nothing is served through an upstream it is not known in. Every write goes temp file -> hash -> fsync -> rename -> fsync directory.
 
+mod budget;
 mod fsutil;
 mod layout;
 mod maintenance;
@@ -29,12 +30,14 @@ mod records;
 mod room;
 mod scrub;
 mod spool;
+mod types;
 
+pub use budget::{Reservation, RoomPolicy};
 pub use fsutil::write_atomic;
 pub use layout::{OpenMode, Store, StoreError, Stored, FORMAT_VERSION};
 pub use maintenance::{FsckReport, GcPlan, GcReport};
 pub use memory::MemoryLimit;
-pub use records::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord};
-pub use room::{Reservation, RoomPolicy, RoomReport};
+pub use room::RoomReport;
 pub use scrub::{Pace, Scrubbed};
 pub use spool::{Sealed, SpoolWriter, PARALLEL_APPEND_MIN};
+pub use types::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord};

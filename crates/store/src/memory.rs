@@ -1,7 +1,7 @@
 //! What a hit reads, kept in memory: small committed objects (their bytes verified against
 //! their digest when read from disk), manifest media types and tag records. Bounded (objects
 //! by bytes, records by count) and written through: every change to a record or an object
-//! goes through [`Store`](crate::Store), which updates or drops the copy here. Only the process
+//! goes through the `Store`, which updates or drops the copy here. Only the process
 //! that holds the directory's lock keeps one, so no other writer can make it stale.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +12,7 @@ use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 use tender_oci::Digest;
 
-use crate::records::{ManifestMeta, TagRecord};
+use crate::types::{ManifestMeta, TagRecord};
 
 /// Bookkeeping a cached object costs beyond its bytes (entry, key, counters), for the budget.
 const ENTRY_OVERHEAD: u64 = 160;

@@ -1,9 +1,9 @@
-//! Small JSON records: tag -> digest mappings and manifest metadata.
+//! Small JSON records: tag -> digest mappings and manifest metadata, read and written under
+//! the data directory (their types are in `types`).
 
 use std::fs;
 use std::io;
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -12,85 +12,7 @@ use tender_oci::{Algorithm, Digest};
 use crate::fsutil::write_atomic;
 use crate::layout::{Store, StoreError};
 use crate::memory::Memory;
-
-/// What a tag pointed to when tender last asked its upstream.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TagRecord {
-    pub upstream: String,
-    pub repository: String,
-    pub tag: String,
-    pub digest: Digest,
-    pub media_type: String,
-    pub size: u64,
-    /// Seconds since the Unix epoch when the upstream confirmed this mapping (or, imported,
-    /// when the bundle was imported).
-    pub fetched_at: u64,
-    /// Registered by `tender import`: authoritative, resolved without asking the upstream at
-    /// any age, until a later import or `tender tag rm` changes it.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub imported: bool,
-}
-
-impl TagRecord {
-    /// Age of the record in seconds (0 if the clock went backwards).
-    pub fn age_secs(&self) -> u64 {
-        now_secs().saturating_sub(self.fetched_at)
-    }
-}
-
-/// The sha256 an asset had at its first complete, verified fetch (trust on first use).
-/// Never evicted; a later fetch with other bytes is refused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TrustRecord {
-    /// What was fetched, e.g. `image:<schematic>/<version>/<asset>`.
-    pub key: String,
-    pub digest: Digest,
-    pub size: u64,
-    /// Seconds since the Unix epoch of the first verified fetch.
-    pub first_seen: u64,
-}
-
-/// An upstream's last good answer to a listing request (a tag list or referrers page), served
-/// while the upstream is down. Keyed by upstream and request: never served through another.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ListingRecord {
-    pub upstream: String,
-    /// The upstream-side path and query, e.g. `/v2/library/alpine/tags/list?n=100`.
-    pub request: String,
-    pub content_type: String,
-    /// The upstream's own `Link` and `OCI-Filters-Applied` headers, as it sent them.
-    pub link: Option<String>,
-    pub filters_applied: Option<String>,
-    pub body: String,
-    /// The upstream answered 404 (no referrers API: clients fall back to tags); kept so that
-    /// the same 404, not an error, is the answer while it is down.
-    #[serde(default)]
-    pub not_found: bool,
-    /// Seconds since the Unix epoch when the upstream gave this answer.
-    pub fetched_at: u64,
-}
-
-impl ListingRecord {
-    /// Age of the record in seconds (0 if the clock went backwards).
-    pub fn age_secs(&self) -> u64 {
-        now_secs().saturating_sub(self.fetched_at)
-    }
-}
-
-/// Media type and size of a stored manifest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ManifestMeta {
-    pub media_type: String,
-    pub size: u64,
-}
-
-pub fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
+use crate::types::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord};
 
 impl Store {
     fn tag_path(&self, upstream: &str, repository: &str, tag: &str) -> PathBuf {
@@ -275,14 +197,6 @@ impl Store {
         self.memory.keep_meta(digest, meta.clone());
         Ok(())
     }
-}
-
-/// The upstreams an object is known to exist in: each one served it to tender, or confirmed
-/// it with a HEAD by digest. An object without a record is known in no upstream.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct KnownRecord {
-    pub upstreams: Vec<String>,
 }
 
 /// Entries the in-memory known-upstream cache holds before it is cleared.

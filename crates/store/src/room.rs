@@ -1,97 +1,16 @@
 //! Room for a fill at the moment it needs it (issue 41): `cache.maxSize` and `cache.minFree`
 //! are enforced before a fill of known size writes, and again when the disk refuses a write,
 //! not only on the GC tick. Eviction goes least recently used first and never takes what the
-//! caller protects (objects being filled, pinned ones).
+//! caller protects (objects being filled, pinned ones). The counts it decides on are the
+//! store's `Room` (`budget`), which commits and removals keep up to date.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tender_oci::Digest;
 
-use crate::{Store, StoreError};
-
-/// What the data directory may hold: the cache cap and the free space to leave on its file
-/// system.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RoomPolicy {
-    /// `cache.maxSize`: the objects' total, at most.
-    pub max_size: Option<u64>,
-    /// `cache.minFree`: bytes left free on the data directory's file system, at least.
-    pub min_free: u64,
-}
-
-/// The store's bookkeeping for [`Store::make_room`].
-#[derive(Debug, Default)]
-pub(crate) struct Room {
-    policy: Mutex<RoomPolicy>,
-    /// Objects' total as last counted and updated since (`u64::MAX`: not counted yet).
-    used: AtomicU64,
-    /// Bytes that fills in progress were given room for and have not committed yet (counted
-    /// against the cap).
-    reserved: Arc<AtomicU64>,
-    /// Of those, the bytes not written yet (counted against the free space).
-    unwritten: Arc<AtomicU64>,
-    /// One eviction at a time: concurrent fills that all need room would otherwise each walk
-    /// the store and evict for themselves.
-    evicting: Mutex<()>,
-}
-
-impl Room {
-    pub(crate) fn new() -> Room {
-        Room { used: AtomicU64::new(u64::MAX), ..Room::default() }
-    }
-
-    /// An object of `len` bytes became visible (not a replacement of one already there).
-    pub(crate) fn added(&self, len: u64) {
-        let _ = self
-            .used
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| (u != u64::MAX).then(|| u.saturating_add(len)));
-    }
-
-    /// An object of `len` bytes was removed.
-    pub(crate) fn removed(&self, len: u64) {
-        let _ = self
-            .used
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| (u != u64::MAX).then(|| u.saturating_sub(len)));
-    }
-
-    /// The exact total, from a walk of the store.
-    pub(crate) fn counted(&self, total: u64) {
-        self.used.store(total.min(u64::MAX - 1), Ordering::Relaxed);
-    }
-}
-
-/// Room a fill in progress was given: counted against the cap until it is dropped (the fill
-/// committed or ended), so fills that start together do not each count the same room.
-#[derive(Debug)]
-pub struct Reservation {
-    reserved: Arc<AtomicU64>,
-    unwritten: Arc<AtomicU64>,
-    bytes: u64,
-    /// Bytes of this reservation not written yet.
-    left: u64,
-}
-
-fn sub(counter: &AtomicU64, n: u64) {
-    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| Some(r.saturating_sub(n)));
-}
-
-impl Reservation {
-    /// The fill wrote `n` more bytes: the file system's free space shows them now.
-    pub fn wrote(&mut self, n: u64) {
-        let n = n.min(self.left);
-        self.left -= n;
-        sub(&self.unwritten, n);
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        sub(&self.reserved, self.bytes);
-        sub(&self.unwritten, self.left);
-    }
-}
+use crate::budget::{Reservation, RoomPolicy};
+use crate::layout::{Store, StoreError};
 
 /// What [`Store::make_room`] found and did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,12 +22,6 @@ pub struct RoomReport {
 }
 
 impl Store {
-    fn reserve(&self, bytes: u64) -> Reservation {
-        self.room.reserved.fetch_add(bytes, Ordering::Relaxed);
-        self.room.unwritten.fetch_add(bytes, Ordering::Relaxed);
-        Reservation { reserved: self.room.reserved.clone(), unwritten: self.room.unwritten.clone(), bytes, left: bytes }
-    }
-
     /// Set the cap and free-space floor that [`Store::make_room`] enforces.
     pub fn set_room_policy(&self, policy: RoomPolicy) {
         *self.room.policy.lock().unwrap_or_else(|p| p.into_inner()) = policy;
@@ -160,7 +73,7 @@ impl Store {
         let used = self.room.used.load(Ordering::Relaxed);
         let known = (used != u64::MAX).then_some(used);
         if (known.is_some() || policy.max_size.is_none()) && short(self, known)? == 0 {
-            return Ok((report, Some(self.reserve(needed))));
+            return Ok((report, Some(self.room.reserve(needed))));
         }
         // Counted afresh: another fill may have evicted meanwhile, and the counter may drift
         // from what is on disk (objects a CLI command added while serving).
@@ -169,7 +82,7 @@ impl Store {
         self.room.counted(total);
         let want = short(self, Some(total))?;
         if want == 0 {
-            return Ok((report, Some(self.reserve(needed))));
+            return Ok((report, Some(self.room.reserve(needed))));
         }
         let plan = self.gc_plan(Some(total.saturating_sub(want)), Duration::MAX, protected)?;
         if plan.evict_bytes < want {
@@ -191,7 +104,7 @@ impl Store {
         }
         // Space of a removed file that a reader still holds open comes back only when it closes.
         report.fits = short(self, Some(total.saturating_sub(done.freed_bytes)))? == 0;
-        let held = report.fits.then(|| self.reserve(needed));
+        let held = report.fits.then(|| self.room.reserve(needed));
         Ok((report, held))
     }
 }

@@ -5,43 +5,14 @@
 //! since the process started ([`Store::watch_first_reads`]). A mismatch moves the object to
 //! `quarantine/`: the next request fetches it again.
 
-use std::collections::HashSet;
 use std::io;
 use std::sync::mpsc::SyncSender;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tender_oci::Digest;
 
 use crate::maintenance::hash_file_with;
 use crate::{Store, StoreError};
-
-/// Large objects remembered as read since the start (more: the set starts over; an object
-/// checked twice costs a re-hash, nothing else).
-const FIRST_READS: usize = 262_144;
-
-/// First reads of large objects since the process started, and where to announce them.
-#[derive(Debug, Default)]
-pub(crate) struct FirstReads {
-    seen: Mutex<HashSet<Digest>>,
-    tell: Mutex<Option<SyncSender<Digest>>>,
-}
-
-impl FirstReads {
-    /// `digest` (of `len` bytes, over the small-object limit) was opened for a reader.
-    pub(crate) fn read(&self, digest: &Digest) {
-        let tell = self.tell.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(tx) = tell.as_ref() else { return };
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.len() >= FIRST_READS {
-            seen.clear();
-        }
-        if seen.insert(*digest) {
-            // A full queue: the scheduled pass checks it later.
-            let _ = tx.try_send(*digest);
-        }
-    }
-}
 
 /// What scrubbing one object found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +62,7 @@ impl Store {
     /// Announce on `tx` each object over the small-object limit the first time it is opened
     /// for a reader after this call (a scrubber checks those first).
     pub fn watch_first_reads(&self, tx: SyncSender<Digest>) {
-        *self.first_reads.tell.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        self.first_reads.announce_to(tx);
     }
 
     /// Re-hash one stored object at `pace` (blocking: call it from a thread of its own);
