@@ -24,9 +24,9 @@ use tender_catalog::{
 use tender_fetch::{FetchMetrics, Flights, Mirror};
 use tender_store::{OpenMode, Store, StoreError};
 
-use crate::config::{self, Settings};
 use crate::exit::Failure;
 use crate::progress::{Show, Totals};
+use tender_config::{self as config, Settings};
 
 #[derive(Debug, Args)]
 pub struct CatalogArgs {

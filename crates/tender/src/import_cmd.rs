@@ -19,8 +19,8 @@ use tender_fetch::{FetchMetrics, Flights};
 use tender_store::{OpenMode, Store};
 
 use crate::client::{join, parse_base_url, server_or_env, ClientArgs, ClientOptions};
-use crate::config;
 use crate::exit::Failure;
+use tender_config as config;
 
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {

@@ -8,9 +8,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod catalog_cmd;
 mod client;
 mod clone_cmd;
-mod config;
-#[cfg(test)]
-mod config_props;
 mod datadir;
 #[cfg(test)]
 mod docs_check;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use tender_store::{GcPlan, GcReport, OpenMode, Store};
 
 use crate::client::{join, parse_base_url, server_or_env, ClientArgs, ClientOptions};
-use crate::config;
 use crate::exit::Failure;
+use tender_config as config;
 
 #[derive(Debug, clap::Args)]
 pub struct FsckArgs {

@@ -42,8 +42,8 @@ use tokio::sync::Semaphore;
 use url::Url;
 
 use crate::client::{self, ClientArgs, ClientOptions, ImageRef, TenderClient};
-use crate::config;
 use crate::exit::Failure;
+use tender_config as config;
 
 /// Cozystack's default schematic ("cozystack-tested vanilla"), `talos.schematicID`.
 pub const DEFAULT_SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";

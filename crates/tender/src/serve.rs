@@ -17,8 +17,8 @@ use tender_server::{router_for, AppState, Security, ServerMetrics, Surface};
 use tender_store::{OpenMode, Store};
 use tokio::net::TcpListener;
 
-use crate::config::{self, LogFormat, Overrides, Settings};
 use crate::exit::Failure;
+use tender_config::{self as config, LogFormat, Overrides, Settings};
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
