@@ -13,8 +13,8 @@ use tender_catalog::clone::{execute, plan, CloneRequest, Plan, Refusal};
 use tender_catalog::clones::Format;
 use tender_catalog::size::{human, parse_bytes};
 
-use crate::catalog_cmd::Location;
 use crate::exit::Failure;
+use tender_client::local::Location;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum FormatArg {
@@ -107,7 +107,7 @@ pub fn run(a: CloneArgs) -> anyhow::Result<ExitCode> {
                 if tty && last_said.is_some() {
                     eprintln!();
                 }
-                return Err(refusal(r, wait, a.dry_run));
+                return Err(refusal(r, wait, a.dry_run).into());
             }
         }
     };
@@ -141,7 +141,7 @@ pub fn run(a: CloneArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn refusal(r: Refusal, wait: Duration, dry_run: bool) -> anyhow::Error {
+fn refusal(r: Refusal, wait: Duration, dry_run: bool) -> Failure {
     let prefix = if dry_run { "would refuse" } else { "refused" };
     match r {
         Refusal::Usage(m) => Failure::usage(m),

@@ -343,10 +343,10 @@ fn should_know_every_config_key_of_the_docs_yaml() {
             }
             seen += 1;
             let name = format!("{doc}:{}", b.line);
-            match crate::config::parse(&name, &yaml) {
+            match tender_config::parse(&name, &yaml) {
                 Err(e) => failures.push(format!("{name}: {e}")),
                 Ok(raw) if raw.catalog.is_some() => {
-                    if let Err(e) = crate::config::resolve(&name, raw, &crate::config::Overrides::default()) {
+                    if let Err(e) = tender_config::resolve(&name, raw, &tender_config::Overrides::default()) {
                         if e.to_string().contains("catalog") {
                             failures.push(format!("{name}: {e}"));
                         }

@@ -44,7 +44,7 @@ pub fn man(args: &ManArgs) -> anyhow::Result<ExitCode> {
         }
         Some(dir) => {
             if !dir.is_dir() {
-                return Err(Failure::usage(format!("--out {}: not a directory", dir.display())));
+                return Err(Failure::usage(format!("--out {}: not a directory", dir.display())).into());
             }
             clap_mangen::generate_to(cmd, dir).with_context(|| format!("writing man pages into {}", dir.display()))?;
         }

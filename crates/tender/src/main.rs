@@ -1,36 +1,27 @@
-//! The `tender` binary: commands, configuration and wiring. The only crate that uses anyhow.
+//! The `tender` binary: the commands' arguments and their wiring. `serve`, `render`, `check`,
+//! `clone`, `completions` and `man` live here; the client commands are `tender-client`'s, the
+//! configuration `tender-config`'s. The only crate that uses anyhow.
 
 /// mimalloc: per-thread free lists without glibc's locks and consolidation, on a request path
 /// that allocates for every header, log line and label.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-mod catalog_cmd;
-mod client;
 mod clone_cmd;
-mod config;
-#[cfg(test)]
-mod config_props;
-mod datadir;
 #[cfg(test)]
 mod docs_check;
 mod docs_cmd;
 mod exit;
-mod export;
-mod import_cmd;
+mod logging;
 mod logsink;
-mod maint;
 mod noise;
-mod prefetch;
-mod probe;
-mod progress;
 mod render_cmd;
 mod serve;
-mod stats;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tender_client::{catalog, export, import, maint, prefetch, probe, stats};
 
 /// `tender --version`: the package version, the commit and its date (build.rs).
 const VERSION: &str =
@@ -58,7 +49,7 @@ enum Command {
     /// Check configuration against the rules before it is applied (exit 1 naming rule, field and fix)
     Check(render_cmd::CheckArgs),
     /// The golden image catalog: sync, ls, rm, refs, trust
-    Catalog(catalog_cmd::CatalogArgs),
+    Catalog(catalog::CatalogArgs),
     /// Create a worker's system disk from a golden (reflink clone or qcow2 overlay)
     Clone(clone_cmd::CloneArgs),
     /// Decide whether a mirror / image cache is usable from here: yes, no or unknown
@@ -68,11 +59,11 @@ enum Command {
     /// Write images and OS images to one OCI image layout bundle (prefetch's selection), to carry across an air gap
     Export(Box<export::ExportArgs>),
     /// Verify a bundle and register its images and OS images (tags authoritative) in a tender
-    Import(Box<import_cmd::ImportArgs>),
+    Import(Box<import::ImportArgs>),
     /// Bundles: ls
-    Bundle(import_cmd::BundleArgs),
+    Bundle(import::BundleArgs),
     /// Tags: rm (an imported tag stops being authoritative)
-    Tag(import_cmd::TagArgs),
+    Tag(import::TagArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     Completions(docs_cmd::CompletionsArgs),
     /// Print the man page, or write one per command into a directory
@@ -87,21 +78,34 @@ fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
     };
+    // tender-client's commands fail with a `Failure` (its exit class); in-process work on a
+    // data directory logs as the binary sets it up.
+    let client = |r: tender_client::Result<ExitCode>| r.map_err(anyhow::Error::from);
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
-        Command::Fsck(args) => maint::fsck(args),
-        Command::Gc(args) => maint::gc(args),
+        Command::Fsck(args) => client(maint::fsck(args)),
+        Command::Gc(args) => client(maint::gc(args)),
         Command::Render(args) => render_cmd::run(args),
         Command::Check(args) => render_cmd::run_check(args),
-        Command::Catalog(args) => catalog_cmd::run(args),
+        Command::Catalog(args) => client(catalog::run(args, logging::serve)),
         Command::Clone(args) => clone_cmd::run(args),
-        Command::Stats(args) => stats::run(args),
-        Command::Probe(args) => probe::run(args),
-        Command::Prefetch(args) => prefetch::run(*args),
-        Command::Export(args) => export::run(*args),
-        Command::Import(args) => import_cmd::run_import(*args),
-        Command::Bundle(args) => import_cmd::run_bundle(args),
-        Command::Tag(args) => import_cmd::run_tag(args),
+        Command::Stats(args) => client(stats::run(args)),
+        Command::Probe(args) => client(probe::run(args)),
+        Command::Prefetch(args) => {
+            if args.data.is_some() {
+                logging::warnings();
+            }
+            client(prefetch::run(*args))
+        }
+        Command::Export(args) => {
+            if args.select.data.is_some() {
+                logging::warnings();
+            }
+            client(export::run(*args))
+        }
+        Command::Import(args) => client(import::run_import(*args)),
+        Command::Bundle(args) => client(import::run_bundle(args)),
+        Command::Tag(args) => client(import::run_tag(args)),
         Command::Completions(args) => docs_cmd::completions(&args),
         Command::Man(args) => docs_cmd::man(&args),
     };

@@ -259,7 +259,7 @@ fn read_capped(flag: &str, path: &Path, max_size: u64) -> anyhow::Result<String>
             "{flag} {}: is larger than the input size cap of {} ({max_size} bytes), so it is not parsed; pass --max-input-size to raise the cap",
             path.display(),
             human(max_size)
-        )));
+        )).into());
     }
     let text = String::from_utf8(bytes)
         .map_err(|e| cannot(std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())))?;
@@ -267,20 +267,20 @@ fn read_capped(flag: &str, path: &Path, max_size: u64) -> anyhow::Result<String>
         return Err(Failure::usage(format!(
             "{flag} {}: nests deeper than the nesting cap of {MAX_NESTING} levels (collections within collections), so it is not parsed; Cozystack values and kubectl output nest far less",
             path.display()
-        )));
+        )).into());
     }
     Ok(text)
 }
 
 fn check_one_stdin(paths: &[Option<&Path>]) -> anyhow::Result<()> {
     if paths.iter().flatten().filter(|p| p.as_os_str() == "-").count() > 1 {
-        return Err(Failure::usage("only one input can be read from standard input ('-')"));
+        return Err(Failure::usage("only one input can be read from standard input ('-')").into());
     }
     Ok(())
 }
 
 /// Map a library error onto the exit-code convention.
-fn classify(err: tender_render::Error) -> anyhow::Error {
+fn classify(err: tender_render::Error) -> Failure {
     use tender_render::Error as E;
     match err {
         E::Malformed { .. } | E::IncompleteState { .. } => Failure::usage(err.to_string()),
@@ -321,12 +321,15 @@ fn registries(a: RegistriesArgs) -> anyhow::Result<ExitCode> {
     match a.format {
         RegistriesFormat::Talos => {
             if a.out.is_some() {
-                return Err(Failure::usage("--out is for --format containerd; Talos documents go to standard output"));
+                return Err(
+                    Failure::usage("--out is for --format containerd; Talos documents go to standard output").into()
+                );
             }
             if a.containerd_version.is_some() {
                 return Err(Failure::usage(
                     "--containerd-version is for --format containerd; Talos runs its own containerd",
-                ));
+                )
+                .into());
             }
             let version =
                 TalosVersion::parse("--talos-version", &a.talos_version).map_err(|r| Failure::usage(r.to_string()))?;
@@ -336,7 +339,7 @@ fn registries(a: RegistriesArgs) -> anyhow::Result<ExitCode> {
             let Some(dir) = a.out else {
                 return Err(Failure::usage(
                     "--format containerd writes <DIR>/<host>/hosts.toml: pass --out DIR (containerd's config_path, e.g. /etc/containerd/certs.d)",
-                ));
+                ).into());
             };
             let mut files = hosts_files(&plan).map_err(classify)?;
             if let Some(v) = &a.containerd_version {
@@ -391,7 +394,7 @@ fn write_file(root: &Path, f: &OutputFile) -> anyhow::Result<()> {
 fn cluster_state(path: Option<&PathBuf>) -> anyhow::Result<Option<ClusterState>> {
     path.map(|p| {
         let text = read_input("--cluster-state", p)?;
-        ClusterState::from_yaml(&text).map_err(classify)
+        Ok(ClusterState::from_yaml(&text).map_err(classify)?)
     })
     .transpose()
 }
@@ -469,7 +472,7 @@ fn check_cozystack(a: CheckCozystackArgs) -> anyhow::Result<ExitCode> {
     let Some(state_path) = a.cluster_state.as_ref() else {
         return Err(Failure::usage(
             "--cluster-state is required: the rules R-1 to R-4, D-1 to D-6, N-1 to N-4, A-1 and G-9 read the cluster; pass the output of `kubectl get storageclasses,datavolumes,persistentvolumeclaims -A -o yaml`",
-        ));
+        ).into());
     };
     let max = parse_bytes(&a.max_input_size).ok_or_else(|| {
         Failure::usage(format!("--max-input-size {:?} is not a size; write it like 4Mi or 4194304", a.max_input_size))

@@ -7,17 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use tender_fetch::{FetchMetrics, FetchSettings, Flights, Mirror, Upstream, UpstreamSettings};
-
-/// The upstream name of the Image Factory in logs and metrics.
-pub const IMAGE_FACTORY: &str = "image-factory";
+use tender_catalog::{Catalog, CatalogMetrics, ImportSettings};
+use tender_client::datadir;
+use tender_client::local::build_mirror;
+use tender_config::{self as config, Overrides, Settings};
+use tender_fetch::{FetchMetrics, Flights, Mirror, UpstreamSettings};
 use tender_server::listen::{self, ListenOptions};
 use tender_server::tls::TlsReloader;
 use tender_server::{router_for, AppState, Security, ServerMetrics, Surface};
 use tender_store::{OpenMode, Store};
 use tokio::net::TcpListener;
 
-use crate::config::{self, LogFormat, Overrides, Settings};
 use crate::exit::Failure;
 
 #[derive(Debug, clap::Args)]
@@ -122,74 +122,6 @@ impl ServeArgs {
     }
 }
 
-pub fn init_logging(format: LogFormat) {
-    use tender_server::access::LogStyle;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TENDER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(crate::logsink::sink());
-    use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
-    let (installed, style) = match format {
-        LogFormat::Json => {
-            (builder.json().flatten_event(true).finish().with(crate::noise::library_noise()).try_init(), LogStyle::Json)
-        }
-        LogFormat::Text => (builder.finish().with(crate::noise::library_noise()).try_init(), LogStyle::Text),
-    };
-    // Access lines are written as this subscriber would format them, without its machinery
-    // (tender_server::access::log_directly); its `access` filter still applies. Without ANSI
-    // colours only: the direct lines have none.
-    if installed.is_ok() && !ansi {
-        tender_server::access::log_directly(style, crate::logsink::write_access_line);
-    }
-}
-
-pub(crate) fn build_mirror(
-    settings: &Settings,
-    flights: Arc<Flights>,
-    metrics: &FetchMetrics,
-) -> anyhow::Result<Arc<Mirror>> {
-    let mut upstreams = Vec::new();
-    for u in &settings.upstreams {
-        let up = Upstream::new(u.clone(), settings.fetch.clone(), metrics.clone())
-            .map_err(|e| Failure::usage(format!("upstream {}: {}", u.name, e.message)))?;
-        upstreams.push(Arc::new(up));
-    }
-    let factory_fetch = FetchSettings {
-        first_byte_timeout: settings.factory_first_byte_timeout.max(settings.fetch.first_byte_timeout),
-        ..settings.fetch.clone()
-    };
-    let parent = settings.parent.as_ref();
-    let factory = UpstreamSettings {
-        name: IMAGE_FACTORY.to_string(),
-        endpoints: parent.map_or_else(|| vec![settings.image_factory.clone()], |p| p.urls.clone()),
-        ca_file: parent.and_then(|p| p.ca_file.clone()),
-        insecure_skip_verify: false,
-        proxy: None,
-        credentials: parent.and_then(|p| p.credentials.clone()),
-        public: true,
-        private: false,
-        range_before_verify: settings.factory_range_before_verify,
-        redirect_hosts: None,
-        token_realm_hosts: Vec::new(),
-        library_prefix: false,
-        max_object_size: None,
-        stale_max_age: None,
-        ns_param: None,
-        client_identity: parent.and_then(|p| p.client_identity.clone()),
-        offline: settings.offline,
-    };
-    let factory = Upstream::new(factory, factory_fetch, metrics.clone())
-        .map_err(|e| Failure::usage(format!("imageFactory: {}", e.message)))?;
-    Ok(Mirror::with_image_factory(
-        upstreams,
-        settings.default_upstream.clone(),
-        Arc::new(factory),
-        flights,
-        settings.fetch.clone(),
-    ))
-}
-
 /// Where an edge keeps the upstream names its parent gave it, to start while the parent is down.
 pub const PARENT_FILE: &str = "parent-upstreams.json";
 
@@ -210,7 +142,7 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
     let saved = settings.data.join(PARENT_FILE);
     let b = reqwest::Client::builder().use_rustls_tls().no_proxy().timeout(Duration::from_secs(10));
     let identity = p.client_identity.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
-    let client = crate::client::with_tls_files(b, p.ca_file.as_deref(), identity, "parent-")?
+    let client = tender_client::http::with_tls_files(b, p.ca_file.as_deref(), identity, "parent-")?
         .build()
         .context("HTTP client for the parents")?;
     let mut view = None;
@@ -302,7 +234,7 @@ pub(crate) async fn open_bucket(
     match bucket.check().await {
         Ok(()) => tracing::info!(bucket = %s.bucket, endpoint = ?s.endpoint, prefix = %s.prefix, replica = %s.replica,
             lease = s.lease, chunk_size = s.chunk_size, "shared bucket ready"),
-        Err(e @ tender_bucket::BucketError::Setup { .. }) => return Err(Failure::usage(e.to_string())),
+        Err(e @ tender_bucket::BucketError::Setup { .. }) => return Err(Failure::usage(e.to_string()).into()),
         Err(e) => tracing::error!(error = %e, probe_every = ?s.probe_interval,
             "shared bucket unreachable at start; serving without it and probing it in the background"),
     }
@@ -314,7 +246,7 @@ pub(crate) async fn open_bucket(
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let settings = args.load().map_err(|e| Failure::usage(e.to_string()))?;
-    init_logging(settings.log_format);
+    crate::logging::serve(settings.log_format);
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let runtime =
         runtime_builder(cpus).enable_all().thread_name("tender").build().context("starting the async runtime")?;
@@ -338,12 +270,12 @@ fn runtime_builder(cpus: usize) -> tokio::runtime::Builder {
 }
 
 async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCode> {
-    crate::datadir::check(&settings.data).map_err(Failure::problem)?;
-    crate::datadir::own_files();
+    datadir::check(&settings.data).map_err(Failure::problem)?;
+    datadir::own_files();
     let store = Store::open(&settings.data, OpenMode::Exclusive)
         .map_err(|e| Failure::problem(e.to_string()))?
         .with_memory(settings.memory);
-    crate::datadir::close_logged(&settings.data, &settings.catalog);
+    datadir::close_logged(&settings.data, &settings.catalog);
     learn_parent(&mut settings).await?;
     // Enforced at fill time (evict first, else pass the object through), not only on the tick.
     let min_free = settings.cache_min_free.unwrap_or_else(|| default_min_free(store.capacity_bytes().unwrap_or(0)));
@@ -351,7 +283,7 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
     tracing::info!(max_size = settings.cache_max_size, min_free, "cache limits");
     let store = Arc::new(store);
     let fetch_metrics = FetchMetrics::default();
-    let catalog_metrics = tender_catalog::CatalogMetrics::default();
+    let catalog_metrics = CatalogMetrics::default();
     let bucket_metrics = tender_bucket::BucketMetrics::default();
     let server_metrics = Arc::new(ServerMetrics::with_hook(&fetch_metrics, |r| {
         catalog_metrics.register(r);
@@ -361,7 +293,7 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
     let bucket = open_bucket(&settings, bucket_metrics).await?;
     let flights = Flights::with_bucket(store.clone(), settings.fetch.clone(), fetch_metrics.clone(), bucket);
     let mirror = build_mirror(&settings, flights.clone(), &fetch_metrics)?;
-    let catalog = crate::catalog_cmd::start(&settings, mirror.clone(), catalog_metrics)?;
+    let catalog = start_catalog(&settings, mirror.clone(), catalog_metrics)?;
     let security = Security {
         auth: std::sync::RwLock::new(client_auth(&settings)),
         admin: settings.admin.token.as_deref().map(|t| tender_server::admin::Admin {
@@ -408,11 +340,11 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
     );
     warn_exposure(&settings, local, admin_listener.as_ref().and_then(|l| l.local_addr().ok()));
 
-    // `catalog_cmd::start` started the first catalog sync.
+    // `start_catalog` started the first catalog sync.
     spawn_reload(args, settings.clone(), app.clone(), flights.clone(), fetch_metrics.clone(), catalog.clone());
     spawn_gc(&settings, flights.clone());
     spawn_scrub(&settings, flights.clone(), server_metrics.clone());
-    let served_path = settings.data.join(SERVED_FILE);
+    let served_path = settings.data.join(datadir::SERVED_FILE);
     spawn_served_saver(app.clone(), served_path.clone());
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -458,6 +390,33 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
     }
     tracing::info!("tender stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The catalog of a starting server: refuses (exit 2) an entry that edits an existing golden.
+fn start_catalog(settings: &Settings, mirror: Arc<Mirror>, metrics: CatalogMetrics) -> anyhow::Result<Arc<Catalog>> {
+    let catalog = Catalog::open(
+        &settings.data,
+        settings.catalog.clone(),
+        mirror,
+        ImportSettings::from_fetch(&settings.fetch),
+        metrics,
+    )
+    .map_err(|e| Failure::usage(e.to_string()))?;
+    catalog.spawn_sync(false);
+    Ok(catalog)
+}
+
+/// After a successful reload: take the new entries and import what is pending; an edit of an
+/// existing golden keeps the running catalog configuration.
+fn reload_catalog(catalog: &Catalog, settings: &Settings, mirror: Arc<Mirror>) {
+    match catalog.reconfigure(settings.catalog.clone(), mirror, ImportSettings::from_fetch(&settings.fetch)) {
+        Ok(()) => {
+            // A new golden directory inside the data directory needs its way opened.
+            datadir::close_logged(&settings.data, &settings.catalog);
+            catalog.spawn_sync(false);
+        }
+        Err(e) => tracing::error!(error = %e, "catalog: reload refused; keeping the running catalog configuration"),
+    }
 }
 
 /// Client authentication from the resolved settings.
@@ -528,9 +487,6 @@ fn raise_fd_limit() {
     }
 }
 
-/// Where the served statistics are kept across restarts.
-pub const SERVED_FILE: &str = "served.json";
-
 /// Load the served statistics (and the savings kept with them), then save them every 10
 /// seconds, the savings brought up to date first.
 fn spawn_served_saver(app: Arc<AppState>, path: PathBuf) {
@@ -559,7 +515,7 @@ fn spawn_reload(
     app: Arc<AppState>,
     flights: Arc<Flights>,
     metrics: FetchMetrics,
-    catalog: Arc<tender_catalog::Catalog>,
+    catalog: Arc<Catalog>,
 ) {
     tokio::spawn(async move {
         let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
@@ -588,7 +544,7 @@ fn spawn_reload(
                                 new_auth.inherit(&old);
                             }
                             app.security().set_auth(auth);
-                            crate::catalog_cmd::reload(&catalog, &new, m);
+                            reload_catalog(&catalog, &new, m);
                             tracing::info!(
                                 upstreams = ?new.upstreams.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
                                 "configuration reloaded"

@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context as _;
 use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE, LOCATION, RANGE};
 use reqwest::{Method, Response, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -26,8 +25,8 @@ use tender_oci::media::{self, ALL_MANIFESTS};
 use tender_oci::Reference;
 use url::Url;
 
-use crate::client::{self, ClientArgs, ClientOptions, ImageRef, TenderClient};
-use crate::exit::Failure;
+use crate::exit::{Context as _, Failure, Result};
+use crate::http::{self, ClientArgs, ClientOptions, ImageRef, TenderClient};
 
 #[derive(Debug, clap::Args)]
 pub struct ProbeArgs {
@@ -187,7 +186,7 @@ fn cache_lookup(path: &Path, q: &Question, ttl: Option<Duration>, now: u64) -> O
 }
 
 /// Store an answer: read, update, write a temp file beside it, fsync, rename.
-fn cache_store(path: &Path, q: &Question, v: &Verdict, now: u64) -> anyhow::Result<()> {
+fn cache_store(path: &Path, q: &Question, v: &Verdict, now: u64) -> Result<()> {
     let mut file = cache_read(path);
     file.format = CACHE_FORMAT;
     file.answers.insert(q.key(), CachedAnswer { question: q.clone(), verdict: v.clone(), stored_at: now });
@@ -212,7 +211,7 @@ fn cache_store(path: &Path, q: &Question, v: &Verdict, now: u64) -> anyhow::Resu
 }
 
 /// An OS image argument as a path under the base: `/image/...`, or a full URL under the base.
-fn os_image_path(base: &Url, raw: &str) -> anyhow::Result<String> {
+fn os_image_path(base: &Url, raw: &str) -> Result<String> {
     let raw = raw.trim();
     if raw.starts_with("http://") || raw.starts_with("https://") {
         let u = Url::parse(raw).map_err(|e| Failure::usage(format!("--os-image {raw:?} is not a URL: {e}")))?;
@@ -242,8 +241,8 @@ fn sorted_unique(mut v: Vec<String>) -> Vec<String> {
     v
 }
 
-pub fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
-    let base = client::parse_base_url(&args.base)?;
+pub fn run(args: ProbeArgs) -> Result<ExitCode> {
+    let base = http::parse_base_url(&args.base)?;
     let mut images = Vec::new();
     for raw in &args.images {
         images.push(ImageRef::parse(raw).map_err(|e| Failure::usage(format!("--image: {e}")))?);
@@ -354,7 +353,7 @@ impl Prober {
     /// `GET /v2/`: a registry answers 200 (or 401) with `Docker-Distribution-API-Version:
     /// registry/2.0` or a JSON body.
     async fn registry(&self, deadline: tokio::time::Instant) -> Verdict {
-        let url = client::join(&self.base, "/v2/");
+        let url = http::join(&self.base, "/v2/");
         let what = format!("GET {url}");
         let resp = match self.send(&what, Method::GET, url, HeaderMap::new(), deadline).await {
             Ok(r) => r,
@@ -393,10 +392,8 @@ impl Prober {
 
     /// `HEAD /v2/<repo>/manifests/<ref>?ns=<registry>` must answer 200 with a manifest type.
     async fn image(&self, img: &ImageRef, deadline: tokio::time::Instant) -> Verdict {
-        let url = client::join(
-            &self.base,
-            &format!("/v2/{}/manifests/{}?ns={}", img.repository, img.reference, img.registry),
-        );
+        let url =
+            http::join(&self.base, &format!("/v2/{}/manifests/{}?ns={}", img.repository, img.reference, img.registry));
         let what = format!("{img}: HEAD {url}");
         let mut headers = HeaderMap::new();
         if let Ok(v) = ALL_MANIFESTS.join(", ").parse() {
@@ -425,7 +422,7 @@ impl Prober {
 
     /// `GET <path>` with `Range: bytes=0-0` must answer 206.
     async fn os_image(&self, path: &str, deadline: tokio::time::Instant) -> Verdict {
-        let url = client::join(&self.base, path);
+        let url = http::join(&self.base, path);
         let what = format!("GET {url} (Range: bytes=0-0)");
         let mut headers = HeaderMap::new();
         headers.insert(RANGE, reqwest::header::HeaderValue::from_static("bytes=0-0"));
@@ -570,7 +567,7 @@ mod tests {
 
     #[test]
     fn should_take_os_images_as_paths_or_urls_under_the_base() {
-        let base = client::parse_base_url("http://h:5000/c").unwrap();
+        let base = http::parse_base_url("http://h:5000/c").unwrap();
         assert_eq!(os_image_path(&base, "/image/s/v1/a.raw.xz").unwrap(), "/image/s/v1/a.raw.xz");
         assert_eq!(os_image_path(&base, "http://h:5000/c/image/s/v1/a.raw.xz").unwrap(), "/image/s/v1/a.raw.xz");
         assert!(os_image_path(&base, "http://other:5000/c/image/s").is_err());

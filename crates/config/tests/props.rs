@@ -1,5 +1,5 @@
-//! Properties of the config loader (`config.rs`), with proptest: a fuzz target cannot link the
-//! binary crate. See docs/fuzzing.md.
+//! Properties of the config loader (this crate's `parse` and `resolve`), with proptest, run by
+//! `cargo test` like any test. See docs/fuzzing.md.
 //!
 //! - arbitrary YAML-ish text, and the embedded default cut short or with a line dropped,
 //!   doubled or re-indented, never panics, and every error names a config key, or is a YAML
@@ -22,7 +22,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{json, Map, Value};
 
-use crate::config::{parse, resolve, ConfigError, LogFormat, Overrides, Settings};
+use tender_config::{parse, resolve, ConfigError, LogFormat, Overrides, Settings};
 
 /// Cases per property: enough to walk every key and mutation, and well under a second each.
 /// `PROPTEST_CASES` raises it for a long run (docs/fuzzing.md).
@@ -207,8 +207,8 @@ fn should_never_panic_and_name_a_key_or_a_position_for_any_text() {
 #[test]
 fn should_resolve_or_name_the_problem_for_any_edit_of_the_default() {
     let o = Overrides { listen: Some("127.0.0.1:0".into()), ..Overrides::default() };
-    let lines: Vec<&str> = crate::config::DEFAULT_CONFIG.lines().collect();
-    let edit = (0..lines.len(), 0usize..4, 0..=crate::config::DEFAULT_CONFIG.len());
+    let lines: Vec<&str> = tender_config::DEFAULT_CONFIG.lines().collect();
+    let edit = (0..lines.len(), 0usize..4, 0..=tender_config::DEFAULT_CONFIG.len());
     runner()
         .run(&edit, |(i, kind, cut)| {
             let mut edited: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
@@ -510,7 +510,7 @@ fn check_settings(m: &Model, s: &Settings) -> Result<(), TestCaseError> {
         prop_assert_eq!(got.library_prefix, u.library_prefix.unwrap_or(u.name == "docker.io"));
         prop_assert_eq!(
             got.max_object_size,
-            Some(u.max_object_size.map_or(crate::config::DEFAULT_MAX_OBJECT_SIZE, |(_, n)| n))
+            Some(u.max_object_size.map_or(tender_config::DEFAULT_MAX_OBJECT_SIZE, |(_, n)| n))
         );
         prop_assert_eq!(&got.redirect_hosts, &u.redirect_hosts);
         match (&u.credentials, &got.credentials) {

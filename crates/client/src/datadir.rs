@@ -1,9 +1,13 @@
 //! What `serve` checks of its data directory before it opens it: no other user can write it,
 //! and nothing inside it is a symlink that leads out of it. The directory's own path may be a
-//! symlink (systemd's `StateDirectory` makes one).
+//! symlink (systemd's `StateDirectory` makes one). And how every command that writes it keeps
+//! it to itself.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+
+/// Where `serve` keeps the served statistics across restarts (`tender stats --data` reads them).
+pub const SERVED_FILE: &str = "served.json";
 
 /// Refuse a data directory another user can write, or one holding a symlink that leads out of
 /// it. A directory that does not exist yet passes (it is created with tender's umask).

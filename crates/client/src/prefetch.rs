@@ -22,28 +22,25 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use bytes::Bytes;
 use futures::stream::{self, StreamExt as _};
 use indicatif::{HumanBytes, MultiProgress, ProgressBar, ProgressStyle};
-
-use crate::progress::{Show, Totals};
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use tender_catalog::asset::{self, AssetPath, Compression};
 use tender_fetch::flight::{Claim, Fill, Phase};
 use tender_fetch::mirror::CacheResult;
-use tender_fetch::{Container, FetchError, FetchErrorKind, FetchMetrics, Flights, Mirror, Upstream};
+use tender_fetch::{Container, FetchError, FetchErrorKind, Mirror, Upstream};
 use tender_oci::media::{self, AcceptList, ALL_MANIFESTS};
 use tender_oci::{Algorithm, Digest, Reference, RepoName};
 use tender_store::{OpenMode, Store};
 use tokio::sync::Semaphore;
 use url::Url;
 
-use crate::client::{self, ClientArgs, ClientOptions, ImageRef, TenderClient};
-use crate::config;
-use crate::exit::Failure;
+use crate::exit::{Context as _, Failure, Result};
+use crate::http::{self, ClientArgs, ClientOptions, ImageRef, TenderClient};
+use crate::progress::{Show, Totals};
 
 /// Cozystack's default schematic ("cozystack-tested vanilla"), `talos.schematicID`.
 pub const DEFAULT_SCHEMATIC: &str = "ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515";
@@ -194,12 +191,12 @@ impl fmt::Display for Item {
 }
 
 /// The embedded Kubernetes minor → patch map.
-fn kubernetes_versions() -> anyhow::Result<BTreeMap<String, String>> {
+fn kubernetes_versions() -> Result<BTreeMap<String, String>> {
     serde_norway::from_str(KUBERNETES_VERSIONS).context("reading the embedded Kubernetes version map")
 }
 
 /// `v1.35` → Cozystack's patch for it; a full `v1.35.2` is taken as written.
-fn kubernetes_patch(raw: &str) -> anyhow::Result<String> {
+fn kubernetes_patch(raw: &str) -> Result<String> {
     let v = if raw.starts_with('v') { raw.to_string() } else { format!("v{raw}") };
     if asset::valid_version(&v) {
         return Ok(v);
@@ -221,7 +218,7 @@ fn kubernetes_patch(raw: &str) -> anyhow::Result<String> {
 }
 
 /// The items the presets stand for.
-fn preset_items(args: &PrefetchArgs, platforms: &[Platform]) -> anyhow::Result<Vec<Item>> {
+fn preset_items(args: &PrefetchArgs, platforms: &[Platform]) -> Result<Vec<Item>> {
     let mut items = Vec::new();
     if let Some(talos) = &args.talos {
         if !asset::valid_version(talos) {
@@ -256,7 +253,7 @@ fn preset_items(args: &PrefetchArgs, platforms: &[Platform]) -> anyhow::Result<V
 }
 
 /// Every item asked for, in order (files, arguments, os images, presets), without duplicates.
-fn collect_items(args: &PrefetchArgs, platforms: &[Platform]) -> anyhow::Result<Vec<Item>> {
+fn collect_items(args: &PrefetchArgs, platforms: &[Platform]) -> Result<Vec<Item>> {
     let mut items = Vec::new();
     for f in &args.files {
         let text = std::fs::read_to_string(f)
@@ -606,7 +603,7 @@ pub(crate) struct ServerBackend {
 
 impl ServerBackend {
     pub(crate) async fn get(&self, what: &str, path: &str, accept: Option<&str>) -> Result<reqwest::Response, Failed> {
-        let url = client::join(&self.base, path);
+        let url = http::join(&self.base, path);
         let mut headers = HeaderMap::new();
         if let Some(a) = accept.and_then(|a| HeaderValue::from_str(a).ok()) {
             headers.insert(ACCEPT, a);
@@ -933,16 +930,8 @@ async fn warm(
     }
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TENDER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
-}
-
-fn local_backend(args: &PrefetchArgs) -> anyhow::Result<Backend> {
-    let (name, raw) = config::read(args.config.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
-    let overrides = config::Overrides { data: args.data.clone(), ..config::Overrides::default() };
-    let settings = config::resolve(&name, raw, &overrides).map_err(|e| Failure::usage(e.to_string()))?;
+fn local_backend(args: &PrefetchArgs) -> Result<Backend> {
+    let settings = crate::local::settings(args.config.as_deref(), args.data.clone())?;
     crate::datadir::check(&settings.data).map_err(Failure::problem)?;
     crate::datadir::own_files();
     let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
@@ -950,9 +939,7 @@ fn local_backend(args: &PrefetchArgs) -> anyhow::Result<Backend> {
         eprintln!("tender: warning: {p}");
     }
     let store = Arc::new(store);
-    let metrics = FetchMetrics::default();
-    let flights = Flights::new(store.clone(), settings.fetch.clone(), metrics.clone());
-    let mirror = crate::serve::build_mirror(&settings, flights, &metrics)?;
+    let mirror = crate::local::mirror(&settings, store.clone())?;
     let local = LocalBackend {
         mirror,
         store,
@@ -962,8 +949,8 @@ fn local_backend(args: &PrefetchArgs) -> anyhow::Result<Backend> {
     Ok(Backend { mode: Mode::Local(local), retries: args.retries })
 }
 
-fn server_backend(args: &PrefetchArgs, url: &str) -> anyhow::Result<Backend> {
-    let base = client::parse_base_url(url)?;
+fn server_backend(args: &PrefetchArgs, url: &str) -> Result<Backend> {
+    let base = http::parse_base_url(url)?;
     let headers: &[(&'static str, &'static str)] =
         if args.pin { &[("x-tender-prefetch", "1"), ("x-tender-pin", "1")] } else { &[("x-tender-prefetch", "1")] };
     let client = args.client.client(&ClientOptions {
@@ -985,7 +972,7 @@ pub(crate) struct Run {
 }
 
 /// Check the arguments and build the backend; nothing is fetched yet.
-pub(crate) fn start(args: &PrefetchArgs) -> anyhow::Result<Run> {
+pub(crate) fn start(args: &PrefetchArgs) -> Result<Run> {
     let mut platforms = Vec::new();
     for p in &args.platforms {
         platforms.push(p.parse::<Platform>().map_err(Failure::usage)?);
@@ -1004,15 +991,12 @@ pub(crate) fn start(args: &PrefetchArgs) -> anyhow::Result<Run> {
         .thread_name("tender-prefetch")
         .build()
         .context("starting the async runtime")?;
-    let backend = match &client::server_or_env(&args.server, args.data.is_some()) {
+    let backend = match &http::server_or_env(&args.server, args.data.is_some()) {
         Some(url) => server_backend(args, url)?,
         None if args.data.is_none() => {
             return Err(Failure::usage("give --server URL (or TENDER_SERVER) or --data DIR"));
         }
-        None => {
-            init_logging();
-            local_backend(args)?
-        }
+        None => local_backend(args)?,
     };
     Ok(Run { items, platforms, backend, runtime })
 }
@@ -1048,7 +1032,7 @@ pub(crate) fn warm_all(run: &Run, args: &PrefetchArgs, verb: &'static str) -> Ve
 }
 
 /// The error for the failed items, if any: transient (exit 3) when all failures were.
-pub(crate) fn verdict(outcomes: &[(Item, Result<Done, Failed>)], what: &str) -> anyhow::Result<()> {
+pub(crate) fn verdict(outcomes: &[(Item, Result<Done, Failed>)], what: &str) -> Result<()> {
     let failed: Vec<&Failed> = outcomes.iter().filter_map(|(_, r)| r.as_ref().err()).collect();
     if failed.is_empty() {
         return Ok(());
@@ -1061,7 +1045,7 @@ pub(crate) fn verdict(outcomes: &[(Item, Result<Done, Failed>)], what: &str) -> 
     }
 }
 
-pub fn run(args: PrefetchArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: PrefetchArgs) -> Result<ExitCode> {
     let run = start(&args)?;
     let outcomes = warm_all(&run, &args, "prefetch");
     verdict(&outcomes, "warmed")?;
@@ -1183,9 +1167,10 @@ mod tests {
     #[test]
     fn should_refuse_bad_presets_and_empty_requests() {
         let parse = |argv: &[&str]| {
-            let cli = Cli::try_parse_from(std::iter::once("prefetch").chain(argv.iter().copied()))?;
+            let cli = Cli::try_parse_from(std::iter::once("prefetch").chain(argv.iter().copied()))
+                .map_err(|e| e.to_string())?;
             let platforms: Vec<Platform> = cli.args.platforms.iter().map(|p| p.parse().unwrap()).collect();
-            collect_items(&cli.args, &platforms).map_err(|e| e.to_string()).map_err(anyhow::Error::msg)
+            collect_items(&cli.args, &platforms).map_err(|e| e.to_string())
         };
         assert!(parse(&["--server", "http://x"]).is_err(), "nothing to do");
         assert!(parse(&["--server", "http://x", "--talos", "1.13"]).is_err());

@@ -11,16 +11,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use bytes::Bytes;
 use indicatif::HumanBytes;
 use tender_bundle::{ImportError, ImportOptions, ImportReport};
-use tender_fetch::{FetchMetrics, Flights};
 use tender_store::{OpenMode, Store};
 
-use crate::client::{join, parse_base_url, server_or_env, ClientArgs, ClientOptions};
-use crate::config;
-use crate::exit::Failure;
+use crate::exit::{Context as _, Failure, Result};
+use crate::http::{join, parse_base_url, server_or_env, ClientArgs, ClientOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {
@@ -107,20 +104,16 @@ pub struct TagRmArgs {
 }
 
 /// The store and routing of a stopped tender's data directory.
-fn open_local(data: &Path, cfg: Option<&Path>) -> anyhow::Result<Arc<tender_fetch::Mirror>> {
-    let (name, raw) = config::read(cfg).map_err(|e| Failure::usage(e.to_string()))?;
-    let overrides = config::Overrides { data: Some(data.to_path_buf()), ..config::Overrides::default() };
-    let settings = config::resolve(&name, raw, &overrides).map_err(|e| Failure::usage(e.to_string()))?;
+fn open_local(data: &Path, cfg: Option<&Path>) -> Result<Arc<tender_fetch::Mirror>> {
+    let settings = crate::local::settings(cfg, Some(data.to_path_buf()))?;
     crate::datadir::check(&settings.data).map_err(Failure::problem)?;
     crate::datadir::own_files();
     let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
     crate::datadir::close_logged(&settings.data, &settings.catalog);
-    let metrics = FetchMetrics::default();
-    let flights = Flights::new(Arc::new(store), settings.fetch.clone(), metrics.clone());
-    crate::serve::build_mirror(&settings, flights, &metrics)
+    crate::local::mirror(&settings, Arc::new(store))
 }
 
-pub fn run_import(args: ImportArgs) -> anyhow::Result<ExitCode> {
+pub fn run_import(args: ImportArgs) -> Result<ExitCode> {
     if !args.path.exists() {
         return Err(Failure::usage(format!("{}: no such bundle", args.path.display())));
     }
@@ -151,7 +144,7 @@ pub fn run_import(args: ImportArgs) -> anyhow::Result<ExitCode> {
                 Err(e @ (ImportError::Refused(_) | ImportError::TooLarge(_))) => {
                     return Err(Failure::problem(e.to_string()))
                 }
-                Err(e) => return Err(anyhow::Error::new(e).context(format!("importing {}", args.path.display()))),
+                Err(e) => return Err(e).context(format!("importing {}", args.path.display())),
             }
         }
     };
@@ -192,7 +185,7 @@ fn print_report(path: &Path, r: &ImportReport) {
 }
 
 /// Stream a bundle to a running tender: a tar file as it is, a directory packed on the way.
-fn import_through(url: &str, args: &ImportArgs, options: &ImportOptions) -> anyhow::Result<ImportReport> {
+fn import_through(url: &str, args: &ImportArgs, options: &ImportOptions) -> Result<ImportReport> {
     let base = parse_base_url(url)?;
     let mut q = url::form_urlencoded::Serializer::new(String::new());
     if let Some(r) = &options.registry {
@@ -284,7 +277,7 @@ fn pack(path: &Path, tx: tokio::sync::mpsc::Sender<io::Result<Bytes>>) -> io::Re
     }
 }
 
-pub fn run_bundle(args: BundleArgs) -> anyhow::Result<ExitCode> {
+pub fn run_bundle(args: BundleArgs) -> Result<ExitCode> {
     match args.command {
         BundleCommand::Ls { path, json } => {
             let l = tender_bundle::list::list(&path)
@@ -322,7 +315,7 @@ pub fn run_bundle(args: BundleArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-pub fn run_tag(args: TagArgs) -> anyhow::Result<ExitCode> {
+pub fn run_tag(args: TagArgs) -> Result<ExitCode> {
     let TagCommand::Rm(args) = args.command;
     let t = &args.target;
     match server_or_env(&t.server, t.data.is_some()) {
@@ -385,7 +378,7 @@ pub fn run_tag(args: TagArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn tag_verdict(missing: usize) -> anyhow::Result<ExitCode> {
+fn tag_verdict(missing: usize) -> Result<ExitCode> {
     if missing > 0 {
         return Err(Failure::problem(format!("{missing} tag(s) had no record")));
     }

@@ -1,5 +1,12 @@
-//! The config file in two stages: serde structs close to the YAML (unknown keys refused),
-//! then `resolve` into validated settings with every flag applied.
+//! tender's configuration, shared by `tender serve` and every command that reads a config file:
+//! the file in two stages, serde structs close to the YAML (unknown keys refused), then
+//! [`resolve`] into validated [`Settings`] with the command-line [`Overrides`] applied. Every
+//! error is a [`ConfigError`] naming the key (or the flag) and the fix. The embedded default is
+//! [`DEFAULT_CONFIG`]; `tests/props.rs` holds the loader's properties.
+//!
+//! Must not depend on: clap (flags arrive as [`Overrides`]), anyhow, an HTTP client or an async
+//! runtime. Resolving opens no connection; its only IO is reading the files keys name
+//! (passwords, htpasswd, tokens, TLS PEM files), to refuse a bad one at start.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -359,6 +366,14 @@ pub fn read(path: Option<&Path>) -> Result<(String, RawConfig), ConfigError> {
     Ok((name, raw))
 }
 
+/// The settings of a command that works on a data directory: the config file (or the embedded
+/// default) with only `--data` applied.
+pub fn load(path: Option<&Path>, data: Option<PathBuf>) -> Result<Settings, ConfigError> {
+    let (name, raw) = read(path)?;
+    resolve(&name, raw, &Overrides { data, ..Overrides::default() })
+}
+
+/// Parse a config file's text; `name` says where it came from in errors.
 pub fn parse(name: &str, text: &str) -> Result<RawConfig, ConfigError> {
     if text.trim().is_empty() {
         return Ok(RawConfig::default());
@@ -408,11 +423,11 @@ fn duration(name: &str, key: &str, v: &Option<String>, default: Duration) -> Res
     }
 }
 
-/// Parse a size: plain bytes, or with K/M/G/T (powers of 1000) or Ki/Mi/Gi/Ti (powers of 1024).
 /// The largest `cache.memoryObjectMax`: an object is read whole, and verified, per request
 /// when it is not in memory.
 const MAX_MEMORY_OBJECT: u64 = 16 << 20;
 
+/// Parse a size: plain bytes, or with K/M/G/T (powers of 1000) or Ki/Mi/Gi/Ti (powers of 1024).
 pub fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());

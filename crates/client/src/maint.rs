@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use tender_store::{GcPlan, GcReport, OpenMode, Store};
 
-use crate::client::{join, parse_base_url, server_or_env, ClientArgs, ClientOptions};
-use crate::config;
-use crate::exit::Failure;
+use crate::exit::{Failure, Result};
+use crate::http::{join, parse_base_url, server_or_env, ClientArgs, ClientOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct FsckArgs {
@@ -67,7 +66,7 @@ pub struct GcArgs {
 }
 
 /// POST an admin endpoint of a running tender and return its JSON answer.
-fn admin_post(server: &str, client: &ClientArgs, path_and_query: &str) -> anyhow::Result<serde_json::Value> {
+fn admin_post(server: &str, client: &ClientArgs, path_and_query: &str) -> Result<serde_json::Value> {
     let base = parse_base_url(server)?;
     let url = join(&base, path_and_query);
     let c = client.client(&ClientOptions {
@@ -103,14 +102,12 @@ fn admin_post(server: &str, client: &ClientArgs, path_and_query: &str) -> anyhow
     })
 }
 
-fn data_dir(data: &Option<PathBuf>, cfg: &Option<PathBuf>) -> anyhow::Result<(PathBuf, Option<u64>)> {
-    let (name, raw) = config::read(cfg.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
-    let o = config::Overrides { data: data.clone(), ..config::Overrides::default() };
-    let s = config::resolve(&name, raw, &o).map_err(|e| Failure::usage(e.to_string()))?;
+fn data_dir(data: &Option<PathBuf>, cfg: &Option<PathBuf>) -> Result<(PathBuf, Option<u64>)> {
+    let s = crate::local::settings(cfg.as_deref(), data.clone())?;
     Ok((s.data, s.cache_max_size))
 }
 
-fn open(dir: &std::path::Path, mode: OpenMode) -> anyhow::Result<Store> {
+fn open(dir: &std::path::Path, mode: OpenMode) -> Result<Store> {
     if !dir.join("tender-data.json").exists() {
         return Err(Failure::usage(format!("{} is not a tender data directory; check --data", dir.display())));
     }
@@ -120,9 +117,10 @@ fn open(dir: &std::path::Path, mode: OpenMode) -> anyhow::Result<Store> {
 
 /// `tender fsck --bucket`: the shared bucket, which needs no lock (quarantine hides an object's
 /// index before moving its content).
-fn fsck_bucket(args: &FsckArgs) -> anyhow::Result<ExitCode> {
-    let (name, raw) = config::read(args.config.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
-    let s = config::resolve(&name, raw, &config::Overrides::default()).map_err(|e| Failure::usage(e.to_string()))?;
+fn fsck_bucket(args: &FsckArgs) -> Result<ExitCode> {
+    let (name, raw) = tender_config::read(args.config.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
+    let s = tender_config::resolve(&name, raw, &tender_config::Overrides::default())
+        .map_err(|e| Failure::usage(e.to_string()))?;
     let Some(settings) = s.storage else {
         return Err(Failure::usage(format!("{name} has no storage.s3 section; --bucket checks that bucket")));
     };
@@ -163,7 +161,7 @@ fn fsck_bucket(args: &FsckArgs) -> anyhow::Result<ExitCode> {
     Ok(if report.is_clean() || args.repair { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-pub fn fsck(args: FsckArgs) -> anyhow::Result<ExitCode> {
+pub fn fsck(args: FsckArgs) -> Result<ExitCode> {
     if args.bucket {
         return fsck_bucket(&args);
     }
@@ -207,9 +205,10 @@ pub fn fsck(args: FsckArgs) -> anyhow::Result<ExitCode> {
 /// `tender gc --bucket`: evict the bucket's least recently served objects down to the cap.
 /// Needs no lock: an object under a live fill lease or served within `gcGrace` stays, and an
 /// eviction hides the index before the content goes.
-fn gc_bucket(args: &GcArgs, max_size: Option<u64>) -> anyhow::Result<ExitCode> {
-    let (name, raw) = config::read(args.config.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
-    let s = config::resolve(&name, raw, &config::Overrides::default()).map_err(|e| Failure::usage(e.to_string()))?;
+fn gc_bucket(args: &GcArgs, max_size: Option<u64>) -> Result<ExitCode> {
+    let (name, raw) = tender_config::read(args.config.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
+    let s = tender_config::resolve(&name, raw, &tender_config::Overrides::default())
+        .map_err(|e| Failure::usage(e.to_string()))?;
     let Some(settings) = s.storage else {
         return Err(Failure::usage(format!("{name} has no storage.s3 section; --bucket caps that bucket")));
     };
@@ -253,9 +252,9 @@ fn gc_bucket(args: &GcArgs, max_size: Option<u64>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
+pub fn gc(args: GcArgs) -> Result<ExitCode> {
     let max_size = match &args.max_size {
-        Some(s) => Some(config::parse_size(s).ok_or_else(|| {
+        Some(s) => Some(tender_config::parse_size(s).ok_or_else(|| {
             Failure::usage(format!("--max-size {s:?} is not a size; write it like 500Gi, 100G or 1073741824"))
         })?),
         None => None,
@@ -294,7 +293,7 @@ pub fn gc(args: GcArgs) -> anyhow::Result<ExitCode> {
 
 /// The plan of a dry run, or what a run freed (as JSON: `{"plan": …, "report": …}`, the
 /// report `null` in a dry run).
-fn print_gc(plan: &GcPlan, report: Option<&GcReport>, json: bool) -> anyhow::Result<()> {
+fn print_gc(plan: &GcPlan, report: Option<&GcReport>, json: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "plan": plan, "report": report }))?);
         return Ok(());

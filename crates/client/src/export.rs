@@ -16,7 +16,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use anyhow::Context as _;
 use futures::TryStreamExt as _;
 use indicatif::HumanBytes;
 use reqwest::StatusCode;
@@ -26,8 +25,8 @@ use tender_catalog::asset::AssetPath;
 use tender_fetch::mirror::ListingKind;
 use tender_oci::{media, Algorithm, Digest, ImageRef, Reference, Tag};
 
-use crate::client;
-use crate::exit::Failure;
+use crate::exit::{Context as _, Failure, Result};
+use crate::http;
 use crate::prefetch::{self, Blob, Failed, Item, Manifest, Mode, PrefetchArgs, Progress, Run};
 use crate::progress::{Show, Totals};
 
@@ -55,7 +54,7 @@ struct Counts {
     assets: usize,
 }
 
-pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: ExportArgs) -> Result<ExitCode> {
     if std::fs::symlink_metadata(&args.out).is_ok() {
         return Err(Failure::usage(format!("--out {}: exists; name a new path", args.out.display())));
     }
@@ -167,13 +166,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
 
 /// Copy one blob into the bundle: from the store (verified when it was committed), or through
 /// the server (hashed on the way).
-fn copy_blob(
-    run: &Run,
-    writer: &mut BundleWriter,
-    img: &ImageRef,
-    blob: &Blob,
-    progress: &Progress,
-) -> anyhow::Result<()> {
+fn copy_blob(run: &Run, writer: &mut BundleWriter, img: &ImageRef, blob: &Blob, progress: &Progress) -> Result<()> {
     if !writer.wants(&blob.digest) {
         // Already written, or in the --since bundle: no transfer.
         writer.skipped(&blob.digest);
@@ -198,7 +191,7 @@ fn copy_blob(
     Ok(())
 }
 
-fn failure(f: Failed) -> anyhow::Error {
+fn failure(f: Failed) -> Failure {
     if f.transient {
         Failure::transient(f.message)
     } else {
@@ -214,7 +207,7 @@ struct Referrer {
 
 /// The referrers of `digest` in `img`'s repository: the referrers API's answer and the tag
 /// schemes (`sha256-<hex>` of OCI's fallback, cosign's `.sig` and `.att`). A 404 is none.
-fn referrers(run: &Run, img: &ImageRef, digest: &Digest) -> anyhow::Result<Vec<Referrer>> {
+fn referrers(run: &Run, img: &ImageRef, digest: &Digest) -> Result<Vec<Referrer>> {
     let mut out: Vec<Referrer> = Vec::new();
     for d in referrers_api(run, img, digest)? {
         let image = ImageRef { reference: Reference::Digest(d), tag_hint: None, ..img.clone() };
@@ -242,12 +235,12 @@ fn referrers(run: &Run, img: &ImageRef, digest: &Digest) -> anyhow::Result<Vec<R
 }
 
 /// The manifests the referrers API lists for `digest` (none where it answers 404).
-fn referrers_api(run: &Run, img: &ImageRef, digest: &Digest) -> anyhow::Result<Vec<Digest>> {
+fn referrers_api(run: &Run, img: &ImageRef, digest: &Digest) -> Result<Vec<Digest>> {
     let body = match &run.backend.mode {
         Mode::Server(server) => {
             let path = format!("/v2/{}/referrers/{digest}?ns={}", img.repository, img.registry);
             let what = format!("{img}: referrers of {digest}");
-            let url = client::join(&server.base, &path);
+            let url = http::join(&server.base, &path);
             let resp = run.runtime.block_on(async { server.client.request(reqwest::Method::GET, url).send().await });
             match resp {
                 Ok(r) if r.status() == StatusCode::OK => {
@@ -289,7 +282,7 @@ fn export_graph(
     manifest: &Manifest,
     progress: &Progress,
     depth: usize,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     if depth > MAX_DEPTH {
         return Err(Failure::problem(format!("{img}: referrer indexes nested deeper than {MAX_DEPTH}")));
     }
@@ -314,19 +307,15 @@ fn export_graph(
 
 /// An OS image as an OCI artifact: the empty config, one layer (the asset, sha256 of its trust
 /// record), the Image Factory path.
-fn export_asset(
-    run: &Run,
-    writer: &mut BundleWriter,
-    asset: &AssetPath,
-    progress: &Progress,
-) -> anyhow::Result<Descriptor> {
+fn export_asset(run: &Run, writer: &mut BundleWriter, asset: &AssetPath, progress: &Progress) -> Result<Descriptor> {
     let what = asset.path();
     let (digest, size) = match &run.backend.mode {
         Mode::Local(local) => {
             run.runtime.block_on(run.backend.os_image(asset, progress)).map_err(failure)?;
             let trust = local
                 .store
-                .trust_get(&asset.key())?
+                .trust_get(&asset.key())
+                .map_err(|e| Failure::problem(crate::exit::chain(&e)))?
                 .ok_or_else(|| Failure::problem(format!("{what}: no trust record after its fetch")))?;
             writer
                 .add_verified_file(&trust.digest, &local.store.object_path(&trust.digest))

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tender_server::served::RepoServed;
 
-use crate::client::{self, ClientArgs, ClientOptions};
-use crate::exit::Failure;
+use crate::exit::{Failure, Result};
+use crate::http::{self, ClientArgs, ClientOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct StatsArgs {
@@ -30,13 +30,13 @@ pub struct StatsArgs {
     pub client: ClientArgs,
 }
 
-pub fn run(args: StatsArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: StatsArgs) -> Result<ExitCode> {
     if !matches!(args.output.as_str(), "table" | "json") {
         return Err(Failure::usage(format!("--output {:?}: use table or json", args.output)));
     }
-    let all: BTreeMap<String, RepoServed> = match &client::server_or_env(&args.server, args.data.is_some()) {
+    let all: BTreeMap<String, RepoServed> = match &http::server_or_env(&args.server, args.data.is_some()) {
         Some(server) => {
-            let url = client::join(&client::parse_base_url(server)?, "/api/v1/served");
+            let url = http::join(&http::parse_base_url(server)?, "/api/v1/served");
             let c = args.client.client(&ClientOptions {
                 user_agent: concat!("tender/", env!("CARGO_PKG_VERSION")),
                 headers: &[],
@@ -73,7 +73,7 @@ pub fn run(args: StatsArgs) -> anyhow::Result<ExitCode> {
                 return Err(Failure::usage(format!("{} is not a tender data directory; check --data", dir.display())));
             }
             let served = tender_server::served::Served::default();
-            served.load(&dir.join(crate::serve::SERVED_FILE)).map_err(|e| Failure::problem(e.to_string()))?;
+            served.load(&dir.join(crate::datadir::SERVED_FILE)).map_err(|e| Failure::problem(e.to_string()))?;
             served.snapshot()
         }
     };

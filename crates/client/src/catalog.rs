@@ -1,12 +1,10 @@
-//! `tender catalog`: sync, ls, rm, refs and trust, the CLI around `tender-catalog`; and the
-//! two calls `tender serve` makes into the catalog (start, reload).
+//! `tender catalog`: sync, ls, rm, refs and trust, the CLI around `tender-catalog`.
 //!
 //! Exit codes: 2 for usage and configuration (a bad entry, an edit of an existing golden);
 //! 1 for a refusal or a golden that failed; 3 when a failure was transient (the factory or the
 //! server could not be reached).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,11 +19,11 @@ use tender_catalog::{
     AssetPath, Catalog, CatalogMetrics, CatalogView, GoldenRecord, GoldenView, ImportSettings, Observer, Phase,
     Progress, Stage,
 };
-use tender_fetch::{FetchMetrics, Flights, Mirror};
+use tender_config::{LogFormat, Settings};
 use tender_store::{OpenMode, Store, StoreError};
 
-use crate::config::{self, Settings};
-use crate::exit::Failure;
+use crate::exit::{Failure, Result};
+use crate::local::Location;
 use crate::progress::{Show, Totals};
 
 #[derive(Debug, Args)]
@@ -48,26 +46,6 @@ enum CatalogCommand {
     Trust(TrustArgs),
 }
 
-/// Where the config and the data directory are.
-#[derive(Debug, Clone, Args)]
-pub struct Location {
-    /// Config file with the catalog section (default: the embedded default config)
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Data directory [default: from --config, else ./tender-data]
-    #[arg(long, value_name = "DIR")]
-    pub data: Option<PathBuf>,
-}
-
-impl Location {
-    /// Read and validate the config (a bad catalog entry is a config error naming its key).
-    pub fn settings(&self) -> anyhow::Result<Settings> {
-        let (name, raw) = config::read(self.config.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
-        let o = config::Overrides { data: self.data.clone(), ..config::Overrides::default() };
-        config::resolve(&name, raw, &o).map_err(|e| Failure::usage(e.to_string()))
-    }
-}
-
 #[derive(Debug, Args)]
 struct SyncArgs {
     #[command(flatten)]
@@ -87,7 +65,7 @@ struct SyncArgs {
     progress_interval: Duration,
     /// With --server: TLS trust and the admin token (--token-file)
     #[command(flatten)]
-    client: crate::client::ClientArgs,
+    client: crate::http::ClientArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -137,9 +115,13 @@ struct TrustArgs {
     reset: String,
 }
 
-pub fn run(args: CatalogArgs) -> anyhow::Result<ExitCode> {
+/// How `catalog sync` on a data directory starts `tender serve`'s logging in the config's
+/// format (when `TENDER_LOG` is set): the binary owns the process's log setup.
+pub type InitLogging = fn(LogFormat);
+
+pub fn run(args: CatalogArgs, init_logging: InitLogging) -> Result<ExitCode> {
     match args.command {
-        CatalogCommand::Sync(a) => sync(a),
+        CatalogCommand::Sync(a) => sync(a, init_logging),
         CatalogCommand::Ls(a) => ls(a),
         CatalogCommand::Rm(a) => rm(a),
         CatalogCommand::Refs(a) => refs_cmd(a),
@@ -147,38 +129,9 @@ pub fn run(args: CatalogArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-// ---- tender serve's calls ----
-
-/// The catalog of a starting server: refuses (exit 2) an entry that edits an existing golden.
-pub fn start(settings: &Settings, mirror: Arc<Mirror>, metrics: CatalogMetrics) -> anyhow::Result<Arc<Catalog>> {
-    let catalog = Catalog::open(
-        &settings.data,
-        settings.catalog.clone(),
-        mirror,
-        ImportSettings::from_fetch(&settings.fetch),
-        metrics,
-    )
-    .map_err(|e| Failure::usage(e.to_string()))?;
-    catalog.spawn_sync(false);
-    Ok(catalog)
-}
-
-/// After a successful reload: take the new entries and import what is pending; an edit of an
-/// existing golden keeps the running catalog configuration.
-pub fn reload(catalog: &Catalog, settings: &Settings, mirror: Arc<Mirror>) {
-    match catalog.reconfigure(settings.catalog.clone(), mirror, ImportSettings::from_fetch(&settings.fetch)) {
-        Ok(()) => {
-            // A new golden directory inside the data directory needs its way opened.
-            crate::datadir::close_logged(&settings.data, &settings.catalog);
-            catalog.spawn_sync(false);
-        }
-        Err(e) => tracing::error!(error = %e, "catalog: reload refused; keeping the running catalog configuration"),
-    }
-}
-
 // ---- helpers ----
 
-fn open_exclusive(settings: &Settings, what: &str) -> anyhow::Result<Store> {
+fn open_exclusive(settings: &Settings, what: &str) -> Result<Store> {
     crate::datadir::own_files();
     let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| match e {
         StoreError::Locked { dir, holder } => {
@@ -192,7 +145,7 @@ fn open_exclusive(settings: &Settings, what: &str) -> anyhow::Result<Store> {
     Ok(store)
 }
 
-fn require_data_dir(settings: &Settings) -> anyhow::Result<()> {
+fn require_data_dir(settings: &Settings) -> Result<()> {
     if settings.data.join("tender-data.json").exists() {
         Ok(())
     } else {
@@ -220,7 +173,7 @@ fn age(secs: u64) -> String {
     }
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -378,10 +331,10 @@ fn sync_exit(failed: &[(String, String, bool)]) -> ExitCode {
 
 // ---- sync ----
 
-fn sync(a: SyncArgs) -> anyhow::Result<ExitCode> {
+fn sync(a: SyncArgs, init_logging: InitLogging) -> Result<ExitCode> {
     let local = a.at.config.is_some() || a.at.data.is_some();
-    if let Some(url) = &crate::client::server_or_env(&a.server, local) {
-        let client = a.client.client(&crate::client::ClientOptions {
+    if let Some(url) = &crate::http::server_or_env(&a.server, local) {
+        let client = a.client.client(&crate::http::ClientOptions {
             user_agent: concat!("tender/", env!("CARGO_PKG_VERSION")),
             headers: &[],
             connect_timeout: Duration::from_secs(10),
@@ -401,12 +354,10 @@ fn sync(a: SyncArgs) -> anyhow::Result<ExitCode> {
     let store =
         open_exclusive(&settings, "sync through it with --server URL (its listen address), or stop it and sync again")?;
     if std::env::var_os("TENDER_LOG").is_some() {
-        crate::serve::init_logging(settings.log_format);
+        init_logging(settings.log_format);
     }
     runtime()?.block_on(async move {
-        let metrics = FetchMetrics::default();
-        let flights = Flights::new(Arc::new(store), settings.fetch.clone(), metrics.clone());
-        let mirror = crate::serve::build_mirror(&settings, flights, &metrics)?;
+        let mirror = crate::local::mirror(&settings, Arc::new(store))?;
         let catalog = Catalog::open(
             &settings.data,
             settings.catalog.clone(),
@@ -437,12 +388,7 @@ fn sync(a: SyncArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-async fn sync_remote(
-    url: String,
-    client: crate::client::TenderClient,
-    retry_failed: bool,
-    ui: &Ui,
-) -> anyhow::Result<ExitCode> {
+async fn sync_remote(url: String, client: crate::http::TenderClient, retry_failed: bool, ui: &Ui) -> Result<ExitCode> {
     let post = format!("{url}/api/v1/admin/catalog/sync?retryFailed={retry_failed}");
     let post_url = url::Url::parse(&post).map_err(|e| Failure::usage(format!("--server {url}: {e}")))?;
     let resp = client
@@ -512,7 +458,7 @@ async fn sync_remote(
 
 // ---- ls ----
 
-fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
+fn ls(a: LsArgs) -> Result<ExitCode> {
     let settings = a.at.settings()?;
     require_data_dir(&settings)?;
     let view = build_view(&settings.data, Some(&settings.catalog), &HashMap::new())
@@ -580,7 +526,7 @@ fn print_table(goldens: &[GoldenView]) {
 
 // ---- rm ----
 
-fn rm(a: RmArgs) -> anyhow::Result<ExitCode> {
+fn rm(a: RmArgs) -> Result<ExitCode> {
     let settings = a.at.settings()?;
     require_data_dir(&settings)?;
     let _store =
@@ -607,7 +553,7 @@ fn rm(a: RmArgs) -> anyhow::Result<ExitCode> {
 
 // ---- refs ----
 
-fn refs_cmd(a: RefsArgs) -> anyhow::Result<ExitCode> {
+fn refs_cmd(a: RefsArgs) -> Result<ExitCode> {
     let settings = a.at.settings()?;
     require_data_dir(&settings)?;
     let list = refs(&settings.data, &a.golden).map_err(|e| Failure::problem(format!("the clone registry: {e}")))?;
@@ -647,7 +593,7 @@ fn refs_cmd(a: RefsArgs) -> anyhow::Result<ExitCode> {
 
 // ---- trust ----
 
-fn trust(a: TrustArgs) -> anyhow::Result<ExitCode> {
+fn trust(a: TrustArgs) -> Result<ExitCode> {
     let parts: Vec<&str> = a.reset.split('/').collect();
     let asset = match parts.as_slice() {
         [s, v, x] => AssetPath::new(s, v, x).map_err(|e| Failure::usage(format!("--reset {:?}: {e}", a.reset)))?,

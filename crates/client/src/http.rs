@@ -10,7 +10,7 @@ use reqwest::{Method, RequestBuilder};
 pub use tender_oci::ImageRef;
 use url::Url;
 
-use crate::exit::Failure;
+use crate::exit::{Failure, Result};
 
 /// How to reach a tender: TLS trust, client certificate, credentials.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -85,7 +85,7 @@ pub struct ClientOptions<'a> {
     pub admin: bool,
 }
 
-fn read_file(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
+fn read_file(path: &Path, what: &str) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| Failure::usage(format!("cannot read {what} {}: {e}", path.display())))
 }
 
@@ -111,7 +111,7 @@ impl ClientArgs {
     }
 
     /// Build the client. Unreadable files and bad PEM are usage errors (exit 2).
-    pub fn client(&self, opts: &ClientOptions<'_>) -> anyhow::Result<TenderClient> {
+    pub fn client(&self, opts: &ClientOptions<'_>) -> Result<TenderClient> {
         let mut headers = HeaderMap::new();
         for (k, v) in opts.headers {
             headers.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
@@ -172,7 +172,7 @@ pub fn with_tls_files(
     ca: Option<&Path>,
     identity: Option<(&Path, &Path)>,
     flag_prefix: &str,
-) -> anyhow::Result<reqwest::ClientBuilder> {
+) -> Result<reqwest::ClientBuilder> {
     if let Some(ca) = ca {
         let flag = format!("--{flag_prefix}ca");
         let pem = read_file(ca, &flag)?;
@@ -215,7 +215,7 @@ impl TenderClient {
 }
 
 /// A server's base URL: `http(s)://host[:port][/prefix]`, normalised without a trailing slash.
-pub fn parse_base_url(raw: &str) -> anyhow::Result<Url> {
+pub fn parse_base_url(raw: &str) -> Result<Url> {
     let url = Url::parse(raw.trim())
         .map_err(|e| Failure::usage(format!("{raw:?} is not a URL ({e}); expected e.g. http://tender.example:5000")))?;
     if url.scheme() != "http" && url.scheme() != "https" {
