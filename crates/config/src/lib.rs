@@ -137,6 +137,7 @@ pub struct RawLimits {
     pub max_connections: Option<usize>,
     pub max_header_bytes: Option<String>,
     pub max_url_bytes: Option<String>,
+    pub max_manifest_size: Option<String>,
     pub header_timeout: Option<String>,
     pub handshake_timeout: Option<String>,
     pub max_connections_per_address: Option<usize>,
@@ -428,6 +429,11 @@ fn duration(name: &str, key: &str, v: &Option<String>, default: Duration) -> Res
 const MAX_MEMORY_OBJECT: u64 = 16 << 20;
 
 /// Parse a size: plain bytes, or with K/M/G/T (powers of 1000) or Ki/Mi/Gi/Ti (powers of 1024).
+/// `limits.maxManifestSize` bounds: the spec asks registries to take manifests of at least
+/// 4 MiB; a manifest is held in memory whole.
+const MIN_MANIFEST_SIZE: usize = 4 << 20;
+const MAX_MANIFEST_SIZE: usize = 256 << 20;
+
 pub fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -673,6 +679,19 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             d.abandoned_fill_grace,
         )?,
         metadata_timeout: duration(name, "fetch.metadataTimeout", &f.metadata_timeout, d.metadata_timeout)?,
+        max_manifest_size: match &raw.limits.max_manifest_size {
+            None => d.max_manifest_size,
+            Some(s) => match parse_size(s).and_then(|n| usize::try_from(n).ok()) {
+                Some(n) if (MIN_MANIFEST_SIZE..=MAX_MANIFEST_SIZE).contains(&n) => n,
+                Some(_) => {
+                    return Err(err(
+                        "limits.maxManifestSize",
+                        format!("{s:?} is out of range: from 4Mi (what the distribution spec asks a registry to take) to 256Mi"),
+                    ))
+                }
+                None => return Err(err("limits.maxManifestSize", format!("{s:?} is not a size; write it like 8Mi"))),
+            },
+        },
         max_decoded_size: match &f.max_decoded_size {
             None => d.max_decoded_size,
             Some(s) => match parse_size(s) {
