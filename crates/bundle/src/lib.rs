@@ -6,8 +6,10 @@
 pub mod import;
 pub mod layout;
 pub mod list;
+pub mod mirror;
 pub mod write;
 
 pub use import::{import_dir, import_path, import_tar, ImportError, ImportOptions, ImportReport, Router};
 pub use layout::{Descriptor, Document};
+pub use mirror::{import_into, Routes};
 pub use write::{blobs_of, is_tar, BundleWriter, Written};

@@ -429,9 +429,9 @@ fn duration(name: &str, key: &str, v: &Option<String>, default: Duration) -> Res
 const MAX_MEMORY_OBJECT: u64 = 16 << 20;
 
 /// Parse a size: plain bytes, or with K/M/G/T (powers of 1000) or Ki/Mi/Gi/Ti (powers of 1024).
-/// `limits.maxManifestSize` bounds: the spec asks registries to take manifests of at least
-/// 4 MiB; a manifest is held in memory whole.
-const MIN_MANIFEST_SIZE: usize = 4 << 20;
+/// `limits.maxManifestSize` bounds (a manifest is held in memory whole). The spec asks a
+/// registry to take manifests of at least 4 MiB: below that, some images will not pull.
+const MIN_MANIFEST_SIZE: usize = 16 << 10;
 const MAX_MANIFEST_SIZE: usize = 256 << 20;
 
 pub fn parse_size(s: &str) -> Option<u64> {
@@ -686,7 +686,9 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
                 Some(_) => {
                     return Err(err(
                         "limits.maxManifestSize",
-                        format!("{s:?} is out of range: from 4Mi (what the distribution spec asks a registry to take) to 256Mi"),
+                        format!(
+                            "{s:?} is out of range: 16Ki to 256Mi (the distribution spec asks a registry to take 4Mi)"
+                        ),
                     ))
                 }
                 None => return Err(err("limits.maxManifestSize", format!("{s:?} is not a size; write it like 8Mi"))),

@@ -30,6 +30,8 @@ use crate::container::Container;
 use crate::error::{FetchError, FetchErrorKind};
 use crate::flight::{Claim, Expect, Fill, Flights};
 use crate::mirror::{CacheResult, Listing, ListingKind, Mirror, ObjectKind, Provenance};
+use crate::route::not_in;
+pub use crate::route::Routed;
 use crate::shared::SharedObject;
 use crate::source::Fallback;
 
@@ -38,37 +40,6 @@ use crate::source::Fallback;
 pub struct Viewer {
     /// The client presented a valid identity (a user, a token, a client certificate).
     pub authenticated: bool,
-}
-
-/// The upstream and repository a client's name routes to ([`Mirror::route`]). Only the
-/// names are visible outside `fetch`.
-#[derive(Clone)]
-pub struct Routed {
-    pub(crate) up: Arc<Upstream>,
-    pub(crate) repo: RepoName,
-}
-
-impl Routed {
-    /// The upstream's configured name (`ghcr.io`).
-    pub fn upstream(&self) -> &str {
-        self.up.name()
-    }
-
-    /// The repository as the upstream knows it (`library/alpine` on Docker Hub).
-    pub fn repository(&self) -> &RepoName {
-        &self.repo
-    }
-
-    /// Whether what this upstream serves goes to authenticated clients only.
-    pub fn needs_identity(&self) -> bool {
-        self.up.settings().needs_identity()
-    }
-}
-
-impl std::fmt::Debug for Routed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.up.name(), self.repo)
-    }
 }
 
 /// An object of a repository.
@@ -472,10 +443,4 @@ impl Head {
             range_before_verify: false,
         }
     }
-}
-
-/// The upstream's own answer to a digest it does not hold.
-pub(crate) fn not_in(up: &Upstream, repo: &RepoName, d: &Digest) -> FetchError {
-    FetchError::new(FetchErrorKind::NotFound, up.name(), format!("{repo}@{d} is unknown to {}", up.name()))
-        .with_status(404)
 }

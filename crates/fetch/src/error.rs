@@ -50,7 +50,7 @@ pub struct FetchError {
     /// A `Retry-After` the upstream sent.
     pub retry_after: Option<Duration>,
     /// The class of a transport failure (DNS, connect, TLS, ...), when it is known.
-    pub cause: Option<crate::health::Cause>,
+    pub cause: Option<Cause>,
 }
 
 impl FetchError {
@@ -140,7 +140,7 @@ impl FetchError {
             source = s.source();
         }
         let mut out = FetchError::new(kind, upstream, message);
-        out.cause = Some(crate::health::Cause::of_reqwest(e));
+        out.cause = Some(Cause::of_reqwest(e));
         out
     }
 }
@@ -167,3 +167,92 @@ impl fmt::Display for FetchError {
 }
 
 impl std::error::Error for FetchError {}
+
+/// Why a request to an upstream failed, in classes an operator can act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cause {
+    /// The name did not resolve (or resolved only to refused addresses).
+    Dns,
+    /// No TCP connection (refused, unreachable, reset before an answer).
+    Connect,
+    /// The TLS handshake failed (certificate, protocol).
+    Tls,
+    /// No answer (or no body bytes) in time.
+    Timeout,
+    /// The upstream answered with a status that makes it unusable (5xx, 429).
+    Http,
+    /// The body broke off.
+    Body,
+}
+
+impl Cause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Dns => "dns",
+            Cause::Connect => "connect",
+            Cause::Tls => "tls",
+            Cause::Timeout => "timeout",
+            Cause::Http => "http",
+            Cause::Body => "body",
+        }
+    }
+
+    /// The class of an error that makes an upstream count as down.
+    pub fn of(e: &FetchError) -> Cause {
+        if let Some(c) = e.cause {
+            return c;
+        }
+        match e.kind {
+            FetchErrorKind::Timeout => Cause::Timeout,
+            FetchErrorKind::Status | FetchErrorKind::TooManyRequests => Cause::Http,
+            FetchErrorKind::Body => Cause::Body,
+            _ => Cause::Connect,
+        }
+    }
+
+    /// The class of a reqwest failure, from its source chain: a `rustls::Error` anywhere is
+    /// TLS; hyper-util's resolver failure ("dns error") is DNS.
+    pub(crate) fn of_reqwest(e: &reqwest::Error) -> Cause {
+        if e.is_timeout() {
+            return Cause::Timeout;
+        }
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            if s.is::<rustls::Error>() {
+                return Cause::Tls;
+            }
+            if let Some(io) = s.downcast_ref::<std::io::Error>() {
+                // reqwest wraps the TLS connector's io::Error in another one.
+                let mut cur = io;
+                loop {
+                    if cur.kind() == std::io::ErrorKind::TimedOut {
+                        return Cause::Timeout;
+                    }
+                    let Some(inner) = cur.get_ref() else { break };
+                    if inner.is::<rustls::Error>() {
+                        return Cause::Tls;
+                    }
+                    let Some(next) = inner.downcast_ref::<std::io::Error>() else { break };
+                    cur = next;
+                }
+            }
+            // hyper-util's ConnectError for a failed resolution; its type is private.
+            if s.to_string().starts_with("dns error") {
+                return Cause::Dns;
+            }
+            source = s.source();
+        }
+        if e.is_body() || e.is_decode() {
+            Cause::Body
+        } else {
+            Cause::Connect
+        }
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -2,6 +2,8 @@
 //!
 //! - [`entry`]: the one way to an object: every rule that decides what a client gets
 //!   (admission, provenance, `Accept`, size limits, the source, the cache status) in one place.
+//! - [`service`]: the narrow interfaces the admin and status endpoints use (room, sizes,
+//!   the bucket's state, gc, fsck, fills, bundle import, tag removal).
 //! - [`client`]: one HTTP client per configured upstream, with its TLS, proxy, credentials,
 //!   the bearer-token dance and the redirect / address policy.
 //! - [`flight`]: single-flight fills: one upstream transfer per object, any number of readers
@@ -27,6 +29,8 @@ pub mod health;
 pub mod metrics;
 pub mod mirror;
 pub mod records;
+pub mod route;
+pub mod service;
 pub mod settings;
 pub mod shared;
 pub mod source;

@@ -15,14 +15,14 @@ use tender_oci::{Algorithm, Digest, Reference, RepoName};
 use tender_store::{ListingRecord, ManifestMeta, TagRecord};
 
 use crate::client::Upstream;
-use crate::entry::{not_in, Routed};
 use crate::error::{FetchError, FetchErrorKind};
 use crate::flight::{Claim, Expect, Flights, Opened, Source};
 use crate::records::{Record, WriteErrors};
+use crate::route::{not_in, Routed};
 use crate::settings::{FetchSettings, StaleLimit};
 
-/// Largest manifest accepted from an upstream.
-pub const MAX_MANIFEST_BYTES: usize = 8 * 1024 * 1024;
+/// Largest manifest accepted from an upstream, unless `limits.maxManifestSize` says otherwise.
+pub use crate::settings::DEFAULT_MAX_MANIFEST_BYTES as MAX_MANIFEST_BYTES;
 
 /// How a request was answered, for logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -115,6 +115,10 @@ fn humantime_secs(mut s: u64) -> String {
     out
 }
 
+/// Largest manifest accepted from an upstream or the shared bucket by default
+/// (`limits.maxManifestSize`).
+pub const DEFAULT_MAX_MANIFEST_BYTES: usize = 8 * 1024 * 1024;
+
 /// Timeouts, retries and cache lifetimes of fetching, shared by all upstreams.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchSettings {
@@ -168,7 +172,7 @@ impl Default for FetchSettings {
             abandoned_fill_grace: Duration::from_secs(60),
             max_decoded_size: crate::container::DEFAULT_MAX_DECODED,
             metadata_timeout: Duration::from_secs(60),
-            max_manifest_size: crate::mirror::MAX_MANIFEST_BYTES,
+            max_manifest_size: DEFAULT_MAX_MANIFEST_BYTES,
         }
     }
 }

@@ -3,7 +3,6 @@
 //! `tender gc --server` and `tender fsck --server` call them.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -36,7 +35,7 @@ pub async fn cancel_fill(
     if let Some(refused) = require_admin(&app, &headers) {
         return refused;
     }
-    if app.mirror().flights().cancel(&id) {
+    if app.mirror().cancel_fill(&id) {
         (StatusCode::ACCEPTED, Json(serde_json::json!({ "cancelled": id }))).into_response()
     } else {
         error(StatusCode::NOT_FOUND, format!("no fill in progress has the id {id:?}"))
@@ -86,17 +85,8 @@ pub async fn gc(State(app): State<Arc<AppState>>, headers: HeaderMap, Query(q): 
         return refused;
     }
     let cap = q.max_size.or(app.security.admin.as_ref().and_then(|a| a.gc_cap));
-    let flights = app.mirror().flights().clone();
-    let done = tokio::task::spawn_blocking(move || {
-        let active = flights.active_keys();
-        let store = flights.store();
-        // Spool files of live fills are protected by `active`; a day-old one is an orphan.
-        let plan = store
-            .gc_plan(cap, Duration::from_secs(24 * 3600), &|d| active.contains(&d.to_string()) || store.is_pinned(d))?;
-        let report = if q.dry_run { None } else { Some(store.gc_apply(&plan)?) };
-        Ok::<_, tender_store::StoreError>((plan, report))
-    })
-    .await;
+    let mirror = app.mirror();
+    let done = tokio::task::spawn_blocking(move || mirror.gc(cap, q.dry_run)).await;
     match done {
         Ok(Ok((plan, report))) => {
             if let Some(r) = &report {
@@ -145,8 +135,8 @@ pub async fn fsck(State(app): State<Arc<AppState>>, headers: HeaderMap, Query(q)
     if let Some(refused) = require_admin(&app, &headers) {
         return refused;
     }
-    let flights = app.mirror().flights().clone();
-    match tokio::task::spawn_blocking(move || flights.store().fsck(q.repair)).await {
+    let mirror = app.mirror();
+    match tokio::task::spawn_blocking(move || mirror.fsck(q.repair)).await {
         Ok(Ok(report)) => {
             if !report.corrupt.is_empty() {
                 app.metrics().fsck_corrupt.inc_by(report.corrupt.len() as u64);

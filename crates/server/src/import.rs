@@ -11,28 +11,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::TryStreamExt as _;
-use tender_bundle::{ImportError, ImportOptions, Router};
+pub use tender_bundle::Routes;
+use tender_bundle::{ImportError, ImportOptions};
 use tender_fetch::Mirror;
-use tender_oci::{ImageRef, Reference, RepoName};
 
 use crate::auth::require_admin;
 use crate::AppState;
-
-/// Names route the way a client's request would: the upstream a pull of the name reaches.
-pub struct Routes<'a>(pub &'a Mirror);
-
-impl Router for Routes<'_> {
-    fn route(&self, image: &ImageRef) -> Result<(String, RepoName), String> {
-        self.0
-            .route(Some(&image.registry), &image.repository)
-            .map(|(up, repo)| (up.name().to_string(), repo))
-            .map_err(|e| e.to_string())
-    }
-
-    fn is_private(&self, upstream: &str) -> bool {
-        self.0.upstream(upstream).is_some_and(|u| u.settings().needs_identity())
-    }
-}
 
 fn error(status: StatusCode, message: String) -> Response {
     (status, Json(serde_json::json!({ "error": message }))).into_response()
@@ -91,8 +75,7 @@ pub async fn import(
     let handle = tokio::runtime::Handle::current();
     let result = tokio::task::spawn_blocking(move || {
         let mut sync = tokio_util::io::SyncIoBridge::new_with_handle(reader, handle);
-        let store = mirror.flights().store().clone();
-        tender_bundle::import_tar(&mut sync, &store, &Routes(&mirror), &options)
+        tender_bundle::import_into(&mut sync, &mirror, &options)
     })
     .await;
     match result {
@@ -133,10 +116,5 @@ pub async fn remove_tag(State(app): State<Arc<AppState>>, headers: HeaderMap, Qu
 
 /// Remove the tag record `name` routes to. `Ok(false)`: there was none.
 pub fn remove(mirror: &Mirror, name: &str) -> Result<bool, String> {
-    let image = ImageRef::parse(name)?;
-    let Reference::Tag(tag) = &image.reference else {
-        return Err(format!("{name}: name a tag, not a digest"));
-    };
-    let (upstream, repo) = Routes(mirror).route(&image)?;
-    mirror.flights().store().tag_remove(&upstream, repo.as_str(), tag.as_str()).map_err(|e| e.to_string())
+    mirror.remove_tag(name).map_err(|e| e.message)
 }

@@ -30,6 +30,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use tender_fetch::service::{BucketStatus, BucketView};
 use tender_fetch::Mirror;
 use tokio::net::TcpListener;
 
@@ -153,7 +154,7 @@ impl AppState {
                 (n, got)
             })
             .collect();
-        self.metrics.served.tick_savings(tender_store::now_secs(), &counters);
+        self.metrics.served.tick_savings(tender_fetch::service::now_secs(), &counters);
     }
 
     /// The catalog section of the status page, when a catalog is attached (reads records:
@@ -274,7 +275,7 @@ async fn fills_handler(
 /// (public: anyone may pull them).
 pub(crate) fn fills_of(app: &AppState, viewer: Viewer) -> tender_fetch::fills::FillsView {
     let mirror = app.mirror();
-    let mut view = mirror.flights().fills();
+    let mut view = mirror.fills();
     let sees = |up: &str| viewer.sees_upstream(&mirror, up) || mirror.image_factory().is_some_and(|f| f.name() == up);
     view.active.retain(|f| sees(&f.upstream));
     view.ended.retain(|f| sees(&f.upstream));
@@ -306,35 +307,9 @@ async fn health_handler(
 ) -> axum::response::Response {
     let upstreams = health_of(&app, Viewer::of(&app, identity.as_deref()));
     let stale: u64 = upstreams.iter().map(|h| h.stale_served).sum();
-    let data = data_directory(app.mirror().flights().store());
+    let data = app.mirror().data_directory();
     axum::Json(serde_json::json!({ "upstreams": upstreams, "staleServed": stale, "dataDirectory": data }))
         .into_response()
-}
-
-/// The data directory's room, for `/api/v1/health` and the status page: `full` (under 1 MiB
-/// free: nothing new can be stored, fills pass through), `low` (under `cache.minFree`) or
-/// `ok`, with the figures. Its path is not shown (a client need not know it).
-pub(crate) fn data_directory(store: &tender_store::Store) -> serde_json::Value {
-    let policy = store.room_policy();
-    match (store.free_bytes(), store.capacity_bytes()) {
-        (Ok(free), Ok(size)) => {
-            let state = if free < 1 << 20 {
-                "full"
-            } else if free < policy.min_free {
-                "low"
-            } else {
-                "ok"
-            };
-            serde_json::json!({
-                "state": state,
-                "freeBytes": free,
-                "sizeBytes": size,
-                "minFreeBytes": policy.min_free,
-                "maxSizeBytes": policy.max_size,
-            })
-        }
-        (Err(e), _) | (_, Err(e)) => serde_json::json!({ "state": "unknown", "error": e.to_string() }),
-    }
 }
 
 #[derive(serde::Deserialize)]
@@ -395,11 +370,11 @@ async fn metrics_handler(
         app.metrics.auth_refusal("no_credentials");
         return auth::challenge("/metrics needs credentials (or the admin listener)");
     }
-    let store = app.mirror().flights().store().clone();
     let a = app.clone();
     let _ = tokio::task::spawn_blocking(move || {
-        let (bytes, objects) = a.sizes.get(&store);
-        a.metrics.storage.update(bytes, objects, &store);
+        let mirror = a.mirror();
+        let size = a.sizes.get(&mirror);
+        a.metrics.storage.update(size, &mirror);
     })
     .await;
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.render())
@@ -411,10 +386,8 @@ async fn metrics_handler(
 /// the bucket would have). The body names the bucket's state.
 async fn readyz(State(app): State<Arc<AppState>>) -> impl IntoResponse {
     let mirror = app.mirror();
-    let root = mirror.flights().store().root().to_path_buf();
-    let bucket =
-        mirror.flights().shared().map(|b| format!("bucket {}: {}\n", b.name(), bucket_state(b))).unwrap_or_default();
-    if root.join("objects").is_dir() {
+    let bucket = mirror.bucket().map(|b| format!("bucket {}: {}\n", b.name, bucket_state(&b))).unwrap_or_default();
+    if mirror.data_ready() {
         (StatusCode::OK, format!("ready\n{bucket}"))
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, format!("data directory unavailable\n{bucket}"))
@@ -423,13 +396,13 @@ async fn readyz(State(app): State<Arc<AppState>>) -> impl IntoResponse {
 
 /// `up`, or `down (cause) for 42s`: no error text, since `/readyz` answers without
 /// authentication (the status page shows the error to those who may see it).
-pub(crate) fn bucket_state(b: &tender_bucket::Bucket) -> String {
-    match b.state() {
-        tender_bucket::BucketState::Up if b.lease_enabled() || !b.settings().lease => "up".to_string(),
-        tender_bucket::BucketState::Up => "up (no conditional writes: fill leases off)".to_string(),
-        tender_bucket::BucketState::Down { cause, since, .. } => {
+pub(crate) fn bucket_state(b: &BucketView) -> String {
+    match &b.status {
+        BucketStatus::Up { leases, leases_configured } if *leases || !*leases_configured => "up".to_string(),
+        BucketStatus::Up { .. } => "up (no conditional writes: fill leases off)".to_string(),
+        BucketStatus::Down { cause, since, .. } => {
             let secs = since.elapsed().map(|d| d.as_secs()).unwrap_or(0);
-            format!("down ({}) for {secs}s", cause.as_str())
+            format!("down ({cause}) for {secs}s")
         }
     }
 }

@@ -111,16 +111,16 @@ impl StorageGauges {
 
     /// Read the store size (`bytes`, `objects`), what it keeps in memory and statvfs of its
     /// root into the gauges.
-    pub fn update(&self, bytes: u64, objects: usize, store: &tender_store::Store) {
+    pub fn update(&self, size: tender_fetch::service::StoreSize, mirror: &tender_fetch::Mirror) {
         let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        self.cache_bytes.set(g(bytes));
-        self.cache_objects.set(g(objects as u64));
-        let (in_memory, memory_bytes) = store.memory_usage();
+        self.cache_bytes.set(g(size.bytes));
+        self.cache_objects.set(g(size.objects as u64));
+        let (in_memory, memory_bytes) = mirror.memory_usage();
         self.memory_objects.set(g(in_memory as u64));
         self.memory_bytes.set(g(memory_bytes));
-        if let Ok(st) = rustix::fs::statvfs(store.root()) {
-            self.data_free.set(g(st.f_bavail.saturating_mul(st.f_frsize)));
-            self.data_capacity.set(g(st.f_blocks.saturating_mul(st.f_frsize)));
+        if let Some(room) = mirror.room() {
+            self.data_free.set(g(room.free));
+            self.data_capacity.set(g(room.capacity));
         }
     }
 }
@@ -255,7 +255,7 @@ impl ServerMetrics {
                 let confirmed = info.confirmed
                     || route == "image"
                     || matches!(info.cache, Some("miss" | "revalidated" | "pass" | "shared"));
-                self.served.record(repo, route, bytes, info.cache, tender_store::now_secs(), confirmed);
+                self.served.record(repo, route, bytes, info.cache, tender_fetch::service::now_secs(), confirmed);
             }
         }
         if let Some(result) = info.cache {

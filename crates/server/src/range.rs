@@ -17,21 +17,24 @@ pub fn resolve(header: Option<&str>, len: u64) -> RangeAsk {
     let Some(h) = header else {
         return RangeAsk::Full;
     };
+    // Another unit is ignored (RFC 9110); several ranges get the whole object, which it allows.
     let Some(spec) = h.trim().strip_prefix("bytes=") else {
         return RangeAsk::Full;
     };
     if spec.contains(',') {
         return RangeAsk::Full;
     }
+    // A byte range that is not one (`bytes=abc`, `bytes=5-2`) cannot be satisfied: 416, as
+    // the reference registry answers it.
     let Some((a, b)) = spec.trim().split_once('-') else {
-        return RangeAsk::Full;
+        return RangeAsk::Unsatisfiable;
     };
     let (a, b) = (a.trim(), b.trim());
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
     if a.is_empty() {
         // suffix: the last n bytes
         if !digits(b) {
-            return RangeAsk::Full;
+            return RangeAsk::Unsatisfiable;
         }
         let Ok(n) = b.parse::<u64>() else {
             return RangeAsk::Full;
@@ -42,7 +45,7 @@ pub fn resolve(header: Option<&str>, len: u64) -> RangeAsk {
         return RangeAsk::Partial { start: len.saturating_sub(n), end: len };
     }
     if !digits(a) || !(b.is_empty() || digits(b)) {
-        return RangeAsk::Full;
+        return RangeAsk::Unsatisfiable;
     }
     let Ok(start) = a.parse::<u64>() else {
         return RangeAsk::Unsatisfiable;
@@ -56,7 +59,7 @@ pub fn resolve(header: Option<&str>, len: u64) -> RangeAsk {
         }
     };
     if !b.is_empty() && b.parse::<u64>().is_ok_and(|v| v < start) {
-        return RangeAsk::Full;
+        return RangeAsk::Unsatisfiable;
     }
     if start >= len {
         return RangeAsk::Unsatisfiable;
@@ -83,10 +86,11 @@ mod tests {
             (Some("bytes=10-20"), 10, RangeAsk::Unsatisfiable),
             (Some("bytes=-0"), 10, RangeAsk::Unsatisfiable),
             (Some("bytes=0-"), 0, RangeAsk::Unsatisfiable),
-            (Some("bytes=5-2"), 10, RangeAsk::Full),
+            (Some("bytes=5-2"), 10, RangeAsk::Unsatisfiable),
             (Some("bytes=0-1,3-4"), 10, RangeAsk::Full),
             (Some("items=0-1"), 10, RangeAsk::Full),
-            (Some("bytes=x-1"), 10, RangeAsk::Full),
+            (Some("bytes=x-1"), 10, RangeAsk::Unsatisfiable),
+            (Some("bytes=abc"), 10, RangeAsk::Unsatisfiable),
             (Some("bytes=99999999999999999999999-"), 10, RangeAsk::Unsatisfiable),
         ];
         for (h, len, want) in cases {

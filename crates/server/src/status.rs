@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
+use tender_fetch::service::{now_secs, BucketStatus, BucketView, StoreSize};
 
 use crate::AppState;
 
@@ -48,23 +49,22 @@ fn ago(now: u64, at: u64) -> String {
 /// Store size, recomputed at most every 30 s (it walks the object tree).
 #[derive(Debug, Default)]
 pub struct SizeCache {
-    last: std::sync::Mutex<Option<(Instant, u64, usize)>>,
+    last: std::sync::Mutex<Option<(Instant, StoreSize)>>,
 }
 
 impl SizeCache {
-    pub fn get(&self, store: &tender_store::Store) -> (u64, usize) {
+    pub fn get(&self, mirror: &tender_fetch::Mirror) -> StoreSize {
         if let Ok(mut last) = self.last.lock() {
-            if let Some((at, bytes, n)) = *last {
+            if let Some((at, size)) = *last {
                 if at.elapsed() < Duration::from_secs(30) {
-                    return (bytes, n);
+                    return size;
                 }
             }
-            let objects = store.list_objects().unwrap_or_default();
-            let bytes = objects.iter().map(|o| o.size).sum();
-            *last = Some((Instant::now(), bytes, objects.len()));
-            return (bytes, objects.len());
+            let size = mirror.store_size();
+            *last = Some((Instant::now(), size));
+            return size;
         }
-        (0, 0)
+        StoreSize::default()
     }
 }
 
@@ -74,12 +74,11 @@ pub async fn page(
 ) -> impl IntoResponse {
     let viewer = crate::Viewer::of(&app, identity.as_deref());
     let mirror = app.mirror();
-    let store = mirror.flights().store().clone();
     let (bytes, objects, catalog) = {
         let app = app.clone();
         tokio::task::spawn_blocking(move || {
-            let (b, n) = app.sizes.get(&store);
-            (b, n, app.catalog_html())
+            let size = app.sizes.get(&app.mirror());
+            (size.bytes, size.objects, app.catalog_html())
         })
         .await
         .unwrap_or((0, 0, None))
@@ -109,7 +108,7 @@ pub async fn page(
         env!("CARGO_PKG_VERSION")
     );
     let health = crate::health_of(&app, viewer);
-    let data = crate::data_directory(mirror.flights().store());
+    let data = mirror.data_directory();
     let data_state = match (data["state"].as_str(), data["freeBytes"].as_u64(), data["sizeBytes"].as_u64()) {
         (Some(state), Some(free), Some(size)) => format!("{state}: {} free of {}", human(free), human(size)),
         (state, _, _) => state.unwrap_or("unknown").to_string(),
@@ -128,14 +127,14 @@ pub async fn page(
          <tr><th>stale answers (upstream unreachable)</th><td class=\"num\" id=\"stale-served\">{stale}</td></tr>\
          <tr><th>data directory</th><td id=\"data-directory\" class=\"{data_class}\">{data_state}</td></tr></table>",
         human(bytes),
-        mirror.flights().active_keys().len()
+        mirror.fills_in_progress()
     );
-    h.push_str(&savings_section(&served.savings(), &all, viewer, &mirror, tender_store::now_secs()));
+    h.push_str(&savings_section(&served.savings(), &all, viewer, &mirror, now_secs()));
     h.push_str(
         "<h2>Upstreams</h2><table id=\"upstreams\"><tr><th>name</th><th>endpoints</th><th>health</th>\
          <th>last success</th><th>last error</th></tr>",
     );
-    let now = tender_store::now_secs();
+    let now = now_secs();
     for u in health {
         let class = u.state.as_str();
         let word = match u.state {
@@ -163,8 +162,8 @@ pub async fn page(
         );
     }
     h.push_str("</table>");
-    if let Some(b) = mirror.flights().shared() {
-        h.push_str(&bucket_section(b, viewer));
+    if let Some(b) = mirror.bucket() {
+        h.push_str(&bucket_section(&b, viewer));
     }
     h.push_str(&fills_section(&crate::fills_of(&app, viewer), now));
     if let Some(c) = catalog {
@@ -200,35 +199,33 @@ pub async fn page(
 
 /// The shared bucket: up, or down with its cause (and, for a viewer who sees everything, the
 /// error), as `tender_bucket_up` and `tender_bucket_down_cause` show it.
-fn bucket_section(b: &tender_bucket::Bucket, viewer: crate::Viewer) -> String {
-    let (class, word, detail) = match b.state() {
-        tender_bucket::BucketState::Up => {
-            let leases = if b.lease_enabled() {
+fn bucket_section(b: &BucketView, viewer: crate::Viewer) -> String {
+    let (class, word, detail) = match &b.status {
+        BucketStatus::Up { leases, leases_configured } => {
+            let leases = if *leases {
                 "fill leases on"
-            } else if b.settings().lease {
+            } else if *leases_configured {
                 "fill leases off: the server has no conditional writes"
             } else {
                 "fill leases off (lease: false)"
             };
             ("up", "up".to_string(), leases.to_string())
         }
-        tender_bucket::BucketState::Down { cause, message, since } => {
+        BucketStatus::Down { cause, message, since } => {
             let secs = since.elapsed().map(|d| d.as_secs()).unwrap_or(0);
             let message = match viewer {
-                crate::Viewer::All => esc(&message),
+                crate::Viewer::All => esc(message),
                 crate::Viewer::Anonymous => "(shown to authenticated clients)".to_string(),
             };
-            let detail = format!(
-                "<span class=\"cause\">{}</span> for {secs} s, probed in the background: {message}",
-                cause.as_str()
-            );
+            let detail =
+                format!("<span class=\"cause\">{cause}</span> for {secs} s, probed in the background: {message}");
             ("down", "down".to_string(), detail)
         }
     };
     format!(
         "<h2>Shared bucket</h2><table id=\"bucket\"><tr><th>bucket</th><th>state</th><th>detail</th></tr>\
          <tr><td>{}</td><td class=\"{class}\">{word}</td><td>{detail}</td></tr></table>",
-        esc(b.name())
+        esc(&b.name)
     )
 }
 

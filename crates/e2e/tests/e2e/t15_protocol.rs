@@ -156,7 +156,7 @@ pub(crate) const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+jso
 const SIGNATURE: &str = "application/vnd.example.signature.v1";
 
 /// Push a blob to docker-registry (POST an upload, PUT it with the digest); its digest.
-fn push_blob(registry: &str, repo: &str, body: &[u8], work: &Path) -> String {
+pub(crate) fn push_blob(registry: &str, repo: &str, body: &[u8], work: &Path) -> String {
     push_blob_as(registry, repo, body, &sha256(body), work)
 }
 
