@@ -97,6 +97,36 @@ async fn should_negotiate_manifest_media_types_with_accept() {
     assert_eq!(fake.state.manifest_gets.load(Ordering::SeqCst), gets);
 }
 
+/// Issue 37: the upstream is asked with the client's own further types (besides the image
+/// types tender needs), so an artifact of a custom type reaches a client that asks for it from
+/// an upstream that enforces Accept; a client that does not list the type gets 404
+/// MANIFEST_UNKNOWN, as the reference registry answers, by tag and by digest.
+#[tokio::test]
+async fn should_ask_the_upstream_with_the_clients_artifact_types() {
+    let fake = FakeUpstream::start().await;
+    const ARTIFACT: &str = "application/vnd.example.artifact.v1+json";
+    let body = br#"{"schemaVersion":2,"mediaType":"application/vnd.example.artifact.v1+json","blobs":[]}"#;
+    let digest = fake.add_manifest("a/art", "v1", ARTIFACT, body);
+    let tender = Tender::in_front_of(&fake).await;
+    let url = tender.url("/v2/ghcr.io/a/art/manifests/v1");
+    let resp = client().get(&url).header("Accept", format!("{OCI_MANIFEST}, {ARTIFACT}")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], ARTIFACT);
+    assert_eq!(resp.headers()["docker-content-digest"], digest.as_str());
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), body);
+    let asked = fake.state.accepts.lock().unwrap().last().unwrap().clone();
+    assert!(asked.contains(ARTIFACT) && asked.contains(OCI_INDEX) && asked.contains(DOCKER_LIST), "{asked}");
+    // stored now: a client that does not list the type is refused, by tag and by digest
+    for reference in ["v1", digest.as_str()] {
+        let url = tender.url(&format!("/v2/ghcr.io/a/art/manifests/{reference}"));
+        let resp = client().get(&url).header("Accept", format!("{OCI_MANIFEST}, {OCI_INDEX}")).send().await.unwrap();
+        assert_eq!(error_code(resp).await, (404, "MANIFEST_UNKNOWN".into()), "{reference}");
+    }
+    // a client with no Accept at all takes anything
+    let resp = client().get(&url).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+}
+
 /// Issue 17 item 1: a client that accepts only Docker v2s2 never changes what a tag means for
 /// the others, and gets the linux/amd64 manifest chosen from the stored list — also with the
 /// upstream down.

@@ -248,6 +248,12 @@ async fn fake_handler(State(s): State<Arc<FakeState>>, req: Request) -> Response
         // Like a real registry: a tag naming an index, asked for by a client whose Accept
         // excludes the index's type, answers with the linux/amd64 (else the first) entry.
         let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        // Like registries that enforce Accept for artifacts: a manifest of a type that is none
+        // of the four image types goes only to a client that names it.
+        let image_type = |mt: &str| mt.contains("oci.image.") || mt.contains("docker.distribution.manifest");
+        if m.as_ref().is_some_and(|(mt, _)| !image_type(mt) && !accept.is_empty() && !accept.contains(mt.as_str())) {
+            m = None;
+        }
         if let Some((mt, body)) = m.clone() {
             let list = mt.contains("index") || mt.contains("manifest.list");
             if list && !reference.contains(':') && !accept.is_empty() && !accept.contains(&mt) {
