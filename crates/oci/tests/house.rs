@@ -308,3 +308,26 @@ fn should_find_a_loop_however_the_path_is_spelled() {
     ]);
     assert!(loops(&graph(&clean)).is_empty(), "{:?}", graph(&clean));
 }
+
+/// The HTTP layer reaches objects only through tender-fetch's one way to them and its service
+/// interfaces: `tender-server` does not depend on the store or the bucket (its tests may), and
+/// its sources never reach for the mirror's internals.
+#[test]
+fn should_keep_the_server_above_fetch() {
+    let manifest = fs::read_to_string(repo().join("crates/server/Cargo.toml")).expect("read the server's manifest");
+    let deps =
+        manifest.split("\n[").find(|section| section.starts_with("dependencies]")).expect("a [dependencies] section");
+    for banned in ["tender-store", "tender-bucket"] {
+        assert!(!deps.contains(banned), "tender-server depends on {banned}: reach it through tender-fetch");
+    }
+    for file in rust_files(&repo().join("crates/server/src")) {
+        let text = fs::read_to_string(&file).expect("read a source file");
+        for banned in [".flights()", "tender_store::", "tender_bucket::"] {
+            assert!(
+                !text.contains(banned),
+                "{} uses {banned}: go through Mirror::open or fetch::service",
+                file.display()
+            );
+        }
+    }
+}
