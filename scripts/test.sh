@@ -110,6 +110,10 @@ if [ -z "${SKIP_E2E:-}" ] && [ -z "${SKIP_DEPLOY:-}" ]; then
     failed="$failed image+deploy-build"
   fi
 fi
+# Stage 3b: the Helm chart (issue 33) with the real Helm v4 and kubectl (scripts/install-helm.sh)
+if [ -z "${SKIP_DEPLOY:-}" ]; then
+  stage "helm chart" 60 timeout -k 10 180 bash deploy/helm/test.sh || failed="$failed helm"
+fi
 # ==== end of stage 3 ===========================================================================
 
 # Stage 4: the benchmark at its smoke size, so bench/run.sh and BENCHMARKS.md's "Reproduce" cannot

@@ -1,0 +1,1 @@
+ghcr.io/cozystack/cozystack/cluster-autoscaler:v1.6.2@sha256:e77ff02b328e4e119439efd1edd3aa71e9325fabf10a4a84b03a87d12d90b308

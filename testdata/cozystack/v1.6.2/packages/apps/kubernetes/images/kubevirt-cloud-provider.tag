@@ -1,0 +1,1 @@
+ghcr.io/cozystack/cozystack/kubevirt-cloud-provider:v1.6.2@sha256:f005b99041d191eed9dde98f9f6691ba2d0cbfa1b3b0b2fe4b32cc0fdba74acf

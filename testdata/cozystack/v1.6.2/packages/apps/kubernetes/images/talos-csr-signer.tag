@@ -1,0 +1,1 @@
+ghcr.io/cozystack/cozystack/talos-csr-signer:v1.6.2@sha256:7051e90245cb446ce4deb857d4337e2fd69ce84436243ba60939d374defc2a07
