@@ -23,6 +23,7 @@ pub mod client;
 pub mod container;
 pub mod entry;
 pub mod error;
+pub mod expect;
 pub mod fills;
 pub mod flight;
 pub mod health;

@@ -38,7 +38,7 @@ impl Record {
 /// How often each kind's failure is logged, at most.
 const LOG_EVERY: Duration = Duration::from_secs(60);
 
-/// The counter and the log's clock; one per [`crate::Flights`].
+/// The counter and the log's clock; one per mirror, on its fill registry's `store_write_errors`.
 #[derive(Debug, Default)]
 pub struct WriteErrors {
     counter: Family<Vec<(String, String)>, Counter>,

@@ -12,7 +12,7 @@ use tender_oci::Digest;
 use tender_store::{Store, TrustRecord};
 
 use crate::error::{FetchError, FetchErrorKind};
-use crate::flight::{Expect, Opened, Source};
+use crate::expect::{Expect, Opened, Source};
 
 /// How often a replica waiting on another's fill asks the bucket for news.
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
@@ -329,106 +329,6 @@ impl Source for BucketSource {
         }
         .boxed()
     }
-}
-
-/// Write a fill's chunks to the bucket as they land (the fill runs under the lease `key`), so
-/// replicas waiting on the lease read them at once ([`FollowSource`]). Returns the upload with
-/// every whole chunk written once the fill verified, for [`publish`] to finish; `None` when
-/// the fill failed or the bucket refused (publish then uploads from scratch).
-pub(crate) fn spawn_streamer(
-    bucket: Arc<Bucket>,
-    fill: Arc<crate::flight::Fill>,
-    digest: Option<Digest>,
-    key: String,
-) -> tokio::task::JoinHandle<Option<PartUpload>> {
-    tokio::spawn(async move {
-        let mut rx = fill.subscribe();
-        let cs = bucket.settings().chunk_size;
-        let mut upload: Option<PartUpload> = None;
-        let mut next = 0u64;
-        loop {
-            let (written, total, phase) = {
-                let s = rx.borrow_and_update();
-                (s.written, s.total, s.phase.clone())
-            };
-            if matches!(phase, crate::flight::Phase::Failed(_)) {
-                break;
-            }
-            let verified = matches!(phase, crate::flight::Phase::Verified(_) | crate::flight::Phase::Committed(_));
-            let head = (tender_bucket::parts::HEAD_LEN as u64).min(total.unwrap_or(u64::MAX));
-            if upload.is_none() && (total.is_some() || written > 0) && (written >= head || verified) {
-                // The upstream answered and the object's first bytes are in: announce the
-                // upload with its size and those bytes, so the waiters' clients get them now
-                // and not once the whole first chunk is in the bucket.
-                let mut u = bucket.begin_parts(Some(&key), digest, total);
-                let n = written.min(head);
-                if n > 0 {
-                    if let Some(buf) = read_span(&fill, 0, n).await {
-                        u.set_head(&buf).await;
-                    }
-                }
-                if let Err(e) = u.announce().await {
-                    tracing::debug!(key, error = %e, "upload not announced; the upload after the fill covers it");
-                    break;
-                }
-                upload = Some(u);
-            }
-            let start = next.saturating_mul(cs);
-            // A whole chunk as soon as it is written; the last, shorter one once the content
-            // verified (so the waiters do not wait for the upload after the commit).
-            let len = if written >= start.saturating_add(cs) {
-                cs
-            } else if verified && written > start {
-                written.saturating_sub(start)
-            } else {
-                0
-            };
-            if len > 0 {
-                let Some(buf) = read_span(&fill, start, len).await else { break };
-                let u = upload.get_or_insert_with(|| bucket.begin_parts(Some(&key), digest, total));
-                if let Err(e) = u.put_chunk(bytes::Bytes::from(buf)).await {
-                    tracing::debug!(key, error = %e, "chunk not written during the fill; the upload after it covers it");
-                    break;
-                }
-                next = next.saturating_add(1);
-                continue;
-            }
-            if verified {
-                let mut u = upload?;
-                return match u.flush().await {
-                    Ok(()) => Some(u),
-                    Err(_) => {
-                        u.abort().await;
-                        None
-                    }
-                };
-            }
-            if rx.changed().await.is_err() {
-                break;
-            }
-        }
-        if let Some(u) = upload {
-            u.abort().await;
-        }
-        None
-    })
-}
-
-/// `len` bytes of a fill's spool file from `start` (written already), off the threads serving
-/// connections; `None` when the read failed.
-async fn read_span(fill: &crate::flight::Fill, start: u64, len: u64) -> Option<Vec<u8>> {
-    // A fill that passes through has the rest only in memory, for its own readers: no upload.
-    if start.saturating_add(len) > fill.stored_until() {
-        return None;
-    }
-    let file = fill.file();
-    tokio::task::spawn_blocking(move || {
-        let mut buf = vec![0u8; usize::try_from(len).ok()?];
-        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, start).ok().map(|()| buf)
-    })
-    .await
-    .ok()
-    .flatten()
 }
 
 /// A fill's source that reads another replica's upload in progress chunk by chunk as its

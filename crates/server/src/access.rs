@@ -13,25 +13,9 @@ use axum::response::Response;
 use bytes::Bytes;
 use http_body::Frame;
 
+pub use crate::access_info::AccessInfo;
+pub use crate::error::ErrorCodeSeen;
 use crate::metrics::ServerMetrics;
-
-/// Set by handlers on their response: what the access log and metrics should say.
-#[derive(Debug, Clone, Default)]
-pub struct AccessInfo {
-    pub route: &'static str,
-    pub upstream: Option<String>,
-    pub cache: Option<&'static str>,
-    pub digest: Option<tender_oci::Digest>,
-    /// `<upstream>/<repository>` for registry requests (`image-factory/<schematic>/<version>/<asset>`
-    /// for OS images), for the served statistics.
-    pub repository: Option<String>,
-    /// Keep what this request fetched out of eviction (a prefetch with `X-Tender-Pin: 1`).
-    pub pin: bool,
-    /// The repository was vouched for on this request: a tag of it answered (a tag record, its
-    /// upstream's or an import's), or its upstream confirmed the object in it. For the served
-    /// statistics, which take new names only when confirmed.
-    pub confirmed: bool,
-}
 
 /// A digest in the access log, or nothing.
 struct DigestField<'a>(Option<&'a tender_oci::Digest>);
@@ -44,10 +28,6 @@ impl std::fmt::Display for DigestField<'_> {
         }
     }
 }
-
-/// The OCI error code of an error response.
-#[derive(Debug, Clone, Copy)]
-pub struct ErrorCodeSeen(pub &'static str);
 
 struct Record {
     /// What the request said, taken before it was handed on.

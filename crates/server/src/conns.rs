@@ -26,7 +26,7 @@ pub(crate) struct ConnState {
     /// Closed to make room for another connection.
     evict: Notify,
     /// Since when the socket has accepted no byte of a write it refused (`stall.rs`).
-    pub(crate) blocked: crate::stall::Moment,
+    pub(crate) blocked: crate::moment::Moment,
     blocked_now: Notify,
     /// Close with a reset (`SO_LINGER` 0): the bytes still queued for a peer that stopped
     /// reading are dropped at once instead of being retried for minutes.
@@ -41,7 +41,7 @@ impl ConnState {
             in_flight: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
             evict: Notify::new(),
-            blocked: crate::stall::Moment::new(),
+            blocked: crate::moment::Moment::new(),
             blocked_now: Notify::new(),
             abort: AtomicBool::new(false),
         }

@@ -20,6 +20,10 @@ pub struct ApiError {
     pub status: StatusCode,
 }
 
+/// The OCI error code of an error response, set on it for the access log (`access`).
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorCodeSeen(pub &'static str);
+
 /// What kind of object a request was about, to pick the right "unknown" code.
 #[derive(Debug, Clone, Copy)]
 pub enum Subject {
@@ -144,7 +148,7 @@ impl IntoResponse for ApiError {
                 h.insert("content-range", v);
             }
         }
-        resp.extensions_mut().insert(crate::access::ErrorCodeSeen(self.code.as_str()));
+        resp.extensions_mut().insert(ErrorCodeSeen(self.code.as_str()));
         resp
     }
 }

@@ -3,6 +3,7 @@
 //! only crate that knows HTTP status codes.
 
 pub mod access;
+mod access_info;
 pub mod admin;
 pub mod auth;
 mod conns;
@@ -12,6 +13,7 @@ pub mod import;
 pub mod limits;
 pub mod listen;
 pub mod metrics;
+mod moment;
 pub mod object;
 pub mod range;
 mod registry;

@@ -1,5 +1,5 @@
 //! Request limits: URL size and concurrent requests per client address. Connection-level
-//! limits (header size and time, connections, TLS handshake time) live in [`crate::listen`].
+//! limits (header size and time, connections, TLS handshake time) live in the listener (`listen`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};

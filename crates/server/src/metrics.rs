@@ -11,7 +11,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tender_fetch::FetchMetrics;
 
-use crate::access::AccessInfo;
+use crate::access_info::AccessInfo;
 
 type Labels = Vec<(String, String)>;
 /// `tender_cache_requests`' kind, result and prefetch labels (the upstream is looked up by name).

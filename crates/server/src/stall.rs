@@ -20,7 +20,6 @@
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -30,47 +29,9 @@ use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use crate::conns::ConnState;
 use crate::metrics::ServerMetrics;
-
-/// A moment as nanoseconds after a base instant, `0` for none (an atomic `Option<Instant>`).
-#[derive(Debug)]
-pub(crate) struct Moment {
-    base: Instant,
-    at: AtomicU64,
-}
-
-impl Moment {
-    pub(crate) fn new() -> Moment {
-        Moment { base: Instant::now(), at: AtomicU64::new(0) }
-    }
-
-    fn set_now(&self) {
-        let n = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
-        self.at.store(n, Ordering::Relaxed);
-    }
-
-    /// Set to now unless set; whether it was unset.
-    pub(crate) fn set_now_if_none(&self) -> bool {
-        let unset = self.at.load(Ordering::Relaxed) == 0;
-        if unset {
-            self.set_now();
-        }
-        unset
-    }
-
-    fn clear(&self) {
-        if self.at.load(Ordering::Relaxed) != 0 {
-            self.at.store(0, Ordering::Relaxed);
-        }
-    }
-
-    pub(crate) fn get(&self) -> Option<Instant> {
-        match self.at.load(Ordering::Relaxed) {
-            0 => None,
-            n => Some(self.base + Duration::from_nanos(n)),
-        }
-    }
-}
+use crate::moment::Moment;
 
 /// A stream over a client's TCP socket.
 pub(crate) trait Socket {
@@ -93,7 +54,7 @@ impl Socket for crate::zerocopy::ZeroCopyStream {
 pub(crate) struct WriteWatch<T: Socket> {
     inner: T,
     /// Since when the socket has taken no byte of a write that was refused.
-    blocked: Arc<crate::conns::ConnState>,
+    blocked: Arc<ConnState>,
 }
 
 impl<T: Socket> Drop for WriteWatch<T> {
@@ -106,7 +67,7 @@ impl<T: Socket> Drop for WriteWatch<T> {
 }
 
 impl<T: Socket> WriteWatch<T> {
-    pub(crate) fn new(inner: T, conn: Arc<crate::conns::ConnState>) -> WriteWatch<T> {
+    pub(crate) fn new(inner: T, conn: Arc<ConnState>) -> WriteWatch<T> {
         WriteWatch { inner, blocked: conn }
     }
 

@@ -1,0 +1,161 @@
+//! The fill's side of the shared bucket while it runs under the fill lease: its chunks go to
+//! the bucket as they land, so replicas waiting on the lease read them at once
+//! ([`crate::shared::FollowSource`]), and the last one as soon as the content verified.
+
+use std::sync::Arc;
+
+use tender_bucket::{Bucket, PartUpload};
+use tender_oci::Digest;
+
+use super::fill::{Fill, Phase};
+
+/// Write a fill's chunks to the bucket as they land (the fill runs under the lease `key`), so
+/// replicas waiting on the lease read them at once ([`crate::shared::FollowSource`]). Returns
+/// the upload with every whole chunk written once the fill verified, for
+/// [`crate::shared::publish`] to finish; `None` when the fill failed or the bucket refused
+/// (publish then uploads from scratch).
+pub(super) fn spawn_streamer(
+    bucket: Arc<Bucket>,
+    fill: Arc<Fill>,
+    digest: Option<Digest>,
+    key: String,
+) -> tokio::task::JoinHandle<Option<PartUpload>> {
+    tokio::spawn(async move {
+        let mut rx = fill.subscribe();
+        let cs = bucket.settings().chunk_size;
+        let mut upload: Option<PartUpload> = None;
+        let mut next = 0u64;
+        loop {
+            let (written, total, phase) = {
+                let s = rx.borrow_and_update();
+                (s.written, s.total, s.phase.clone())
+            };
+            if matches!(phase, Phase::Failed(_)) {
+                break;
+            }
+            let verified = matches!(phase, Phase::Verified(_) | Phase::Committed(_));
+            let head = (tender_bucket::parts::HEAD_LEN as u64).min(total.unwrap_or(u64::MAX));
+            if upload.is_none() && (total.is_some() || written > 0) && (written >= head || verified) {
+                // The upstream answered and the object's first bytes are in: announce the
+                // upload with its size and those bytes, so the waiters' clients get them now
+                // and not once the whole first chunk is in the bucket.
+                let mut u = bucket.begin_parts(Some(&key), digest, total);
+                let n = written.min(head);
+                if n > 0 {
+                    if let Some(buf) = read_span(&fill, 0, n).await {
+                        u.set_head(&buf).await;
+                    }
+                }
+                if let Err(e) = u.announce().await {
+                    tracing::debug!(key, error = %e, "upload not announced; the upload after the fill covers it");
+                    break;
+                }
+                upload = Some(u);
+            }
+            let start = next.saturating_mul(cs);
+            // A whole chunk as soon as it is written; the last, shorter one once the content
+            // verified (so the waiters do not wait for the upload after the commit).
+            let len = if written >= start.saturating_add(cs) {
+                cs
+            } else if verified && written > start {
+                written.saturating_sub(start)
+            } else {
+                0
+            };
+            if len > 0 {
+                let Some(buf) = read_span(&fill, start, len).await else { break };
+                let u = upload.get_or_insert_with(|| bucket.begin_parts(Some(&key), digest, total));
+                if let Err(e) = u.put_chunk(bytes::Bytes::from(buf)).await {
+                    tracing::debug!(key, error = %e, "chunk not written during the fill; the upload after it covers it");
+                    break;
+                }
+                next = next.saturating_add(1);
+                continue;
+            }
+            if verified {
+                let mut u = upload?;
+                return match u.flush().await {
+                    Ok(()) => Some(u),
+                    Err(_) => {
+                        u.abort().await;
+                        None
+                    }
+                };
+            }
+            if rx.changed().await.is_err() {
+                break;
+            }
+        }
+        if let Some(u) = upload {
+            u.abort().await;
+        }
+        None
+    })
+}
+
+/// `len` bytes of a fill's spool file from `start` (written already), off the threads serving
+/// connections; `None` when the read failed.
+async fn read_span(fill: &Fill, start: u64, len: u64) -> Option<Vec<u8>> {
+    // A fill that passes through has the rest only in memory, for its own readers: no upload.
+    if start.saturating_add(len) > fill.stored_until() {
+        return None;
+    }
+    let file = fill.file();
+    tokio::task::spawn_blocking(move || {
+        let mut buf = vec![0u8; usize::try_from(len).ok()?];
+        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, start).ok().map(|()| buf)
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+    use super::*;
+    use crate::fills::FillInfo;
+    use tender_oci::Algorithm;
+    use tender_store::Store;
+
+    /// Issue 19: the fill-lease holder's streamer writes the last, shorter chunk as soon as the
+    /// content verified, so the replicas following the upload get their last bytes without
+    /// waiting for the upload that follows the commit (3.2 s of re-hashing for 1 GiB).
+    #[tokio::test]
+    async fn should_stream_the_last_partial_chunk_once_the_content_verified() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), tender_store::OpenMode::Exclusive).unwrap();
+        let mut writer = store.create_spool("k", Algorithm::Sha256).unwrap();
+        let fill = Arc::new(Fill::new("k", "k", &writer, false, FillInfo::new("k", "u", "")).unwrap());
+        let mut settings = tender_bucket::BucketSettings::new("fleet");
+        settings.chunk_size = 1 << 20;
+        let mem = Arc::new(object_store::memory::InMemory::new());
+        let bucket = Bucket::with_store(mem, settings, tender_bucket::BucketMetrics::default());
+        let content: Vec<u8> = (0..(2 << 20) + 333).map(|i| (i % 251) as u8).collect();
+        let d = Digest::of(&content);
+        let key = format!("u@{d}");
+        let streamer = spawn_streamer(bucket.clone(), fill.clone(), Some(d), key.clone());
+        writer.append(&content).unwrap();
+        fill.state.send_modify(|s| {
+            s.written = content.len() as u64;
+            s.total = Some(content.len() as u64);
+            s.phase = Phase::Streaming;
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while bucket.progress(&key).await.unwrap().is_none_or(|p| p.chunks.len() < 2) {
+            assert!(std::time::Instant::now() < deadline, "the two whole chunks were never listed");
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            bucket.progress(&key).await.unwrap().unwrap().chunks.len(),
+            2,
+            "not the partial one while streaming"
+        );
+        fill.state.send_modify(|s| s.phase = Phase::Verified(d));
+        let upload = streamer.await.unwrap().expect("the streamed upload");
+        assert_eq!(upload.chunks().await.len(), 3, "the last chunk, 333 bytes, was written by the streamer");
+        let listed = bucket.progress(&key).await.unwrap().unwrap();
+        assert_eq!(listed.chunks.len(), 3, "and listed for the waiters");
+        writer.discard();
+    }
+}
