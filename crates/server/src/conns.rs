@@ -31,7 +31,19 @@ pub(crate) struct ConnState {
     /// Close with a reset (`SO_LINGER` 0): the bytes still queued for a peer that stopped
     /// reading are dropped at once instead of being retried for minutes.
     abort: AtomicBool,
+    /// Request heads over `maxHeaderBytes` refused on this connection.
+    head_refusals: AtomicUsize,
+    /// Too many of those: the connection is sent away (HTTP/2: GOAWAY).
+    flood: Notify,
 }
+
+/// How many request heads over `maxHeaderBytes` one connection may send before it is sent away
+/// (HTTP/1 connections close after the first).
+pub(crate) const HEAD_REFUSALS_MAX: usize = 3;
+
+/// The connection a request came on, as a request extension: what the limits note about it.
+#[derive(Clone)]
+pub(crate) struct ConnRef(pub(crate) Arc<ConnState>);
 
 impl ConnState {
     fn new() -> ConnState {
@@ -44,7 +56,22 @@ impl ConnState {
             blocked: crate::moment::Moment::new(),
             blocked_now: Notify::new(),
             abort: AtomicBool::new(false),
+            head_refusals: AtomicUsize::new(0),
+            flood: Notify::new(),
         }
+    }
+
+    /// A request head over `maxHeaderBytes` was refused; at `HEAD_REFUSALS_MAX` of them the
+    /// connection's driver sends it away.
+    pub(crate) fn refused_head(&self) {
+        if self.head_refusals.fetch_add(1, Ordering::Relaxed) + 1 == HEAD_REFUSALS_MAX {
+            self.flood.notify_one();
+        }
+    }
+
+    /// Resolves when the connection sent too many heads over the limit.
+    pub(crate) async fn flooding(&self) {
+        self.flood.notified().await;
     }
 
     /// A write was refused: from now on (unless already), the socket counts as blocked, and

@@ -97,6 +97,16 @@ impl ClientCounts {
     }
 }
 
+/// The size of a request's head as HTTP/1.1 writes it: the request line, each field as
+/// `name: value` and its line end, and the blank line. An HTTP/2 request is measured the same
+/// way, so one limit means one size whichever protocol carried it.
+fn head_len(req: &Request) -> usize {
+    let target = req.uri().path_and_query().map_or(1, |p| p.as_str().len());
+    let line = req.method().as_str().len() + 1 + target + " HTTP/1.1\r\n".len();
+    let fields: usize = req.headers().iter().map(|(n, v)| n.as_str().len() + 2 + v.len() + 2).sum();
+    line + fields + 2
+}
+
 /// A plain error in the OCI error shape for statuses the OCI codes do not cover.
 pub fn refusal(status: StatusCode, code: &str, message: String) -> Response {
     let body = serde_json::json!({ "errors": [{ "code": code, "message": message, "detail": null }] });
@@ -108,6 +118,26 @@ pub fn refusal(status: StatusCode, code: &str, message: String) -> Response {
 #[allow(clippy::result_large_err, reason = "the refusal is the response itself, sent at once")]
 pub(crate) fn admit(app: &AppState, req: &Request) -> Result<Option<Slot>, Response> {
     let limits = &app.security.limits;
+    let head = head_len(req);
+    if head > limits.max_header_bytes {
+        app.metrics().limit_refusal("headers");
+        if let Some(conn) = req.extensions().get::<crate::conns::ConnRef>() {
+            conn.0.refused_head();
+        }
+        let mut resp = refusal(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "UNSUPPORTED",
+            format!(
+                "request head of {head} bytes is over the limit of {} bytes (limits.maxHeaderBytes)",
+                limits.max_header_bytes
+            ),
+        );
+        // An HTTP/1 connection goes with it, as after hyper's own 431; an HTTP/2 one after a few.
+        if req.version() <= axum::http::Version::HTTP_11 {
+            resp.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+        }
+        return Err(resp);
+    }
     let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
     if target_len > limits.max_url_bytes {
         app.metrics().limit_refusal("url");

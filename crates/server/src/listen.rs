@@ -55,15 +55,19 @@ fn builders(limits: &Limits, metrics: &Arc<ServerMetrics>) -> Builders {
                 // bodies (zerocopy.rs) rely on it.
                 .writev(true)
                 .header_read_timeout(limits.header_timeout)
-                // hyper answers 431 when the head does not fit.
-                .max_buf_size(limits.max_header_bytes.max(8192))
+                // `limits::admit` refuses a head over `maxHeaderBytes` at that size; hyper's own
+                // cut (431, counted too) is twice that, where its read buffer ends.
+                .max_buf_size(limits.max_header_bytes.saturating_mul(2).max(8192))
                 .max_headers(128)
         };
     }
     macro_rules! http2 {
         ($b:expr) => {
             $b.timer(TokioTimer::new())
-                .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+                // `limits::admit` refuses a head over `maxHeaderBytes` (431, counted, and after
+                // a few the connection is sent away); h2's own cut, which it answers itself, is
+                // four times that (its list size counts 32 bytes more per field).
+                .max_header_list_size(u32::try_from(limits.max_header_bytes.saturating_mul(4)).unwrap_or(u32::MAX))
                 .max_concurrent_streams(MAX_STREAMS)
                 // What one stream may queue beyond what its window lets out (hyper's default is
                 // 400 KiB): with a peer that stopped reading, bytes held per stream.
@@ -305,6 +309,11 @@ async fn drive<C>(
                 return;
             }
             () = state.became_blocked() => {}
+            () = state.flooding(), if closing.is_none() => {
+                tracing::debug!(%peer, "connection sent away: request heads over limits.maxHeaderBytes again and again");
+                conn.as_mut().graceful_shutdown();
+                closing = Some(Some(Instant::now() + GOAWAY_GRACE));
+            }
             changed = stopping.changed(), if closing.is_none() => {
                 if changed.is_err() || *stopping.borrow() {
                     conn.as_mut().graceful_shutdown();
@@ -374,6 +383,7 @@ fn service(
 > + Clone {
     hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
+        req.extensions_mut().insert(crate::conns::ConnRef(conn.clone()));
         if verified_cert {
             req.extensions_mut().insert(VerifiedClientCert);
         }

@@ -10,10 +10,11 @@ use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use support::h2::*;
 use support::*;
 use tender_server::limits::Limits;
 use tender_server::{Security, Surface};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
 /// One heavy test at a time: they measure the process's memory and the host's TCP memory.
@@ -177,46 +178,6 @@ async fn should_cap_what_stalled_readers_pin_in_the_kernel() {
 }
 
 // ---- a raw HTTP/2 client --------------------------------------------------------------------
-
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const DATA: u8 = 0;
-const HEADERS: u8 = 1;
-const RST_STREAM: u8 = 3;
-const SETTINGS: u8 = 4;
-const PING: u8 = 6;
-const GOAWAY: u8 = 7;
-const WINDOW_UPDATE: u8 = 8;
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len() as u32;
-    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
-
-/// A GET's header block: literal fields without indexing, no Huffman (each under 127 bytes).
-fn get_headers(path: &str) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (name, value) in [(":method", "GET"), (":scheme", "http"), (":path", path), (":authority", "t")] {
-        out.push(0);
-        out.push(name.len() as u8);
-        out.extend_from_slice(name.as_bytes());
-        out.push(value.len() as u8);
-        out.extend_from_slice(value.as_bytes());
-    }
-    out
-}
-
-async fn read_frame(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<(u8, u8, u32, Vec<u8>)> {
-    let mut head = [0u8; 9];
-    r.read_exact(&mut head).await?;
-    let len = (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
-    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-    let mut payload = vec![0u8; len];
-    r.read_exact(&mut payload).await?;
-    Ok((head[3], head[4], stream, payload))
-}
 
 /// Open an h2c connection with `window` as every stream's initial window and `n` GETs of
 /// `path` on it.

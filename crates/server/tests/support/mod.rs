@@ -2,6 +2,8 @@
 //! (router + mirror + store) in front of it, both on 127.0.0.1.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, reason = "test support")]
 
+pub mod h2;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
