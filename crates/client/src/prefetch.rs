@@ -28,10 +28,10 @@ use indicatif::{HumanBytes, MultiProgress, ProgressBar, ProgressStyle};
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
-use tender_catalog::asset::{self, AssetPath, Compression};
+use tender_catalog::asset::{self, AssetPath};
 use tender_fetch::flight::{Claim, Fill, Phase};
 use tender_fetch::mirror::CacheResult;
-use tender_fetch::{Container, FetchError, FetchErrorKind, Mirror, Upstream};
+use tender_fetch::{FetchError, FetchErrorKind, Mirror, Upstream};
 use tender_oci::media::{self, AcceptList, ALL_MANIFESTS};
 use tender_oci::{Algorithm, Digest, Reference, RepoName};
 use tender_store::{OpenMode, Store};
@@ -700,16 +700,6 @@ pub(crate) struct LocalBackend {
     wait_limit: Duration,
 }
 
-/// The fetch layer's container for an asset's compression (as the server's image endpoint).
-fn container(c: Compression) -> Container {
-    match c {
-        Compression::None => Container::None,
-        Compression::Xz => Container::Xz,
-        Compression::Gz | Compression::TarGz => Container::Gz,
-        Compression::Zst => Container::Zst,
-    }
-}
-
 impl LocalBackend {
     pub(crate) fn route(&self, img: &ImageRef) -> Result<(Arc<Upstream>, RepoName), Failed> {
         self.mirror
@@ -818,7 +808,7 @@ impl LocalBackend {
 
     async fn os_image(&self, asset: &AssetPath, progress: &Progress) -> Result<Got, Failed> {
         let what = asset.path();
-        let c = container(asset.compression());
+        let c = asset.compression().container();
         let (path, key) = (asset.path(), asset.key());
         progress.start(0, "from the Image Factory");
         let (digest, already) = self.fill(&what, || self.mirror.asset(&path, &key, c), progress, true).await?;

@@ -96,17 +96,19 @@ pub struct Head {
 }
 
 impl Head {
-    fn new(up: &Upstream) -> Head {
+    /// The head of an object through `up` (`None`: an asset with no factory configured, of
+    /// which only what is stored can be served).
+    fn new(up: Option<&Upstream>) -> Head {
         Head {
             digest: None,
             media_type: None,
             size: None,
             cache: CacheResult::Hit,
             stale_age: None,
-            private: up.settings().needs_identity(),
+            private: up.is_some_and(|u| u.settings().needs_identity()),
             first_seen: None,
             name_confirmed: false,
-            range_before_verify: up.settings().range_before_verify,
+            range_before_verify: up.is_some_and(|u| u.settings().range_before_verify),
         }
     }
 }
@@ -247,7 +249,7 @@ impl Mirror {
         accept: &AcceptList,
     ) -> Result<Opened, FetchError> {
         let hit = self.manifest(&route.up, &route.repo, reference, accept).await?;
-        let mut head = Head::new(&route.up);
+        let mut head = Head::new(Some(&route.up));
         head.digest = Some(hit.digest);
         head.media_type = Some(hit.media_type);
         head.size = Some(hit.bytes.len() as u64);
@@ -260,7 +262,7 @@ impl Mirror {
     async fn open_blob(self: &Arc<Self>, route: &Routed, digest: Digest, ask: Ask<'_>) -> Result<Opened, FetchError> {
         let (up, repo) = (&route.up, &route.repo);
         let store = self.flights().store();
-        let mut head = Head::new(up);
+        let mut head = Head::new(Some(up));
         head.digest = Some(digest);
         let here = store.open_stored(&digest).map_err(|e| FetchError::store(up.name(), &e))?;
         // Not known in `up` yet: the provenance check asks the upstream, in this repository.
@@ -321,7 +323,7 @@ impl Mirror {
     pub async fn open_asset(self: &Arc<Self>, ask: &AssetAsk) -> Result<Opened, FetchError> {
         let factory = self.image_factory().cloned();
         let base = || {
-            let mut head = factory.as_deref().map_or_else(Head::default_public, Head::new);
+            let mut head = Head::new(factory.as_deref());
             head.cache = CacheResult::Hit;
             head
         };
@@ -423,24 +425,6 @@ impl Mirror {
     pub fn note_served(&self, digest: &Digest) {
         if let Some(bucket) = self.flights().shared() {
             bucket.note_served(digest);
-        }
-    }
-}
-
-impl Head {
-    /// The head of an object of no upstream in particular (an asset with no factory
-    /// configured: only what is stored can be served).
-    fn default_public() -> Head {
-        Head {
-            digest: None,
-            media_type: None,
-            size: None,
-            cache: CacheResult::Hit,
-            stale_age: None,
-            private: false,
-            first_seen: None,
-            name_confirmed: false,
-            range_before_verify: false,
         }
     }
 }

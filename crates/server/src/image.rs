@@ -9,23 +9,14 @@ use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
-use tender_catalog::asset::{safe_filename, AssetPath, Compression};
-use tender_fetch::{AssetAsk, Container, Head};
+use tender_catalog::asset::{safe_filename, AssetPath};
+use tender_fetch::{AssetAsk, Head};
 use tender_oci::ErrorCode;
 
 use crate::access::AccessInfo;
 use crate::error::{ApiError, Subject};
 use crate::object::{self, Describe};
 use crate::AppState;
-
-fn container(c: Compression) -> Container {
-    match c {
-        Compression::None => Container::None,
-        Compression::Xz => Container::Xz,
-        Compression::Gz | Compression::TarGz => Container::Gz,
-        Compression::Zst => Container::Zst,
-    }
-}
 
 pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
     let mut info = AccessInfo { route: "image", upstream: Some("image-factory".into()), ..AccessInfo::default() };
@@ -57,7 +48,7 @@ async fn serve(app: &Arc<AppState>, req: &Parts, info: &mut AccessInfo) -> Resul
     let ask = AssetAsk {
         path: asset.path(),
         key: asset.key(),
-        container: container(asset.compression()),
+        container: asset.compression().container(),
         head: method == Method::HEAD,
     };
     let opened = app.mirror().open_asset(&ask).await.map_err(|e| ApiError::from_fetch(&e, Subject::Blob))?;
