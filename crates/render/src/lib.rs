@@ -35,6 +35,7 @@ pub mod registries;
 pub mod rules;
 pub mod state;
 pub mod talos;
+pub mod target;
 mod url;
 pub mod yaml;
 
