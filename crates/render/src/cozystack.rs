@@ -439,7 +439,7 @@ impl Capabilities<'_> {
 }
 
 /// The notes of a patch that changes the worker Talos config only.
-const CONFIG_NOTE: &str = "changes only the worker Talos config (the TalosConfigTemplate the reconcile Job applies): no worker re-images, and only Machines created afterwards use it";
+const CONFIG_NOTE: &str = "its registry keys change only the worker Talos config (the TalosConfigTemplate the reconcile Job applies): they re-image no worker, and only Machines created afterwards use them";
 
 /// Render the patches and values for Cozystack.
 pub fn render(config: &ConfigFile, req: &RenderRequest) -> Result<Rendered, Error> {
@@ -566,7 +566,7 @@ pub fn render(config: &ConfigFile, req: &RenderRequest) -> Result<Rendered, Erro
             ));
         }
     }
-    if out.documents.is_empty() {
+    if out.documents.is_empty() && out.unexpressed.is_empty() {
         return Err(usage(
             "render cozystack",
             "has nothing to render: pass --cluster and --namespace for the registry-mirror patches, or list catalog.images in --config (for --cozystack golden-catalog)",

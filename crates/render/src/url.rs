@@ -46,7 +46,7 @@ impl Authority {
         let Some((addr, after)) = rest.split_once(']') else {
             return Err("an IPv6 host needs its closing ']' ([::1]:5000)".into());
         };
-        let ip: std::net::Ipv6Addr = addr.parse().map_err(|_| format!("[{addr}] is not an IPv6 address"))?;
+        let ip: core::net::Ipv6Addr = addr.parse().map_err(|_| format!("[{addr}] is not an IPv6 address"))?;
         let port = match after {
             "" => None,
             p => match p.strip_prefix(':') {

@@ -120,7 +120,7 @@ fn should_patch_registry_mirrors_for_every_upstream_to_the_mirror() {
             assert_eq!(mirrors[host]["endpoints"], json!([MIRROR]), "{text}");
         }
     }
-    assert!(text.contains("no worker re-images"), "{text}");
+    assert!(text.contains("re-image no worker"), "{text}");
     assert!(!text.contains("osImage"), "{text}");
     assert_eq!(docs[1]["metadata"]["name"], "test-md1");
 }
