@@ -186,7 +186,7 @@ fn issue_33_should_refuse_a_package_patch_that_re_points_existing_goldens() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("G-9") && err.contains(golden) && err.contains("(1)") && err.contains("(5)"), "{err}");
-    render(&config, &req(Some(state(&format!("http://tender:5000/image/x/v1.13.6/openstack-amd64.raw.xz"))))).unwrap();
+    render(&config, &req(Some(state("http://tender:5000/image/x/v1.13.6/openstack-amd64.raw.xz")))).unwrap();
     let out = render(&config, &req(None)).unwrap();
     assert!(
         out.warnings.iter().any(|w| w.contains("re-points every golden") && w.contains("--cluster-state")),
