@@ -95,7 +95,8 @@ def main():
         f.write(config)
     try:
         run = subprocess.run([tender, "render", "cozystack", "--config", path, "--mirror", "http://m.example:5000",
-                              "--cluster", "on", "--namespace", "no", "--pool", "y", "--os-image", "builtin"],
+                              "--cluster", "on", "--namespace", "no", "--pool", "y", "--os-image", "builtin",
+                              "--cozystack", "golden-catalog"],
                              capture_output=True, text=True, check=False)
     finally:
         os.unlink(path)

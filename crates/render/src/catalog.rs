@@ -119,7 +119,7 @@ impl GoldenImage {
 pub fn parse_config(text: &str) -> Result<ConfigFile, Error> {
     serde_norway::from_str::<Option<ConfigFile>>(text)
         .map(Option::unwrap_or_default)
-        .map_err(|e| Error::Malformed { what: "config file".into(), message: e.to_string() })
+        .map_err(|e| Error::Malformed { what: "config file".into(), message: crate::yaml::humane(&e.to_string()) })
 }
 
 fn word(field: &str, value: &str) -> Result<(), Refusal> {

@@ -26,6 +26,9 @@ use crate::pool::{defaults, DiskSource, PoolFile};
 use crate::registries::Registry;
 use crate::rules::{check_no_control, check_no_credentials, is_dns_label, Refusal, Rule};
 use crate::state::ClusterState;
+use crate::target::{
+    has_key, Target, IMAGE_FACTORY_URL, INSTALLER_REPOSITORY, OS_IMAGE_BUILTIN, OS_IMAGE_FACTORY, REGISTRY_MIRRORS,
+};
 use crate::url::parse_http_url;
 use crate::Error;
 
@@ -110,6 +113,12 @@ fn walk_keys(
                     }
                 };
                 seen.push(schema.clone());
+                if let Some(expected) = kind_mismatch(ty, v) {
+                    return Err(Error::Malformed {
+                        what: format!("{}{}", shown, join(path, k)).escape_debug().to_string(),
+                        message: format!("is {}; Cozystack's chart takes {expected} here", kind_of(v)),
+                    });
+                }
                 if !ty.ends_with("(free-form)") {
                     walk_keys(section, v, &schema, shown, seen)?;
                 }
@@ -128,6 +137,35 @@ fn walk_keys(
     Ok(())
 }
 
+/// The kind of a YAML value, as an operator reads it.
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "empty (null)",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "an integer",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// The kind a key list type takes, when `v` is not of it. A null passes: the chart's default
+/// applies.
+fn kind_mismatch(ty: &str, v: &Value) -> Option<&'static str> {
+    let ok = |expected: &'static str, ok: bool| if ok { None } else { Some(expected) };
+    match (ty.split_whitespace().next().unwrap_or(ty), v) {
+        (_, Value::Null) => None,
+        ("string", v) => ok("a string", v.is_string()),
+        ("integer", v) => ok("an integer", v.is_i64() || v.is_u64()),
+        ("int-or-string", v) => ok("an integer or a string (e.g. 2 or 20Gi)", v.is_number() || v.is_string()),
+        ("boolean", v) => ok("a boolean (true or false)", v.is_boolean()),
+        ("object", v) => ok("a mapping", v.is_object()),
+        ("array", v) => ok("a list", v.is_array()),
+        _ => None,
+    }
+}
+
 // ---- render cozystack --------------------------------------------------------------------------
 
 /// Which `osImage` form a pool is given.
@@ -135,7 +173,8 @@ fn walk_keys(
 pub enum OsImage {
     /// `osImage.builtin`: clone a golden of tender's catalog.
     Builtin,
-    /// `osImage.factory`: import over HTTP from the mirror.
+    /// The disk imported over HTTP from the mirror: `talos.imageFactoryURL`, or
+    /// `osImage.factory` where the target has it.
     Factory,
 }
 
@@ -152,6 +191,10 @@ pub struct RenderRequest {
     /// Choose the catalog entry for `osImage` when the catalog has several.
     pub schematic: Option<String>,
     pub version: Option<String>,
+    /// The Cozystack the patches are for; `None`: [`crate::target::DEFAULT_VERSION`].
+    pub target: Option<Target>,
+    /// The cluster, to find goldens the Package patch would re-point (item 2 of issue 33).
+    pub state: Option<ClusterState>,
 }
 
 /// One output document: a merge patch, its file name, and what applying it does.
@@ -163,10 +206,30 @@ pub struct Document {
     pub value: Value,
 }
 
+/// A capability the target cannot express: what, on which resource, the key it lacks, and
+/// the way to get it anyway.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unexpressed {
+    pub resource: String,
+    pub what: String,
+    pub key: String,
+    pub alternative: String,
+}
+
+impl std::fmt::Display for Unexpressed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} ({}); alternative: {}", self.resource, self.what, self.key, self.alternative)
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Rendered {
     pub documents: Vec<Document>,
     pub warnings: Vec<String>,
+    /// What the target cannot express; the documents hold everything else.
+    pub unexpressed: Vec<Unexpressed>,
+    /// The target's name, for messages.
+    pub target: String,
 }
 
 impl Rendered {
@@ -228,136 +291,424 @@ fn cozystack_images(
     Ok(out)
 }
 
+/// The Image Factory's registry: the installer `factory.talos.dev/installer/<schematic>:<v>`.
+pub const FACTORY_REGISTRY: &str = "factory.talos.dev";
+
+/// Helm's limit on a release name; Cozystack's releases are `kubernetes-<name>` and
+/// `kubernetes-nodes-<cluster>-<pool>`.
+pub const HELM_RELEASE_MAX: usize = 53;
+
+/// A DNS-1035 label: lowercase letters, digits and `-`, a letter first, at most 63 characters.
+/// Cozystack's API takes an application name only in this form.
+pub fn is_dns_1035_label(s: &str) -> bool {
+    is_dns_label(s) && s.as_bytes().first().is_some_and(u8::is_ascii_lowercase)
+}
+
+/// A resource name the API and the chart take: a DNS-1035 label whose release name
+/// (`<prefix><name>`) fits Helm's 53 characters.
+fn check_app_name(flag: &str, value: &str, prefix: &str, fix: &str) -> Result<(), Error> {
+    if !is_dns_1035_label(value) {
+        return Err(Refusal::input(
+            flag,
+            value,
+            "is not a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a letter or digit, at most 63 characters); Cozystack's API refuses the name",
+            fix,
+        )
+        .into());
+    }
+    let release = format!("{prefix}{value}");
+    if release.len() > HELM_RELEASE_MAX {
+        return Err(Refusal::input(
+            flag,
+            value,
+            format!(
+                "makes the Helm release name {release} {} characters long; Helm allows at most {HELM_RELEASE_MAX}",
+                release.len()
+            ),
+            fix,
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Validate `--mirror` as the config validates a URL: a plain http(s) URL (an IPv6 host in
+/// brackets), without credentials, and, for Cozystack, without a path: it is tender's root,
+/// the base of every registry endpoint and of the disk URL (`<mirror>/image/...`).
+fn check_mirror(mirror: &str) -> Result<crate::url::HttpUrl, Error> {
+    check_no_control("--mirror", mirror)?;
+    check_no_credentials("--mirror", mirror)?;
+    let fix = "give tender's URL as the tenant workers reach it, e.g. http://tender.cozy-tender.svc:5000";
+    let url = parse_http_url(mirror)
+        .map_err(|problem| Refusal::input("--mirror", mirror, format!("is not a plain http(s) URL: {problem}"), fix))?;
+    if !url.path.is_empty() {
+        return Err(Refusal::input(
+            "--mirror",
+            mirror,
+            format!("has a path ({}); tender serves registries under /v2/ and disks under /image/ of its root, and the chart appends those to this URL", url.path),
+            fix,
+        )
+        .into());
+    }
+    Ok(url)
+}
+
+/// The `talos` keys and the disk keys of one resource, as far as its chart's schema takes them.
+struct Capabilities<'a> {
+    schema: &'a Value,
+    resource: String,
+    unexpressed: &'a mut Vec<Unexpressed>,
+    warnings: &'a mut Vec<String>,
+}
+
+impl Capabilities<'_> {
+    fn has(&self, path: &[&str]) -> bool {
+        has_key(self.schema, path)
+    }
+
+    fn cannot(&mut self, what: impl Into<String>, key: &[&str], alternative: impl Into<String>) {
+        self.unexpressed.push(Unexpressed {
+            resource: self.resource.clone(),
+            what: what.into(),
+            key: format!("{} is not in its values schema", key.join(".")),
+            alternative: alternative.into(),
+        });
+    }
+
+    /// Registry mirrors, and the installer through tender: `spec.talos` of the patch.
+    fn talos(&mut self, config: &ConfigFile, mirror: &crate::url::HttpUrl) -> Result<Map<String, Value>, Error> {
+        let shown = mirror.to_string();
+        let mut mirrors = Map::new();
+        for u in &config.upstreams {
+            let registry = Registry::parse("upstreams[].name", &u.name.to_ascii_lowercase())?;
+            mirrors.insert(registry.talos_name(), json!({"endpoints": [shown]}));
+        }
+        let serves_factory = mirrors.contains_key(FACTORY_REGISTRY);
+        let mut talos = Map::new();
+        if self.has(REGISTRY_MIRRORS) {
+            // The installer (factory.talos.dev/installer/<schematic>:<version>) comes through
+            // the factory.talos.dev mirror entry: containerd asks the mirror over its own
+            // scheme, so a plain-HTTP tender works, and falls back to the factory.
+            if !serves_factory {
+                self.warnings.push(format!(
+                    "{}: the installer ({FACTORY_REGISTRY}/installer) does not come through tender: tender's config has no {FACTORY_REGISTRY} upstream; add it under upstreams",
+                    self.resource
+                ));
+            }
+            talos.insert("registryMirrors".into(), Value::Object(mirrors));
+        } else {
+            let hosts: Vec<&String> = mirrors.keys().filter(|h| h.as_str() != FACTORY_REGISTRY).collect();
+            if !hosts.is_empty() {
+                let flags: String = hosts.iter().map(|h| format!(" --registry {h}")).collect();
+                self.cannot(
+                    format!("container images through tender (registry mirrors for {})", hosts.iter().map(|h| h.as_str()).collect::<Vec<_>>().join(", ")),
+                    REGISTRY_MIRRORS,
+                    format!("a Talos machine-config patch for the workers (`tender render registries --mirror {shown}{flags}`, applied with talosctl patch mc or Cozystack's talos patches), or a Cozystack whose charts have talos.registryMirrors (main, --cozystack main)"),
+                );
+            }
+            // Only installerRepository is left: containerd pulls a non-localhost registry over
+            // HTTPS unless a mirror or registry config says otherwise, and the chart can say
+            // neither, so it moves only to a tender that speaks HTTPS.
+            if !self.has(INSTALLER_REPOSITORY) {
+                self.cannot(
+                    "the installer through tender",
+                    INSTALLER_REPOSITORY,
+                    "a Talos machine-config patch setting machine.install.image",
+                );
+            } else if !mirror.https {
+                self.cannot(
+                    format!("the installer through tender: talos.installerRepository would name {}, and the workers pull it over HTTPS while tender at {shown} speaks plain HTTP", mirror.authority),
+                    INSTALLER_REPOSITORY,
+                    format!("serve tender over HTTPS with a certificate the workers trust and render again, or a Talos machine-config patch routing {FACTORY_REGISTRY} through tender (`tender render registries --mirror {shown} --registry {FACTORY_REGISTRY}`)"),
+                );
+            } else {
+                if !serves_factory {
+                    self.warnings.push(format!(
+                        "{}: talos.installerRepository points at tender, whose config has no {FACTORY_REGISTRY} upstream: add it under upstreams, or the installer pull fails",
+                        self.resource
+                    ));
+                }
+                talos.insert(
+                    "installerRepository".into(),
+                    json!(format!("{}/{FACTORY_REGISTRY}/installer", mirror.authority)),
+                );
+            }
+        }
+        Ok(talos)
+    }
+}
+
+/// The notes of a patch that changes the worker Talos config only.
+const CONFIG_NOTE: &str = "its registry keys change only the worker Talos config (the TalosConfigTemplate the reconcile Job applies): they re-image no worker, and only Machines created afterwards use them";
+
 /// Render the patches and values for Cozystack.
 pub fn render(config: &ConfigFile, req: &RenderRequest) -> Result<Rendered, Error> {
-    check_no_control("--mirror", &req.mirror)?;
-    check_no_credentials("--mirror", &req.mirror)?;
-    let mirror = parse_http_url(&req.mirror)
-        .map_err(|problem| {
-            Refusal::input(
-                "--mirror",
-                &req.mirror,
-                format!("is not a plain http(s) URL: {problem}"),
-                "give tender's URL as the tenant workers reach it, e.g. http://tender.cozy-tender.svc:5000",
-            )
-        })?
-        .to_string();
-    let mut out = Rendered::default();
+    let url = check_mirror(&req.mirror)?;
+    let mirror = url.to_string();
+    let target = match &req.target {
+        Some(t) => t.clone(),
+        None => Target::embedded(crate::target::DEFAULT_VERSION)?,
+    };
+    let mut out = Rendered { target: target.name.clone(), ..Rendered::default() };
     let images = cozystack_images(config, &mut out.warnings)?;
 
     if !req.pools.is_empty() && req.cluster.is_none() {
         return Err(usage("--pool", "patches a KubernetesNodes <cluster>-<pool>: pass --cluster and --namespace too"));
     }
-    if req.os_image.is_some() && req.pools.is_empty() {
-        return Err(usage("--os-image", "sets osImage on a pool: pass --pool NAME"));
+    if req.os_image.is_some() && req.cluster.is_none() {
+        return Err(usage("--os-image", "sets the worker disk of a cluster's node groups or pools: pass --cluster and --namespace (and --pool NAME)"));
     }
 
     if let Some(cluster) = &req.cluster {
         let Some(namespace) = &req.namespace else {
             return Err(usage("--cluster", "needs --namespace, the tenant namespace the Kubernetes resource lives in"));
         };
-        for (flag, v) in [("--cluster", cluster), ("--namespace", namespace)] {
-            if !is_dns_label(v) {
-                return Err(Refusal::input(
-                    flag,
-                    v,
-                    "is not a DNS-1123 label",
-                    "give the resource's name as kubectl shows it",
-                )
-                .into());
-            }
+        check_app_name("--cluster", cluster, "kubernetes-", "give the Kubernetes resource's name as kubectl shows it")?;
+        if !is_dns_label(namespace) {
+            return Err(Refusal::input(
+                "--namespace",
+                namespace,
+                "is not a DNS-1123 label",
+                "give the tenant namespace as kubectl shows it",
+            )
+            .into());
         }
-        let mut mirrors = Map::new();
-        for u in &config.upstreams {
-            let registry = Registry::parse("upstreams[].name", &u.name.to_ascii_lowercase())?;
-            mirrors.insert(registry.talos_name(), json!({"endpoints": [mirror]}));
+        for pool in &req.pools {
+            check_app_name(
+                "--pool",
+                &format!("{cluster}-{pool}"),
+                "kubernetes-nodes-",
+                "give the pool name (the KubernetesNodes resource is <cluster>-<pool>), e.g. md1",
+            )
+            .map_err(|e| match e {
+                Error::Refused(r) => Error::Refused(Refusal {
+                    value: pool.clone(),
+                    problem: format!(
+                        "gives the KubernetesNodes name {cluster}-{pool}, which {}",
+                        r.problem.trim_start_matches("is ")
+                    ),
+                    ..r
+                }),
+                other => other,
+            })?;
         }
-        if mirrors.is_empty() {
+        if config.upstreams.is_empty() {
             return Err(usage(
                 "--config",
                 "has no upstreams, so there is no registry to mirror; list them under upstreams",
             ));
         }
-        let talos = json!({"registryMirrors": mirrors});
-        let mirror_note = "sets spec.talos.registryMirrors: only the worker Talos config changes; no pool re-images, and only Machines created afterwards use the mirror";
-        out.documents.push(Document {
-            file_name: format!("kubernetes-{cluster}.yaml"),
-            notes: vec![
-                format!("kubectl patch kubernetes {cluster} -n {namespace} --type merge --patch-file kubernetes-{cluster}.yaml"),
-                mirror_note.into(),
-            ],
-            value: json!({
-                "apiVersion": APPS_API_VERSION,
-                "kind": "Kubernetes",
-                "metadata": {"name": cluster, "namespace": namespace},
-                "spec": {"talos": talos},
-            }),
-        });
+        // The disk goes on the pools named, else on the Kubernetes app's own node groups.
+        let app_disk = req.pools.is_empty();
+        let resource = format!("Kubernetes {namespace}/{cluster}");
+        let mut caps = Capabilities {
+            schema: &target.kubernetes,
+            resource,
+            unexpressed: &mut out.unexpressed,
+            warnings: &mut out.warnings,
+        };
+        let mut spec = json!({"talos": caps.talos(config, &url)?});
+        let mut disk_note = None;
+        if let (true, Some(kind)) = (app_disk, req.os_image) {
+            disk_note = disk(&mut caps, &mut spec, kind, &mirror, &images, req, "every node group of this cluster")?;
+        }
+        let kubectl = format!(
+            "kubectl patch kubernetes {cluster} -n {namespace} --type merge --patch-file kubernetes-{cluster}.yaml"
+        );
+        push_patch(&mut out.documents, ("Kubernetes", "kubernetes"), cluster, namespace, spec, kubectl, disk_note);
         for pool in &req.pools {
-            if !is_dns_label(pool) {
-                return Err(
-                    Refusal::input("--pool", pool, "is not a DNS-1123 label", "give the pool name, e.g. md1").into()
-                );
-            }
             let name = format!("{cluster}-{pool}");
-            let mut spec = json!({"talos": talos});
-            let mut notes = vec![
-                format!("kubectl patch kubernetesnodes {name} -n {namespace} --type merge --patch-file kubernetesnodes-{name}.yaml"),
-                mirror_note.into(),
-            ];
+            let resource = format!("KubernetesNodes {namespace}/{name}");
+            let mut caps = Capabilities {
+                schema: &target.nodes,
+                resource,
+                unexpressed: &mut out.unexpressed,
+                warnings: &mut out.warnings,
+            };
+            let mut spec = json!({"talos": caps.talos(config, &url)?});
+            let mut disk_note = None;
             if let Some(kind) = req.os_image {
-                let g = choose(&images, req.schematic.as_deref(), req.version.as_deref(), kind)?;
-                let (schematic, version) = match &g {
-                    Some(g) => (g.schematic.clone(), g.version.clone()),
-                    None => (defaults::SCHEMATIC_ID.to_string(), defaults::TALOS_VERSION.to_string()),
-                };
-                spec["osImage"] = match kind {
-                    OsImage::Builtin => json!({"builtin": {"schematicID": schematic, "version": version}}),
-                    OsImage::Factory => {
-                        json!({"factory": {"imageFactoryURL": mirror, "schematicID": schematic, "version": version}})
-                    }
-                };
-                let note = format!(
-                    "sets spec.osImage: editing osImage re-images pool {pool} (P-6): every worker is replaced, one at a time"
-                );
-                out.warnings.push(format!("{name}: {note}"));
-                notes.push(note);
+                disk_note = disk(&mut caps, &mut spec, kind, &mirror, &images, req, &format!("pool {pool}"))?;
             }
-            out.documents.push(Document {
-                file_name: format!("kubernetesnodes-{name}.yaml"),
-                notes,
-                value: json!({
-                    "apiVersion": APPS_API_VERSION,
-                    "kind": "KubernetesNodes",
-                    "metadata": {"name": name, "namespace": namespace},
-                    "spec": spec,
-                }),
-            });
+            let kubectl = format!("kubectl patch kubernetesnodes {name} -n {namespace} --type merge --patch-file kubernetesnodes-{name}.yaml");
+            push_patch(
+                &mut out.documents,
+                ("KubernetesNodes", "kubernetesnodes"),
+                &name,
+                namespace,
+                spec,
+                kubectl,
+                disk_note,
+            );
         }
     }
 
     if !images.is_empty() {
-        out.documents.push(Document {
-            file_name: "package-cozystack-platform.yaml".into(),
-            notes: vec![
-                format!("kubectl patch packages.cozystack.io {PLATFORM_PACKAGE} --type merge --patch-file package-cozystack-platform.yaml"),
-                format!("the catalog renders only when {CATALOG_PACKAGE} is in spec.components.platform.values.bundles.enabledPackages (a list: add it by hand, a merge patch would replace it)"),
-            ],
-            value: json!({
-                "apiVersion": PACKAGE_API_VERSION,
-                "kind": "Package",
-                "metadata": {"name": PLATFORM_PACKAGE},
-                "spec": {"components": {"platform": {"values": {"kubernetesWorkerImage": worker_image(&mirror, &images)?}}}},
-            }),
-        });
+        if target.worker_image_catalog {
+            check_package_goldens(&mirror, &images, req.state.as_ref(), &mut out.warnings)?;
+            out.documents.push(Document {
+                file_name: "package-cozystack-platform.yaml".into(),
+                notes: vec![
+                    format!("kubectl patch packages.cozystack.io {PLATFORM_PACKAGE} --type merge --patch-file package-cozystack-platform.yaml"),
+                    format!("the catalog renders only when {CATALOG_PACKAGE} is in spec.components.platform.values.bundles.enabledPackages (a list: add it by hand, a merge patch would replace it)"),
+                ],
+                value: json!({
+                    "apiVersion": PACKAGE_API_VERSION,
+                    "kind": "Package",
+                    "metadata": {"name": PLATFORM_PACKAGE},
+                    "spec": {"components": {"platform": {"values": {"kubernetesWorkerImage": worker_image(&mirror, &images)?}}}},
+                }),
+            });
+        } else {
+            out.warnings.push(format!(
+                "the catalog of tender's config is not written: {} has no worker-image catalog (kubernetesWorkerImage of {PLATFORM_PACKAGE}); it is for --cozystack golden-catalog",
+                target.name
+            ));
+        }
     }
-    if out.documents.is_empty() {
+    if out.documents.is_empty() && out.unexpressed.is_empty() {
         return Err(usage(
             "render cozystack",
-            "has nothing to render: pass --cluster and --namespace for the registry-mirror patches, or list catalog.images in --config",
+            "has nothing to render: pass --cluster and --namespace for the registry-mirror patches, or list catalog.images in --config (for --cozystack golden-catalog)",
         ));
     }
     Ok(out)
+}
+
+/// One merge patch, unless the target took nothing for this resource.
+fn push_patch(
+    docs: &mut Vec<Document>,
+    (kind, file): (&str, &str),
+    name: &str,
+    namespace: &str,
+    mut spec: Value,
+    kubectl: String,
+    disk_note: Option<String>,
+) {
+    let mut notes = vec![kubectl];
+    if let Some(m) = spec.as_object_mut() {
+        if m.get("talos").and_then(Value::as_object).is_some_and(|t| {
+            let config_only = t.keys().any(|k| k == "registryMirrors" || k == "installerRepository");
+            if config_only {
+                notes.push(format!("talos: {CONFIG_NOTE}"));
+            }
+            t.is_empty()
+        }) {
+            m.remove("talos");
+        }
+        if m.is_empty() {
+            return;
+        }
+    }
+    notes.extend(disk_note);
+    docs.push(Document {
+        file_name: format!("{file}-{name}.yaml"),
+        notes,
+        value: json!({
+            "apiVersion": APPS_API_VERSION,
+            "kind": kind,
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        }),
+    });
+}
+
+/// The worker disk through tender, with the key the target has: `osImage.<kind>` where the
+/// chart has it (the golden-catalog design), else `talos.imageFactoryURL` for an HTTP import.
+/// Returns the re-image note when a disk key was written, and only then.
+fn disk(
+    caps: &mut Capabilities<'_>,
+    spec: &mut Value,
+    kind: OsImage,
+    mirror: &str,
+    images: &[crate::catalog::GoldenImage],
+    req: &RenderRequest,
+    whom: &str,
+) -> Result<Option<String>, Error> {
+    let os_key = match kind {
+        OsImage::Builtin => OS_IMAGE_BUILTIN,
+        OsImage::Factory => OS_IMAGE_FACTORY,
+    };
+    let what = if caps.has(os_key) {
+        let g = choose(images, req.schematic.as_deref(), req.version.as_deref(), kind)?;
+        let (schematic, version) = match &g {
+            Some(g) => (g.schematic.clone(), g.version.clone()),
+            None => (defaults::SCHEMATIC_ID.to_string(), defaults::TALOS_VERSION.to_string()),
+        };
+        spec["osImage"] = match kind {
+            OsImage::Builtin => json!({"builtin": {"schematicID": schematic, "version": version}}),
+            OsImage::Factory => {
+                json!({"factory": {"imageFactoryURL": mirror, "schematicID": schematic, "version": version}})
+            }
+        };
+        "spec.osImage: editing osImage"
+    } else if kind == OsImage::Factory && caps.has(IMAGE_FACTORY_URL) {
+        // tender's /image/ is Image Factory-compatible: the chart's DataVolume imports
+        // <imageFactoryURL>/image/<schematicID>/<version>/openstack-amd64.raw.xz.
+        spec["talos"]["imageFactoryURL"] = json!(mirror);
+        "spec.talos.imageFactoryURL: a new disk URL"
+    } else {
+        match kind {
+            OsImage::Builtin => caps.cannot(
+                "the worker disk cloned from a golden of tender's catalog (osImage.builtin)",
+                OS_IMAGE_BUILTIN,
+                "--os-image factory (the disk streamed from tender through talos.imageFactoryURL), or a Cozystack with the worker-image catalog (--cozystack golden-catalog)",
+            ),
+            OsImage::Factory => caps.cannot("the worker disk from tender", IMAGE_FACTORY_URL, "edit the DataVolume source of the chart's KubevirtMachineTemplate"),
+        }
+        return Ok(None);
+    };
+    let note = format!("sets {what} re-images {whom} (P-6): every worker is replaced, one at a time");
+    caps.warnings.push(format!("{}: {note}", caps.resource));
+    Ok(Some(note))
+}
+
+/// Issue 33, item 2: the Package points `imageFactoryURL` at tender, and Cozystack's catalog
+/// chart renders every golden from it; a golden that already exists with another source URL
+/// makes that render refuse (G-9), and every later edit of the Package with it. With the
+/// cluster state, refuse and spell out the safe sequence; without, warn.
+fn check_package_goldens(
+    mirror: &str,
+    images: &[crate::catalog::GoldenImage],
+    state: Option<&ClusterState>,
+    warnings: &mut Vec<String>,
+) -> Result<(), Error> {
+    let Some(state) = state else {
+        warnings.push(format!(
+            "the Package patch re-points every golden of the catalog at {mirror}: a golden that already exists with another source URL makes Cozystack's catalog render refuse it (G-9); pass --cluster-state to find them"
+        ));
+        return Ok(());
+    };
+    let prefix = format!("{mirror}/image/");
+    let mut stale = Vec::new();
+    for g in images {
+        let name = g.name();
+        if let Some(dv) = state.data_volume(CATALOG_NAMESPACE, &name) {
+            match &dv.http_url {
+                Some(u) if u.starts_with(&prefix) => {}
+                other => stale.push(format!(
+                    "{CATALOG_NAMESPACE}/{name} (from {})",
+                    other.as_deref().unwrap_or("no HTTP source")
+                )),
+            }
+        }
+    }
+    if stale.is_empty() {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        Some(Rule::G9),
+        "kubernetesWorkerImage.imageFactoryURL",
+        mirror,
+        format!(
+            "would re-point goldens that already exist with another source URL: {}; Cozystack's catalog render refuses that (G-9), and the Package stays failed until it is undone",
+            stale.join(", ")
+        ),
+        format!(
+            "move the catalog in steps: (1) leave the Package's imageFactoryURL as it is; (2) move each pool that clones one of these goldens off it: `tender render cozystack --cozystack golden-catalog --os-image factory --mirror {mirror} --cluster C --namespace NS --pool P` (the pool re-images once, from tender); (3) retire the old goldens when `tender check cozystack` shows no pool cloning them: drop their images from kubernetesWorkerImage.images and `kubectl -n {CATALOG_NAMESPACE} delete datavolume NAME` (they carry helm.sh/resource-policy: keep); (4) apply this Package patch: the new goldens import from tender beside any others; (5) move the pools onto the new goldens with --os-image builtin, then run this command again with --cluster-state"
+        ),
+    )
+    .into())
 }
 
 /// The catalog entry an `osImage` names: the only one, or the one `--schematic` / `--version`
@@ -435,7 +786,36 @@ pub struct PoolInput {
 /// What `tender check cozystack -f` read: a `Kubernetes` or `KubernetesNodes` resource, or a
 /// values file (then `name` / `namespace` come from the flags).
 pub fn read_input(text: &str, name: Option<&str>, namespace: Option<&str>) -> Result<Vec<PoolInput>, Error> {
-    let doc: Value = serde_norway::from_str(text).map_err(|e| usage("-f", format!("is not YAML: {e}")))?;
+    let v = read_values(text, name, namespace)?;
+    check_keys(v.chart, &v.values, v.shown)?;
+    match v.chart {
+        Chart::Nodes => nodes_pool(&v.values, &v.name, &v.namespace).map(|p| vec![p]),
+        _ => kubernetes_pools(&v.values, &v.name, &v.namespace),
+    }
+}
+
+/// A check input's values, and which chart and resource they are for.
+struct Values {
+    chart: Chart,
+    values: Value,
+    name: String,
+    namespace: String,
+    /// How keys are shown: `spec.` for a resource, nothing for a values file.
+    shown: &'static str,
+}
+
+impl Values {
+    fn label(&self) -> String {
+        match self.chart {
+            Chart::Nodes => format!("{}/KubernetesNodes {}", self.namespace, self.name),
+            _ => format!("{}/Kubernetes {}", self.namespace, self.name),
+        }
+    }
+}
+
+fn read_values(text: &str, name: Option<&str>, namespace: Option<&str>) -> Result<Values, Error> {
+    let doc: Value = serde_norway::from_str(text)
+        .map_err(|e| usage("-f", format!("is not YAML: {}", crate::yaml::humane(&e.to_string()))))?;
     let Value::Object(top) = &doc else {
         return Err(usage("-f", "is not a mapping: give a Kubernetes or KubernetesNodes resource, or its values"));
     };
@@ -470,16 +850,80 @@ pub fn read_input(text: &str, name: Option<&str>, namespace: Option<&str>) -> Re
             (chart, doc.clone(), n.to_string(), ns.to_string(), "")
         }
     };
-    check_keys(chart, &values, shown)?;
-    match chart {
-        Chart::Nodes => nodes_pool(&values, &name, &namespace).map(|p| vec![p]),
-        _ => kubernetes_pools(&values, &name, &namespace),
+    Ok(Values { chart, values, name, namespace, shown })
+}
+
+/// Issue 33: the input against the target's values schema, as Helm checks it (types, patterns,
+/// enums; `required` is left to the chart's defaults), and every key the target's chart does not
+/// declare, which Helm would take without a word and nothing would read.
+pub fn schema_findings(
+    text: &str,
+    name: Option<&str>,
+    namespace: Option<&str>,
+    target: &Target,
+) -> Result<SchemaFindings, Error> {
+    let v = read_values(text, name, namespace)?;
+    let schema = target.schema(v.chart == Chart::Nodes);
+    let label = v.label();
+    let mut findings = Vec::new();
+    let checked = crate::target::without_required(schema);
+    let validator = jsonschema::draft7::new(&checked).map_err(|e| Error::Malformed {
+        what: format!("the values schema of {}", target.name),
+        message: e.to_string(),
+    })?;
+    for e in validator.iter_errors(&v.values) {
+        let path: Vec<String> = e
+            .instance_path()
+            .to_string()
+            .split('/')
+            .skip(1)
+            .map(|seg| seg.replace("~1", "/").replace("~0", "~"))
+            .collect();
+        let field = format!("{}{}", v.shown, path.join("."));
+        let value = v.values.pointer(&e.instance_path().to_string()).map(Value::to_string).unwrap_or_default();
+        findings.push(Finding {
+            pool: label.clone(),
+            rules: Vec::new(),
+            field: printable(field.trim_end_matches('.')).into_owned(),
+            value,
+            problem: printable(&format!("does not match the values schema of {}: {e}", target.name)).into_owned(),
+            fix: "give the value the type and form the schema asks for (the chart's values.schema.json)".into(),
+        });
     }
+    let mut undeclared = Vec::new();
+    for key in crate::target::undeclared_keys(schema, &v.values) {
+        let fix = if key.starts_with("osImage") {
+            format!("remove it: {} has no osImage; for the disk through tender use talos.imageFactoryURL (`tender render cozystack --os-image factory --cozystack ...`)", target.name)
+        } else {
+            format!("remove it, or check against the Cozystack the cluster runs (--cozystack or --values-schema); {} does not have it", target.name)
+        };
+        undeclared.push(Finding {
+            pool: label.clone(),
+            rules: Vec::new(),
+            field: printable(&format!("{}{key}", v.shown)).into_owned(),
+            value: String::new(),
+            problem: format!(
+                "is not a key of the chart of {}: Helm renders the release without a word and nothing reads it",
+                target.name
+            ),
+            fix,
+        });
+    }
+    Ok(SchemaFindings { invalid: findings, undeclared })
+}
+
+/// What [`schema_findings`] found: values the schema refuses, and keys it does not declare
+/// (what the target cannot express; `--allow-partial` lets those pass with a note).
+#[derive(Debug, Default)]
+pub struct SchemaFindings {
+    pub invalid: Vec<Finding>,
+    pub undeclared: Vec<Finding>,
 }
 
 /// Read a mapped value into the tender pool file.
 fn pool_file(v: Value, label: &str) -> Result<PoolFile, Error> {
-    serde_json::from_value(v).map_err(|e| usage(label, format!("a value has the wrong type: {e}")))
+    serde_json::from_value(v)
+        .map_err(|e| usage(label, format!("a value has the wrong type: {}", crate::yaml::humane(&e.to_string()))))
 }
 
 fn nodes_pool(values: &Value, name: &str, namespace: &str) -> Result<PoolInput, Error> {

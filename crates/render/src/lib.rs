@@ -16,6 +16,8 @@
 //! - [`golden`]: the golden DataVolumes of the catalog, and G-9;
 //! - [`state`]: the cluster state as kubectl prints it;
 //! - [`cozystack`]: patches and values in Cozystack's own keys, and the rules checked on them;
+//! - [`target`]: which Cozystack: the values schemas tender carries (or one from a file), and
+//!   which keys each can take;
 //! - [`rules`], [`quantity`], [`hash`]: rule ids and shape checks, quantities, canonical data;
 //! - `url`: the http(s) URL and `host[:port]` grammar (its items are re-exported by [`registries`]);
 //! - [`yaml`]: YAML output that YAML 1.1 and 1.2 readers parse the same, and the 1.1 resolver;
@@ -35,6 +37,7 @@ pub mod registries;
 pub mod rules;
 pub mod state;
 pub mod talos;
+pub mod target;
 mod url;
 pub mod yaml;
 

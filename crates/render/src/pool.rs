@@ -275,7 +275,8 @@ pub fn golden_name(schematic: &str, version: &str) -> String {
 
 /// Parse a pool file (strict: unknown keys are refused).
 pub fn parse(text: &str) -> Result<PoolFile, Error> {
-    serde_norway::from_str(text).map_err(|e| Error::Malformed { what: "pool file".into(), message: e.to_string() })
+    serde_norway::from_str(text)
+        .map_err(|e| Error::Malformed { what: "pool file".into(), message: crate::yaml::humane(&e.to_string()) })
 }
 
 fn name_check(field: &str, value: &str, ok: bool, what: &str) -> Result<(), Refusal> {

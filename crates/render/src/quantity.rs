@@ -126,20 +126,30 @@ pub struct IntOrString(pub String);
 
 impl<'de> Deserialize<'de> for IntOrString {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(u64),
+        /// A visitor, not an untagged enum: a wrong type then reads "expected an integer or a
+        /// string" at its key, not serde's "no variant of untagged enum".
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = IntOrString;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an integer or a string (int-or-string, e.g. 2 or 20Gi)")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<IntOrString, E> {
+                Ok(IntOrString(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<IntOrString, E> {
+                Ok(IntOrString(v.to_string()))
+            }
             // A fractional number (`cpu: 2.5`) is kept as its text, so the field's own check
-            // says what is wrong with it instead of serde's "no variant of untagged enum".
-            Float(f64),
-            Str(String),
+            // says what is wrong with it.
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<IntOrString, E> {
+                Ok(IntOrString(v.to_string()))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<IntOrString, E> {
+                Ok(IntOrString(v.to_string()))
+            }
         }
-        Ok(match Raw::deserialize(d)? {
-            Raw::Int(i) => IntOrString(i.to_string()),
-            Raw::Float(f) => IntOrString(f.to_string()),
-            Raw::Str(s) => IntOrString(s),
-        })
+        d.deserialize_any(Visit)
     }
 }
 

@@ -4,7 +4,8 @@
 
 use std::fmt;
 
-/// `host[:port]`: a lowercase DNS name or IPv4 address, and an optional port 1..=65535.
+/// `host[:port]`: a lowercase DNS name, an IPv4 address or a bracketed IPv6 address (`[::1]`),
+/// and an optional port 1..=65535.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Authority {
     pub host: String,
@@ -13,17 +14,11 @@ pub struct Authority {
 
 impl Authority {
     pub fn parse(value: &str) -> Result<Authority, String> {
+        if let Some(rest) = value.strip_prefix('[') {
+            return Authority::parse_ipv6(rest);
+        }
         let (host, port) = match value.rsplit_once(':') {
-            Some((h, p)) => {
-                if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(format!("port {p:?} is not a number"));
-                }
-                let port: u16 = p.parse().map_err(|_| format!("port {p} is out of range"))?;
-                if port == 0 {
-                    return Err("port 0 is not a port".into());
-                }
-                (h, Some(port))
-            }
+            Some((h, p)) => (h, Some(parse_port(p)?)),
             None => (value, None),
         };
         if host.is_empty() || host.len() > 253 {
@@ -38,10 +33,40 @@ impl Authority {
                 && b.last().is_some_and(u8::is_ascii_alphanumeric)
         });
         if !labels_ok {
-            return Err("the host must be lowercase letters, digits, '-' and '.' (a DNS name or IPv4 address)".into());
+            return Err(
+                "the host must be lowercase letters, digits, '-' and '.' (a DNS name or IPv4 address), or an IPv6 address in brackets ([::1])".into(),
+            );
         }
         Ok(Authority { host: host.to_string(), port })
     }
+
+    /// `[v6addr]` or `[v6addr]:port`, after the `[`. The host keeps its brackets (it is written
+    /// into URLs and registry names as is), and the address is written in its canonical form.
+    fn parse_ipv6(rest: &str) -> Result<Authority, String> {
+        let Some((addr, after)) = rest.split_once(']') else {
+            return Err("an IPv6 host needs its closing ']' ([::1]:5000)".into());
+        };
+        let ip: core::net::Ipv6Addr = addr.parse().map_err(|_| format!("[{addr}] is not an IPv6 address"))?;
+        let port = match after {
+            "" => None,
+            p => match p.strip_prefix(':') {
+                Some(p) => Some(parse_port(p)?),
+                None => return Err(format!("{after:?} after the IPv6 address is not :port")),
+            },
+        };
+        Ok(Authority { host: format!("[{ip}]"), port })
+    }
+}
+
+fn parse_port(p: &str) -> Result<u16, String> {
+    if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("port {p:?} is not a number"));
+    }
+    let port: u16 = p.parse().map_err(|_| format!("port {p} is out of range"))?;
+    if port == 0 {
+        return Err("port 0 is not a port".into());
+    }
+    Ok(port)
 }
 
 impl fmt::Display for Authority {
@@ -130,6 +155,28 @@ mod tests {
             "https://m//x",
             "https://m/\"q\"",
             "https://m/a\\b",
+        ] {
+            assert!(parse_http_url(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// Issue 33: `http://[::1]:5000` was refused as a bad host.
+    #[test]
+    fn should_accept_a_bracketed_ipv6_host() {
+        for (url, shown) in [
+            ("http://[::1]:5000", "http://[::1]:5000"),
+            ("https://[fd00::0:1]/", "https://[fd00::1]"),
+            ("http://[2001:db8::5]:80/v2", "http://[2001:db8::5]:80/v2"),
+        ] {
+            assert_eq!(parse_http_url(url).unwrap().to_string(), shown);
+        }
+        for bad in [
+            "http://[::1",
+            "http://[zz::1]:5000",
+            "http://[::1]x:5000",
+            "http://::1:5000",
+            "http://[::1]:0",
+            "http://[]",
         ] {
             assert!(parse_http_url(bad).is_err(), "{bad:?}");
         }

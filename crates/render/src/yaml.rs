@@ -450,6 +450,34 @@ pub fn check_readers_agree(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A serde error message without Rust's type names (`u32`, `struct TalosValues`, `untagged enum
+/// Raw`): the kinds an operator writes in YAML instead (issue 33, item 6).
+pub fn humane(message: &str) -> String {
+    static RULES: LazyLock<Vec<(regex::Regex, &'static str)>> = LazyLock::new(|| {
+        [
+            (r"data did not match any variant of untagged enum \w+", "the value has the wrong type"),
+            (r"expected struct \w+", "expected a mapping"),
+            (r"expected enum \w+", "expected one of the values it takes"),
+            (r"expected (?:u8|u16|u32|u64|u128|usize|i8|i16|i32|i64|i128|isize)\b", "expected an integer"),
+            (r"expected (?:f32|f64)\b", "expected a number"),
+            (r"expected a (?:borrowed )?string", "expected a string"),
+            (r"expected a sequence", "expected a list"),
+            (r"expected a map\b", "expected a mapping"),
+            (r"invalid type: sequence", "invalid type: list"),
+            (r"invalid type: map\b", "invalid type: mapping"),
+            (r"\b(?:struct|enum|variant) ([A-Z]\w*)", "a value"),
+        ]
+        .into_iter()
+        .filter_map(|(re, to)| regex::Regex::new(re).ok().map(|r| (r, to)))
+        .collect()
+    });
+    let mut out = message.to_string();
+    for (re, to) in RULES.iter() {
+        out = re.replace_all(&out, *to).into_owned();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]

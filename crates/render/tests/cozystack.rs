@@ -24,6 +24,8 @@ fn request(os_image: Option<OsImage>) -> RenderRequest {
         namespace: Some("tenant-test".into()),
         pools: vec!["md1".into()],
         os_image,
+        // What these tests pin is the golden-catalog design (osImage, kubernetesWorkerImage).
+        target: Some(tender_render::target::Target::embedded("golden-catalog").unwrap()),
         ..RenderRequest::default()
     }
 }
@@ -118,7 +120,7 @@ fn should_patch_registry_mirrors_for_every_upstream_to_the_mirror() {
             assert_eq!(mirrors[host]["endpoints"], json!([MIRROR]), "{text}");
         }
     }
-    assert!(text.contains("no pool re-images"), "{text}");
+    assert!(text.contains("re-image no worker"), "{text}");
     assert!(!text.contains("osImage"), "{text}");
     assert_eq!(docs[1]["metadata"]["name"], "test-md1");
 }

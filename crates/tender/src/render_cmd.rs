@@ -43,10 +43,37 @@ enum What {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum OsImageArg {
-    /// osImage.builtin: clone a golden of tender's catalog (CSI clone)
+    /// osImage.builtin: clone a golden of tender's catalog (CSI clone; --cozystack golden-catalog)
     Builtin,
-    /// osImage.factory: import over HTTP from the mirror
+    /// the disk streamed from the mirror: talos.imageFactoryURL (osImage.factory on golden-catalog)
     Factory,
+}
+
+/// Which Cozystack the output is for (issue 33): the flags shared by `render cozystack` and
+/// `check cozystack`. The names are a contract.
+#[derive(Debug, Args)]
+struct TargetArgs {
+    /// The target chart's values schema: its values.schema.json, or the ApplicationDefinition as
+    /// `kubectl get applicationdefinitions kubernetes -o yaml` prints it
+    #[arg(long, value_name = "FILE", conflicts_with = "cozystack")]
+    values_schema: Option<PathBuf>,
+    /// A Cozystack whose schema tender carries: v1.6.0, v1.6.1, v1.6.2, main (3c780acd4), golden-catalog
+    /// [default: main, the newest with talos.registryMirrors]
+    #[arg(long, value_name = "VERSION")]
+    cozystack: Option<String>,
+}
+
+impl TargetArgs {
+    fn target(&self) -> anyhow::Result<tender_render::target::Target> {
+        use tender_render::target::{Target, DEFAULT_VERSION};
+        match (&self.values_schema, &self.cozystack) {
+            (Some(path), _) => {
+                let text = read_input("--values-schema", path)?;
+                Ok(Target::from_schema_file(&path.display().to_string(), &text).map_err(classify)?)
+            }
+            (None, v) => Ok(Target::embedded(v.as_deref().unwrap_or(DEFAULT_VERSION)).map_err(classify)?),
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -66,8 +93,9 @@ struct CozystackArgs {
     /// A KubernetesNodes pool to patch (<cluster>-<pool>); repeat it for several
     #[arg(long = "pool", value_name = "NAME")]
     pools: Vec<String>,
-    /// Also set the pool's osImage; editing osImage re-images the pool (P-6)
-    #[arg(long, value_enum, requires = "pools")]
+    /// Also point the worker disk at tender: of the --pool pools, else of the cluster's own node
+    /// groups; a new disk re-images them (P-6)
+    #[arg(long, value_enum, requires = "cluster")]
     os_image: Option<OsImageArg>,
     /// The catalog entry's schematic, when the catalog has several
     #[arg(long, value_name = "ID")]
@@ -78,6 +106,15 @@ struct CozystackArgs {
     /// Write one file per document into DIR (for kubectl patch --patch-file) instead of standard output
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Write what the target can express, and list the rest on standard error, exit 0
+    #[arg(long)]
+    allow_partial: bool,
+    /// `kubectl get storageclasses,datavolumes,persistentvolumeclaims -A -o yaml`: refuse a Package
+    /// patch that would re-point goldens built from another source URL (G-9) ('-' for standard input)
+    #[arg(long, value_name = "FILE")]
+    cluster_state: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -120,6 +157,11 @@ struct CheckCozystackArgs {
     /// Refuse an input (-f, --catalog-values, --cluster-state) larger than this, unparsed
     #[arg(long, value_name = "SIZE", default_value = "4Mi")]
     max_input_size: String,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Keys the target's chart does not have are noted on standard error instead of refused
+    #[arg(long)]
+    allow_partial: bool,
 }
 
 /// How deeply an input of `check cozystack` may nest (found before it is parsed). Cozystack's
@@ -430,7 +472,9 @@ fn catalog(a: CatalogArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn cozystack(a: CozystackArgs) -> anyhow::Result<ExitCode> {
+    check_one_stdin(&[Some(a.config.as_path()), a.cluster_state.as_deref()])?;
     let config = parse_config(&read_input("--config", &a.config)?).map_err(classify)?;
+    let target = a.target.target()?;
     let request = tender_render::cozystack::RenderRequest {
         mirror: a.mirror,
         cluster: a.cluster,
@@ -442,20 +486,42 @@ fn cozystack(a: CozystackArgs) -> anyhow::Result<ExitCode> {
         }),
         schematic: a.schematic,
         version: a.version,
+        target: Some(target),
+        state: cluster_state(a.cluster_state.as_ref())?,
     };
-    // Every refusal here is about the flags or the config: a usage error.
+    // Every refusal here is about the flags or the config (exit 2), but for G-9: the cluster
+    // holds goldens the Package patch would re-point (exit 1, with the safe sequence).
     let rendered = tender_render::cozystack::render(&config, &request).map_err(|e| match e {
+        tender_render::Error::Refused(r) if r.rule == Some(tender_render::Rule::G9) => Failure::problem(r.to_string()),
         tender_render::Error::Refused(r) => Failure::usage(r.to_string()),
         other => classify(other),
     })?;
     for w in &rendered.warnings {
         eprintln!("tender: note: {w}");
     }
+    if !rendered.unexpressed.is_empty() {
+        let how = if a.allow_partial { "left out (--allow-partial)" } else { "refused" };
+        eprintln!(
+            "tender: {} cannot express {} of what was asked ({how}):",
+            rendered.target,
+            rendered.unexpressed.len()
+        );
+        for u in &rendered.unexpressed {
+            eprintln!("tender:   {u}");
+        }
+        if !a.allow_partial {
+            return Err(Failure::problem(format!(
+                "{} cannot express everything asked; nothing was written: pass --allow-partial to write the rest, or --cozystack/--values-schema for the Cozystack the cluster runs",
+                rendered.target
+            ))
+            .into());
+        }
+    }
     match a.out {
         None => print(&rendered.text()),
         Some(dir) => {
             for d in &rendered.documents {
-                let one = tender_render::cozystack::Rendered { documents: vec![d.clone()], warnings: Vec::new() };
+                let one = tender_render::cozystack::Rendered { documents: vec![d.clone()], ..Default::default() };
                 write_file(
                     &dir,
                     &OutputFile { path: d.file_name.clone(), contents: one.text().into_bytes(), secret: false },
@@ -468,6 +534,27 @@ fn cozystack(a: CozystackArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn check_cozystack(a: CheckCozystackArgs) -> anyhow::Result<ExitCode> {
+    let json = matches!(a.output, CheckOutput::Json);
+    match check_cozystack_report(&a) {
+        Ok((out, ok)) => {
+            print(&out)?;
+            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        // CI reading --output json gets an object for a usage error too (issue 33, item 6).
+        Err(e) if json => {
+            let code = crate::exit::code_for(&e);
+            let class = e.chain().find_map(|c| c.downcast_ref::<Failure>().map(|f| f.class.code())).unwrap_or(1);
+            let j = serde_json::json!({"ok": false, "exitCode": class, "error": format!("{e:#}")});
+            print(&format!("{}\n", serde_json::to_string_pretty(&j).context("serialising the error")?))?;
+            eprintln!("tender: {e:#}");
+            Ok(code)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The report of `check cozystack` as text or JSON, and whether everything passed.
+fn check_cozystack_report(a: &CheckCozystackArgs) -> anyhow::Result<(String, bool)> {
     check_one_stdin(&[Some(a.file.as_path()), a.catalog_values.as_deref(), a.cluster_state.as_deref()])?;
     let Some(state_path) = a.cluster_state.as_ref() else {
         return Err(Failure::usage(
@@ -477,15 +564,31 @@ fn check_cozystack(a: CheckCozystackArgs) -> anyhow::Result<ExitCode> {
     let max = parse_bytes(&a.max_input_size).ok_or_else(|| {
         Failure::usage(format!("--max-input-size {:?} is not a size; write it like 4Mi or 4194304", a.max_input_size))
     })?;
+    let target = a.target.target()?;
     let text = read_capped("-f", &a.file, max)?;
     let catalog_text = a.catalog_values.as_ref().map(|p| read_capped("--catalog-values", p, max)).transpose()?;
     let state_text = read_capped("--cluster-state", state_path, max)?;
     let pools =
         tender_render::cozystack::read_input(&text, a.name.as_deref(), a.namespace.as_deref()).map_err(classify)?;
+    let schema = tender_render::cozystack::schema_findings(&text, a.name.as_deref(), a.namespace.as_deref(), &target)
+        .map_err(classify)?;
     let catalog =
         catalog_text.map(|t| tender_render::cozystack::read_catalog_values(&t).map_err(classify)).transpose()?;
     let state = ClusterState::from_yaml(&state_text).map_err(classify)?;
-    let report = tender_render::cozystack::check(&pools, catalog.as_ref(), &state).map_err(classify)?;
+    let mut schema_refusals = schema.invalid;
+    for u in schema.undeclared {
+        if a.allow_partial {
+            eprintln!("tender: note: {}: {} {}", u.pool, u.field, u.problem);
+        } else {
+            schema_refusals.push(u);
+        }
+    }
+    let report = if schema_refusals.is_empty() {
+        tender_render::cozystack::check(&pools, catalog.as_ref(), &state).map_err(classify)?
+    } else {
+        // The target's chart would not take the values as they are: that comes first.
+        tender_render::cozystack::Report { ok: false, findings: schema_refusals, ..Default::default() }
+    };
     let out = match a.output {
         CheckOutput::Text => report.text(),
         CheckOutput::Json => {
@@ -494,6 +597,5 @@ fn check_cozystack(a: CheckCozystackArgs) -> anyhow::Result<ExitCode> {
             j
         }
     };
-    print(&out)?;
-    Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok((out, report.ok))
 }

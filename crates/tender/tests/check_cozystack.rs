@@ -79,7 +79,8 @@ fn check_with(input: &str, state: &State, extra: &[&str]) -> Checked {
     let dir = tempfile::tempdir().unwrap();
     let f = write(dir.path(), "in.yaml", input);
     let s = write(dir.path(), "state.yaml", &state.yaml());
-    let mut args = vec!["check", "cozystack", "-f", &f, "--cluster-state", &s];
+    // The rules pinned here are the golden-catalog design's (osImage), so that is the target.
+    let mut args = vec!["check", "cozystack", "-f", &f, "--cluster-state", &s, "--cozystack", "golden-catalog"];
     args.extend_from_slice(extra);
     let text = tender(&args, None);
     args.extend_from_slice(&["--output", "json"]);
@@ -395,6 +396,8 @@ fn should_render_cozystack_patches_and_write_them_for_kubectl_patch() {
             "md1",
             "--os-image",
             "factory",
+            "--cozystack",
+            "golden-catalog",
             "--out",
             out.to_str().unwrap(),
         ],

@@ -397,3 +397,59 @@ fn issue_22_should_exit_2_naming_the_kubectl_get_an_incomplete_state_lacks() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("kubectl get storageclasses"), "{}", stderr(&o));
 }
+
+/// Issue 33, item 6: CI reading `--output json` got nothing on standard output for a usage
+/// error (exit 2); it gets a JSON object saying so.
+#[test]
+fn should_print_a_json_error_object_on_exit_2_with_output_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write(dir.path(), "bad.yaml", "kind: KubernetesNodes\nmetadata: {name: test-md1, namespace: tenant-test}\nspec:\n  cluster: test\n  nope: 1\n");
+    let state = write(dir.path(), "state.yaml", STATE);
+    for args in [
+        vec!["check", "cozystack", "-f", &bad, "--cluster-state", &state, "--output", "json"],
+        vec!["check", "cozystack", "-f", &bad, "--output", "json"],
+        vec!["check", "cozystack", "-f", "/nonexistent.yaml", "--cluster-state", &state, "--output", "json"],
+    ] {
+        let o = tender(&args, None);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+        let j: serde_json::Value =
+            serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{args:?}: {e}: {:?}", stdout(&o)));
+        assert_eq!(j["ok"], false, "{j}");
+        assert_eq!(j["exitCode"], 2, "{j}");
+        assert!(j["error"].as_str().is_some_and(|e| !e.is_empty()), "{j}");
+    }
+}
+
+/// Issue 33, item 6: a bad `--mirror`, cluster or pool name is a usage error naming it.
+#[test]
+fn should_exit_2_for_a_bad_mirror_or_resource_name_and_accept_ipv6() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(dir.path(), "tender.yaml", "upstreams:\n- name: ghcr.io\n  url: https://ghcr.io\n");
+    let run = |mirror: &str, cluster: &str| {
+        tender(
+            &[
+                "render",
+                "cozystack",
+                "--config",
+                &config,
+                "--mirror",
+                mirror,
+                "--cluster",
+                cluster,
+                "--namespace",
+                "tenant-test",
+            ],
+            None,
+        )
+    };
+    assert_eq!(code(&run("http://[::1]:5000", "test")), 0);
+    for (mirror, cluster, says) in [
+        ("tender:5000", "test", "--mirror"),
+        ("http://tender:5000/sub", "test", "--mirror"),
+        ("http://tender:5000", "1test", "DNS-1035"),
+    ] {
+        let o = run(mirror, cluster);
+        assert_eq!(code(&o), 2, "{mirror} {cluster}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{}", stderr(&o));
+    }
+}
