@@ -20,18 +20,6 @@ pub enum Compression {
 }
 
 impl Compression {
-    /// The container the fetch layer checks an asset of this compression against.
-    pub fn container(self) -> tender_fetch::Container {
-        match self {
-            Compression::None => tender_fetch::Container::None,
-            Compression::Xz => tender_fetch::Container::Xz,
-            Compression::Gz | Compression::TarGz => tender_fetch::Container::Gz,
-            Compression::Zst => tender_fetch::Container::Zst,
-        }
-    }
-}
-
-impl Compression {
     /// Whether the container carries its own integrity check (CRC or checksum).
     pub fn has_checksum(self) -> bool {
         !matches!(self, Compression::None)
