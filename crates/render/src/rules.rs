@@ -116,8 +116,21 @@ impl fmt::Display for Refusal {
         // operator's terminal; long values (PEM blocks) are cut.
         let shown: String = self.value.chars().take(120).collect();
         let cut = if shown.len() < self.value.len() { "…" } else { "" };
-        write!(f, "{} {:?}{cut} {}; fix: {}", self.field, shown, self.problem, self.fix)
+        let (field, problem, fix) = (printable(&self.field), printable(&self.problem), printable(&self.fix));
+        write!(f, "{field} {shown:?}{cut} {problem}; fix: {fix}")
     }
+}
+
+/// `text` with every control character escaped (`\0`, `\n`, `\u{1b}`): the field, problem and
+/// fix of a refusal may quote the hostile value too, and must not rewrite the terminal either.
+fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() })
+        .collect::<String>()
+        .into()
 }
 
 /// The Cozystack Kubernetes version map (§2.1, `files/versions.yaml`): minor -> patch, newest
@@ -379,6 +392,15 @@ mod tests {
         for bad in ["", "0m", "30", "-5m", "1.5h", "1d", "1h1m1s1s", "m", "100000s", "05m"] {
             assert!(!is_positive_duration(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn should_print_no_control_character_in_a_refusal() {
+        // The fuzz target render_registries found a NUL quoted in the problem text.
+        let r = Refusal::input("--registry\u{1b}", "[a\0]", "[a\0] is not an IPv6 address", "fix\n it");
+        let text = r.to_string();
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(text.contains("[a\\0] is not an IPv6 address"), "{text}");
     }
 
     #[test]
