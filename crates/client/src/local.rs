@@ -80,11 +80,13 @@ pub fn build_mirror(settings: &Settings, flights: Arc<Flights>, metrics: &FetchM
     };
     let factory = Upstream::new(factory, factory_fetch, metrics.clone())
         .map_err(|e| Failure::usage(format!("imageFactory: {}", e.message)))?;
-    Ok(Mirror::with_image_factory(
+    let mirror = Mirror::with_image_factory(
         upstreams,
         settings.default_upstream.clone(),
         Arc::new(factory),
         flights,
         settings.fetch.clone(),
-    ))
+    );
+    mirror.set_policy(settings.policy.clone());
+    Ok(mirror)
 }

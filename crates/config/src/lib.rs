@@ -55,6 +55,8 @@ pub struct RawConfig {
     /// Every upstream and the Image Factory offline (`serve --offline`).
     #[serde(default)]
     pub offline: bool,
+    /// The signature policy: Talos' `ImageVerificationConfig` rules (docs/signatures.md).
+    pub image_verification: Option<tender_verify::RawPolicy>,
 }
 
 /// Where committed objects live besides the data directory.
@@ -329,6 +331,8 @@ pub struct Settings {
     pub storage: Option<tender_bucket::BucketSettings>,
     /// `offline: true` or `--offline`: no upstream, the Image Factory included, is contacted.
     pub offline: bool,
+    /// `imageVerification:`, compiled (empty: no policy).
+    pub policy: std::sync::Arc<tender_verify::Policy>,
 }
 
 /// A configuration error: names the key and the fix.
@@ -756,7 +760,9 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         Some(s3) => Some(resolve_s3(name, s3)?),
         None => None,
     };
+    let policy = std::sync::Arc::new(resolve_policy(name, raw.image_verification.as_ref())?);
     Ok(Settings {
+        policy,
         offline: raw.offline || o.offline,
         parent,
         storage,
@@ -781,6 +787,24 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
         gc_interval,
         catalog,
     })
+}
+
+/// `imageVerification:`: the rules compiled, the trusted root read and parsed.
+fn resolve_policy(name: &str, raw: Option<&tender_verify::RawPolicy>) -> Result<tender_verify::Policy, ConfigError> {
+    let err = |key: &str, m: String| ConfigError { source_name: name.to_string(), key: key.to_string(), message: m };
+    let Some(raw) = raw else { return Ok(tender_verify::Policy::default()) };
+    let root = match &raw.trusted_root {
+        Some(path) => {
+            let key = "imageVerification.trustedRoot";
+            let meta = std::fs::metadata(path).map_err(|e| err(key, format!("cannot read {path}: {e}")))?;
+            if meta.len() > tender_verify::root::MAX_TRUSTED_ROOT as u64 {
+                return Err(err(key, format!("{path} is larger than {} bytes", tender_verify::root::MAX_TRUSTED_ROOT)));
+            }
+            Some(std::fs::read(path).map_err(|e| err(key, format!("cannot read {path}: {e}")))?)
+        }
+        None => None,
+    };
+    tender_verify::Policy::compile(raw, root.as_deref()).map_err(|e| err(&e.key, e.problem))
 }
 
 fn resolve_tls(name: &str, raw: &RawTls, o: &Overrides) -> Result<Option<TlsSettings>, ConfigError> {
@@ -1136,6 +1160,42 @@ mod tests {
         for w in want {
             assert!(msg.contains(w), "{msg:?} should contain {w:?}");
         }
+    }
+
+    /// Issue 34 (1): a Talos rule file pastes in unchanged; a rule that cannot work is refused
+    /// at start with its key named.
+    #[test]
+    fn should_read_talos_image_verification_rules_and_refuse_bad_ones() {
+        let talos = "imageVerification:\n  apiVersion: v1alpha1\n  kind: ImageVerificationConfig\n  rules:\n    - image: registry.k8s.io/*\n      skip: true\n    - image: '*'\n      deny: true\n";
+        let s = resolve("t.yaml", parse("t.yaml", talos).unwrap(), &Overrides::default()).unwrap();
+        assert_eq!(s.policy.rules.len(), 2);
+        assert!(s.policy.rule_for("registry.k8s.io/pause").is_some_and(|r| r.index == 0));
+        let none = Overrides::default();
+        let rules = |r: &str| format!("imageVerification:\n  rules:\n{r}");
+        check_err(&rules("    - image: x\n      colour: red\n"), &none, &["unknown field `colour`"]);
+        check_err(&rules("    - image: x\n"), &none, &["imageVerification.rules[0]", "exactly one of"]);
+        check_err(
+            &rules("    - image: x\n      publicKey:\n        key: nope\n"),
+            &none,
+            &["imageVerification.rules[0].publicKey.key", "PEM"],
+        );
+        check_err(
+            &rules(
+                "    - image: x\n      keyless:\n        issuer: https://accounts.google.com\n        subject: a@b\n",
+            ),
+            &none,
+            &["imageVerification.trustedRoot", "trusted_root.json"],
+        );
+        check_err(
+            "imageVerification:\n  trustedRoot: /nonexistent/trusted_root.json\n",
+            &none,
+            &["imageVerification.trustedRoot", "cannot read"],
+        );
+        check_err(
+            &rules("    - image: x\n      keyless:\n        issuer: i\n        subjectRegex: '('\n"),
+            &none,
+            &["imageVerification.rules[0].keyless.subjectRegex"],
+        );
     }
 
     #[test]

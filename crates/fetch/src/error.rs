@@ -37,6 +37,9 @@ pub enum FetchErrorKind {
     /// The client must present an identity: the upstream's content goes to authenticated
     /// clients only. Nothing was asked or looked up.
     Unauthenticated,
+    /// The signature policy (`imageVerification`) refuses the manifest: a `deny` rule, or a
+    /// verifying rule whose signature is missing, invalid or someone else's (403 DENIED).
+    Unverified,
 }
 
 /// An error on the way to or from an upstream.
@@ -99,6 +102,7 @@ impl FetchError {
             | FetchErrorKind::TooLarge
             | FetchErrorKind::Offline
             | FetchErrorKind::Unauthenticated
+            | FetchErrorKind::Unverified
             | FetchErrorKind::Local
             | FetchErrorKind::NoSpace => false,
         }

@@ -12,6 +12,8 @@
 //!   blobs.
 //! - [`shared`] and [`source`]: the shared bucket as a source between the local store and
 //!   the upstream.
+//! - [`verify`] (over [`verdicts`]): the signature policy on the way to a manifest: deny
+//!   before asking, verify before committing or serving, the verdict stored with the object.
 //!
 //! An upstream is always chosen from configuration, never from a request.
 
@@ -35,6 +37,8 @@ pub mod service;
 pub mod settings;
 pub mod shared;
 pub mod source;
+pub mod verdicts;
+pub mod verify;
 pub mod window;
 pub mod wire;
 

@@ -37,6 +37,9 @@ pub struct FetchMetrics {
     /// Records (tags, known-in, media types, listings) not written, by kind (`no_space`,
     /// `io`): the requests they belonged to were answered anyway.
     pub store_write_errors: Family<Labels, Counter>,
+    /// Signature policy decisions, by result (`verified`, `unsigned`, `invalid`, `mismatch`,
+    /// `unavailable`, `denied`).
+    pub verifications: Family<Labels, Counter>,
 }
 
 impl FetchMetrics {
@@ -81,6 +84,11 @@ impl FetchMetrics {
             "tender_store_write_errors",
             "Records not written (kind: no_space, io); their requests were answered anyway",
             self.store_write_errors.clone(),
+        );
+        registry.register(
+            "tender_verifications",
+            "Signature policy decisions on manifests, by result",
+            self.verifications.clone(),
         );
     }
 }

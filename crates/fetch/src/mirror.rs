@@ -141,6 +141,8 @@ pub struct Mirror {
     refusals: Refusals,
     /// Record writes that failed on a request's path (the request was answered anyway).
     write_errors: WriteErrors,
+    /// The signature policy and this process's verdicts.
+    pub(crate) verification: crate::verdicts::Verification,
 }
 
 impl Mirror {
@@ -171,6 +173,7 @@ impl Mirror {
             settings,
             manifest_flights: Mutex::new(HashMap::new()),
             refusals: Refusals::default(),
+            verification: crate::verdicts::Verification::default(),
         })
     }
 
@@ -259,7 +262,13 @@ impl Mirror {
         accept: &AcceptList,
     ) -> Result<ManifestHit, FetchError> {
         let extra = extra_types(accept);
+        // A denying rule answers before anything is asked; a verifying one before anything
+        // is served (a stored manifest without a verdict under the rule in force verifies now).
+        let rule = self.rule_for(up, repo, reference)?;
         let hit = self.resolve(up, repo, reference, &extra).await?;
+        if let Some(rule) = &rule {
+            self.vet(up, repo, rule, &hit.digest, &hit.media_type, &hit.bytes).await?;
+        }
         if accept.accepts(&hit.media_type) {
             return Ok(hit);
         }
@@ -280,6 +289,9 @@ impl Mirror {
             .with_status(404));
         };
         let mut chosen = self.resolve(up, repo, &Reference::Digest(entry), &extra).await?;
+        if let Some(rule) = &rule {
+            self.vet(up, repo, rule, &chosen.digest, &chosen.media_type, &chosen.bytes).await?;
+        }
         if !accept.accepts(&chosen.media_type) {
             return Err(not_acceptable(up, repo, reference, &chosen.media_type));
         }
@@ -291,7 +303,7 @@ impl Mirror {
     }
 
     /// A manifest by tag (its true target) or digest, whatever its media type.
-    async fn resolve(
+    pub(crate) async fn resolve(
         self: &Arc<Self>,
         up: &Arc<Upstream>,
         repo: &RepoName,
@@ -486,7 +498,7 @@ impl Mirror {
     }
 
     async fn fetch_manifest(
-        &self,
+        self: &Arc<Self>,
         up: &Arc<Upstream>,
         repo: &RepoName,
         reference: &Reference,
@@ -636,7 +648,7 @@ impl Mirror {
 
     /// The manifest from the upstream (a tag revalidated with `HEAD` when we hold its target).
     async fn upstream_manifest(
-        &self,
+        self: &Arc<Self>,
         up: &Arc<Upstream>,
         repo: &RepoName,
         reference: &Reference,
@@ -731,6 +743,11 @@ impl Mirror {
                 "manifest is not JSON or declares a media type that is not a manifest's",
             )
         })?;
+        // The signature policy, before anything is committed: a manifest that does not verify
+        // is neither stored nor recorded for its tag.
+        if let Some(rule) = self.rule_for(up, repo, reference)? {
+            self.vet(up, repo, &rule, &digest, &media_type, &body).await?;
+        }
         let key = format!("manifest:{digest}");
         // Verified in memory: answered from these bytes even when the disk cannot keep them.
         let kept = store.put_bytes(&key, &body, &digest).map(|_| ());

@@ -91,6 +91,21 @@ pub fn default_platform(index: &[u8]) -> Option<crate::Digest> {
     entry.digest.parse().ok()
 }
 
+/// The digests an index lists (those that parse), in order; empty for anything else.
+pub fn index_children(index: &[u8]) -> Vec<crate::Digest> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        digest: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct Index {
+        manifests: Vec<Entry>,
+    }
+    serde_json::from_slice::<Index>(index)
+        .map(|i| i.manifests.iter().filter_map(|e| e.digest.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
 /// The media type a manifest declares in its own `mediaType` field, if any.
 pub fn declared_media_type(body: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]

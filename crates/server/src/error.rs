@@ -104,7 +104,7 @@ impl ApiError {
                 ApiError::new(unknown, e.to_string()).with_status(StatusCode::SERVICE_UNAVAILABLE)
             }
             FetchErrorKind::Unverifiable => ApiError::new(unknown, e.to_string()).with_status(StatusCode::BAD_GATEWAY),
-            FetchErrorKind::TooLarge => ApiError::new(ErrorCode::Denied, e.to_string()),
+            FetchErrorKind::TooLarge | FetchErrorKind::Unverified => ApiError::new(ErrorCode::Denied, e.to_string()),
             FetchErrorKind::Corrupt => {
                 ApiError::new(unknown, format!("upstream sent wrong content: {e}")).with_status(StatusCode::BAD_GATEWAY)
             }

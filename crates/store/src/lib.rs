@@ -40,4 +40,4 @@ pub use memory::MemoryLimit;
 pub use room::RoomReport;
 pub use scrub::{Pace, Scrubbed};
 pub use spool::{Sealed, SpoolWriter, PARALLEL_APPEND_MIN};
-pub use types::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord};
+pub use types::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord, VerdictRecord};

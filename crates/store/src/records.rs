@@ -12,7 +12,7 @@ use tender_oci::{Algorithm, Digest};
 use crate::fsutil::write_atomic;
 use crate::layout::{Store, StoreError};
 use crate::memory::Memory;
-use crate::types::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord};
+use crate::types::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord, VerdictRecord};
 
 impl Store {
     fn tag_path(&self, upstream: &str, repository: &str, tag: &str) -> PathBuf {
@@ -196,6 +196,25 @@ impl Store {
         write_atomic(&self.meta_path(digest), &bytes).map_err(|e| self.err(e))?;
         self.memory.keep_meta(digest, meta.clone());
         Ok(())
+    }
+}
+
+impl Store {
+    fn verdict_path(&self, digest: &Digest) -> PathBuf {
+        let hex = digest.hex();
+        self.root().join("verdicts").join(digest.algorithm().name()).join(&hex[..2]).join(format!("{hex}.json"))
+    }
+
+    /// The signature policy's verdict on `digest`, if it verified under some rule.
+    pub fn verdict_get(&self, digest: &Digest) -> Result<Option<VerdictRecord>, StoreError> {
+        let r: Option<VerdictRecord> = read_json(&self.verdict_path(digest)).map_err(|e| self.err(e))?;
+        Ok(r.filter(|r| r.digest == *digest))
+    }
+
+    /// Record that `digest` verified (replacing a verdict under an older rule).
+    pub fn verdict_put(&self, record: &VerdictRecord) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec_pretty(record).map_err(|e| self.err(io::Error::other(e)))?;
+        write_atomic(&self.verdict_path(&record.digest), &bytes).map_err(|e| self.err(e))
     }
 }
 

@@ -46,6 +46,34 @@ pub struct TrustRecord {
     pub first_seen: u64,
 }
 
+/// A manifest that verified under a rule of the signature policy (`imageVerification`):
+/// which rule (by its fingerprint: a changed rule verifies again), whose signature, when.
+/// Only successes are recorded; a refusal is never stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerdictRecord {
+    pub digest: Digest,
+    /// The rule's fingerprint (`sha256:` of the rule as written, and the trusted root).
+    pub fingerprint: String,
+    /// The rule's place in `imageVerification.rules` and its `image` pattern.
+    pub rule: usize,
+    pub image: String,
+    /// `key`, `keyless`, or `parent` (covered by a verified index).
+    pub method: String,
+    /// The key's fingerprint or the certificate's subject; for `parent`, the index's.
+    pub identity: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// Rekor's integrated time (keyless), seconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_at: Option<u64>,
+    /// The verified index that covers this manifest (`method: parent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Digest>,
+    /// When tender verified it, seconds since the Unix epoch.
+    pub verified_at: u64,
+}
+
 /// An upstream's last good answer to a listing request (a tag list or referrers page), served
 /// while the upstream is down. Keyed by upstream and request: never served through another.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

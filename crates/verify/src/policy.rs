@@ -211,9 +211,12 @@ impl Policy {
         Ok(Policy { rules, trusted_root: root, raw: raw.clone() })
     }
 
-    /// The first rule matching `image` (a normalised `registry/repository`), if any.
+    /// The first rule matching `image` (a normalised `registry/repository`), if any. A Docker
+    /// Hub image matches as `docker.io/...` and as `index.docker.io/...` (Talos v1.13 matches
+    /// the latter; its later docs the former): a rule written either way applies.
     pub fn rule_for(&self, image: &str) -> Option<&Rule> {
-        self.rules.iter().find(|r| r.glob.matches(image))
+        let index = image.strip_prefix("docker.io/").map(|rest| format!("index.docker.io/{rest}"));
+        self.rules.iter().find(|r| r.glob.matches(image) || index.as_deref().is_some_and(|i| r.glob.matches(i)))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -235,8 +238,8 @@ pub fn normalise(registry: &str, repository: &str) -> String {
     format!("{registry}/{repository}")
 }
 
-/// An `image` pattern: `*` any run of characters, `?` one character, `[...]` a class;
-/// the rest literal. Matched against the whole normalised name.
+/// An `image` pattern as Talos matches it (ryanuber/go-glob): `*` is any run of characters,
+/// `/` included; everything else is literal. Matched against the whole normalised name.
 #[derive(Clone, Debug)]
 struct Glob {
     re: Regex,
@@ -250,45 +253,11 @@ impl Glob {
         if pattern.len() > 1024 {
             return Err("an image pattern longer than 1024 characters".into());
         }
-        let mut re = String::from("^");
-        let mut chars = pattern.chars().peekable();
-        while let Some(c) = chars.next() {
-            match c {
-                '*' => {
-                    while chars.peek() == Some(&'*') {
-                        chars.next();
-                    }
-                    re.push_str(".*");
-                }
-                '?' => re.push('.'),
-                '[' => {
-                    let mut class = String::new();
-                    let mut closed = false;
-                    for c in chars.by_ref() {
-                        if c == ']' {
-                            closed = true;
-                            break;
-                        }
-                        class.push(c);
-                    }
-                    if !closed || class.is_empty() {
-                        return Err(format!("{pattern:?}: a '[' class without its ']'"));
-                    }
-                    let (neg, body) = match class.strip_prefix(['!', '^']) {
-                        Some(b) => ("^", b),
-                        None => ("", class.as_str()),
-                    };
-                    let body: String = body
-                        .chars()
-                        .map(|c| if matches!(c, '\\' | '[' | ']' | '^') { format!("\\{c}") } else { c.to_string() })
-                        .collect();
-                    re.push_str(&format!("[{neg}{body}]"));
-                }
-                c => re.push_str(&regex::escape(&c.to_string())),
-            }
+        if pattern.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(format!("{pattern:?} holds a space or control character"));
         }
-        re.push('$');
-        let re = Regex::new(&re).map_err(|e| format!("{pattern:?} is not a glob: {e}"))?;
+        let parts: Vec<String> = pattern.split('*').map(regex::escape).collect();
+        let re = Regex::new(&format!("^{}$", parts.join(".*"))).map_err(|e| format!("{pattern:?}: {e}"))?;
         Ok(Glob { re })
     }
 
@@ -322,10 +291,17 @@ mod tests {
         let p = Policy::compile(&raw, None).unwrap();
         assert_eq!(p.rule_for("ghcr.io/org/a/b").unwrap().index, 0);
         assert_eq!(p.rule_for("ghcr.io/other/a").unwrap().index, 1);
-        let g = Glob::parse("factory.talos.dev/*-installer/[0-9a-f]*").unwrap();
-        assert!(g.matches("factory.talos.dev/metal-installer/376567988ad3"));
-        assert!(!g.matches("factory.talos.dev/installer/376567988ad3"));
-        assert!(!Glob::parse("ghcr.io/a?c").unwrap().matches("ghcr.io/a/c/d"));
+        let g = Glob::parse("factory.talos.dev/*").unwrap();
+        assert!(g.matches("factory.talos.dev/metal-installer/376567988ad3"), "'*' crosses '/' as in Talos");
+        assert!(!g.matches("factory.talos.dev"));
+        let g = Glob::parse("ghcr.io/a?c[1].*").unwrap();
+        assert!(g.matches("ghcr.io/a?c[1].x/y"), "only '*' is special");
+        assert!(!g.matches("ghcr.io/abc1.x"));
+        let hub =
+            Policy::compile(&RawPolicy { rules: vec![rule("index.docker.io/library/*")], ..Default::default() }, None)
+                .unwrap();
+        assert!(hub.rule_for("docker.io/library/alpine").is_some(), "a Talos v1.13 rule for Docker Hub");
+        assert!(hub.rule_for("ghcr.io/library/alpine").is_none());
     }
 
     #[test]
@@ -339,7 +315,7 @@ mod tests {
                 RawPolicy { rules: vec![RawRule { deny: true, ..rule("x") }], ..Default::default() },
                 "imageVerification.rules[0]",
             ),
-            (RawPolicy { rules: vec![rule("[abc")], ..Default::default() }, "imageVerification.rules[0].image"),
+            (RawPolicy { rules: vec![rule("ghcr.io/a b")], ..Default::default() }, "imageVerification.rules[0].image"),
             (RawPolicy { rules: vec![rule("")], ..Default::default() }, "imageVerification.rules[0].image"),
             (
                 RawPolicy {

@@ -89,8 +89,8 @@ impl Validity {
 /// A transparency or CT log's key.
 #[derive(Clone, Debug)]
 pub struct LogKey {
-    /// SHA-256 of the key's DER SubjectPublicKeyInfo (Rekor's `logID`, an SCT's `log_id`).
-    pub id: [u8; 32],
+    /// The log's ID as the root names it (Rekor's `logID`, an SCT's `log_id`).
+    pub id: Vec<u8>,
     pub key: PublicKey,
     pub valid: Validity,
 }
@@ -131,10 +131,11 @@ impl TrustedRoot {
                 .map(|(i, l)| {
                     let der = b64(&l.public_key.raw_bytes).map_err(|e| format!("{what}[{i}].publicKey: {e}"))?;
                     let key = PublicKey::from_spki_der(&der).map_err(|e| format!("{what}[{i}].publicKey: {e}"))?;
-                    let id = key.key_id();
-                    let named = b64(&l.log_id.key_id).map_err(|e| format!("{what}[{i}].logId: {e}"))?;
-                    if named != id {
-                        return Err(format!("{what}[{i}].logId is not the SHA-256 of its public key"));
+                    // Rekor v1 and CT logs name a key by the SHA-256 of its SPKI; Rekor v2 by
+                    // a hash of its origin and key. Entries are looked up by the name given.
+                    let id = b64(&l.log_id.key_id).map_err(|e| format!("{what}[{i}].logId: {e}"))?;
+                    if id.len() != 32 {
+                        return Err(format!("{what}[{i}].logId is not 32 bytes"));
                     }
                     let valid = validity(l.public_key.valid_for.as_ref()).map_err(|e| format!("{what}[{i}]: {e}"))?;
                     Ok(LogKey { id, key, valid })
