@@ -35,8 +35,9 @@ const MAX_BUNDLE: usize = 64 << 10;
 /// Who signed, as the certificate says, and when, as Rekor says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Signer {
-    /// The certificate's identity: its SAN email, URI or other name.
-    pub subject: String,
+    /// The certificate's identities: its SAN emails, URIs, other names (a rule's subject may
+    /// match any, as cosign matches).
+    pub subjects: Vec<String>,
     /// The OIDC issuer Fulcio recorded.
     pub issuer: String,
     /// Rekor's integrated time (Unix seconds).
@@ -186,8 +187,8 @@ pub fn verify(root: &TrustedRoot, e: &Evidence<'_>) -> Result<Signer, String> {
     let issuer = chain_to_root(root, &ders, time)?;
     check_sct(root, &leaf, &issuer)?;
 
-    let (subject, issuer) = identity(&leaf)?;
-    Ok(Signer { subject, issuer, signed_at: time, log_index: p.log_index })
+    let (subjects, issuer) = identity(&leaf)?;
+    Ok(Signer { subjects, issuer, signed_at: time, log_index: p.log_index })
 }
 
 /// The leaf chains to a pinned authority valid at `time`; returns the leaf's issuer (DER).
@@ -327,35 +328,48 @@ fn parse_sct_list(data: &[u8]) -> Option<Vec<Sct<'_>>> {
     Some(out)
 }
 
-/// The certificate's subject (SAN) and Fulcio's OIDC issuer.
-pub fn identity(cert: &Certificate) -> Result<(String, String), String> {
+/// The certificate's identities (every SAN: email, URI, DNS name, other name) and Fulcio's
+/// OIDC issuer (`.1.8`, else the deprecated `.1.1`; both present and different is refused).
+pub fn identity(cert: &Certificate) -> Result<(Vec<String>, String), String> {
     let exts = cert.tbs_certificate.extensions.as_deref().unwrap_or_default();
-    let mut subject = None;
+    let mut subjects = Vec::new();
     if let Some(san) = exts.iter().find(|x| x.extn_id == SAN) {
         let names = SubjectAltName::from_der(san.extn_value.as_bytes()).map_err(|x| format!("the SAN: {x}"))?;
-        subject = names.0.iter().find_map(|n| match n {
-            GeneralName::Rfc822Name(s) | GeneralName::UniformResourceIdentifier(s) | GeneralName::DnsName(s) => {
-                Some(ia5(s))
-            }
-            GeneralName::OtherName(o) => std::str::from_utf8(o.value.value()).ok().map(str::to_string),
-            _ => None,
-        });
-    }
-    let issuer = exts.iter().find_map(|x| {
-        if x.extn_id == ISSUER_V2 {
-            String::from_der(x.extn_value.as_bytes()).ok()
-        } else {
-            None
+        for n in &names.0 {
+            let s = match n {
+                GeneralName::Rfc822Name(s) | GeneralName::UniformResourceIdentifier(s) | GeneralName::DnsName(s) => {
+                    Some(ia5(s))
+                }
+                GeneralName::OtherName(o) => {
+                    // Fulcio's username identity: [0] EXPLICIT UTF8String.
+                    String::from_der(o.value.value())
+                        .ok()
+                        .or_else(|| std::str::from_utf8(o.value.value()).ok().map(str::to_string))
+                }
+                _ => None,
+            };
+            subjects.extend(s);
         }
+    }
+    let v2 = exts.iter().find(|x| x.extn_id == ISSUER_V2).map(|x| {
+        String::from_der(x.extn_value.as_bytes())
+            .map_err(|_| "the OIDC issuer extension (.1.8) is not a UTF8String".to_string())
     });
-    let issuer = issuer.or_else(|| {
-        exts.iter()
-            .find(|x| x.extn_id == ISSUER_V1)
-            .and_then(|x| String::from_utf8(x.extn_value.as_bytes().to_vec()).ok())
-    });
-    let subject = subject.ok_or("the certificate names no identity (no SAN)")?;
-    let issuer = issuer.ok_or("the certificate names no OIDC issuer (Fulcio extension 1.3.6.1.4.1.57264.1.8)")?;
-    Ok((subject, issuer))
+    let v2 = v2.transpose()?;
+    let v1 = exts
+        .iter()
+        .find(|x| x.extn_id == ISSUER_V1)
+        .map(|x| String::from_utf8_lossy(x.extn_value.as_bytes()).to_string());
+    if let (Some(a), Some(b)) = (&v2, &v1) {
+        if a != b {
+            return Err(format!("the certificate names two OIDC issuers ({a} and {b})"));
+        }
+    }
+    if subjects.is_empty() {
+        return Err("the certificate names no identity (no SAN)".into());
+    }
+    let issuer = v2.or(v1).ok_or("the certificate names no OIDC issuer (Fulcio extension 1.3.6.1.4.1.57264.1.8)")?;
+    Ok((subjects, issuer))
 }
 
 fn ia5(s: &Ia5String) -> String {

@@ -131,12 +131,17 @@ fn verify_one(policy: &Policy, rule: &Rule, digest: &Digest, c: &Candidate<'_>) 
             };
             let signer = keyless::verify(root, &evidence).map_err(bad)?;
             cosign::check_payload(c.payload, digest).map_err(bad)?;
-            let subject_ok = subject.as_ref().is_none_or(|s| *s == signer.subject)
-                && subject_regex.as_ref().is_none_or(|re| re.is_match(&signer.subject));
-            if signer.issuer != *issuer || !subject_ok {
-                return Err(Failure::IdentityMismatch(format!("{} from {}", signer.subject, signer.issuer)));
+            // Subject exact, subjectRegex unanchored (as cosign and Talos match), against any SAN.
+            let matched = signer.subjects.iter().find(|s| {
+                subject.as_ref().is_none_or(|want| want == *s) && subject_regex.as_ref().is_none_or(|re| re.is_match(s))
+            });
+            let first = signer.subjects.first().cloned().unwrap_or_default();
+            match matched {
+                Some(s) if signer.issuer == *issuer => {
+                    Ok(verdict("keyless", s.clone(), Some(signer.issuer), Some(signer.signed_at)))
+                }
+                _ => Err(Failure::IdentityMismatch(format!("{} from {}", first, signer.issuer))),
             }
-            Ok(verdict("keyless", signer.subject, Some(signer.issuer), Some(signer.signed_at)))
         }
         Action::Skip | Action::Deny => Err(bad("the rule does not verify".into())),
     }
