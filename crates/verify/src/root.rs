@@ -89,7 +89,7 @@ impl Validity {
 /// A transparency or CT log's key.
 #[derive(Clone, Debug)]
 pub struct LogKey {
-    /// SHA-256 of the key's DER SubjectPublicKeyInfo (Rekor's `logID`, an SCT's `log_id`).
+    /// The log's ID as the root names it (`logId.keyId`): Rekor's `logID`, an SCT's `log_id`.
     pub id: [u8; 32],
     pub key: PublicKey,
     pub valid: Validity,
@@ -131,11 +131,13 @@ impl TrustedRoot {
                 .map(|(i, l)| {
                     let der = b64(&l.public_key.raw_bytes).map_err(|e| format!("{what}[{i}].publicKey: {e}"))?;
                     let key = PublicKey::from_spki_der(&der).map_err(|e| format!("{what}[{i}].publicKey: {e}"))?;
-                    let id = key.key_id();
+                    // The ID bundles and SCTs name the log by, as the root writes it: SHA-256 of
+                    // the DER key for Rekor v1 and CT logs, but the signed-note key ID (over the
+                    // log's origin and raw key) for Rekor v2 (log2025-1.rekor.sigstore.dev), so
+                    // it is not recomputed from the key.
                     let named = b64(&l.log_id.key_id).map_err(|e| format!("{what}[{i}].logId: {e}"))?;
-                    if named != id {
-                        return Err(format!("{what}[{i}].logId is not the SHA-256 of its public key"));
-                    }
+                    let id: [u8; 32] =
+                        named.try_into().map_err(|_| format!("{what}[{i}].logId is not 32 bytes (a SHA-256)"))?;
                     let valid = validity(l.public_key.valid_for.as_ref()).map_err(|e| format!("{what}[{i}]: {e}"))?;
                     Ok(LogKey { id, key, valid })
                 })
