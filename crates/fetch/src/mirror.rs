@@ -265,7 +265,7 @@ impl Mirror {
         // A denying rule answers before anything is asked; a verifying one before anything
         // is served (a stored manifest without a verdict under the rule in force verifies now).
         let rule = self.rule_for(up, repo, reference)?;
-        let hit = self.resolve(up, repo, reference, &extra).await?;
+        let hit = self.resolve(up, repo, reference, &extra, false).await?;
         if let Some(rule) = &rule {
             self.vet(up, repo, rule, &hit.digest, &hit.media_type, &hit.bytes).await?;
         }
@@ -288,7 +288,7 @@ impl Mirror {
             )
             .with_status(404));
         };
-        let mut chosen = self.resolve(up, repo, &Reference::Digest(entry), &extra).await?;
+        let mut chosen = self.resolve(up, repo, &Reference::Digest(entry), &extra, false).await?;
         if let Some(rule) = &rule {
             self.vet(up, repo, rule, &chosen.digest, &chosen.media_type, &chosen.bytes).await?;
         }
@@ -302,13 +302,16 @@ impl Mirror {
         Ok(chosen)
     }
 
-    /// A manifest by tag (its true target) or digest, whatever its media type.
+    /// A manifest by tag (its true target) or digest, whatever its media type. `material`:
+    /// fetched as signature material (a referrer holding a Sigstore bundle), which the
+    /// signature policy does not gate: it is verified by what it says.
     pub(crate) async fn resolve(
         self: &Arc<Self>,
         up: &Arc<Upstream>,
         repo: &RepoName,
         reference: &Reference,
         extra: &[String],
+        material: bool,
     ) -> Result<ManifestHit, FetchError> {
         let store = self.flights.store();
         match reference {
@@ -343,6 +346,7 @@ impl Mirror {
         }
         // Clients asking with different further types ask the upstream differently.
         let key = if extra.is_empty() { key } else { format!("{key}\0{}", extra.join(",")) };
+        let key = if material { format!("{key}\0material") } else { key };
         let flight = {
             let mut flights = self
                 .manifest_flights
@@ -357,7 +361,7 @@ impl Mirror {
                         // A fetch that panics is an error for its waiters, never a flight that
                         // panics again for everyone who joins it later.
                         let name = up.name().to_string();
-                        std::panic::AssertUnwindSafe(me.fetch_manifest(&up, &repo, &reference, &extra))
+                        std::panic::AssertUnwindSafe(me.fetch_manifest(&up, &repo, &reference, &extra, material))
                             .catch_unwind()
                             .await
                             .unwrap_or_else(|_| {
@@ -503,6 +507,7 @@ impl Mirror {
         repo: &RepoName,
         reference: &Reference,
         extra: &[String],
+        material: bool,
     ) -> Result<ManifestHit, FetchError> {
         let store = self.flights.store();
         let record = match reference {
@@ -518,7 +523,7 @@ impl Mirror {
                 Err(l) => lease = l,
             }
         }
-        let fetched = self.upstream_manifest(up, repo, reference, record, extra).await;
+        let fetched = self.upstream_manifest(up, repo, reference, record, extra, material).await;
         if let Some(bucket) = self.flights.shared() {
             match &fetched {
                 // Fetched just now: off the response path, into the bucket; then its known
@@ -654,6 +659,7 @@ impl Mirror {
         reference: &Reference,
         record: Option<TagRecord>,
         extra: &[String],
+        material: bool,
     ) -> Result<ManifestHit, FetchError> {
         let store = self.flights.store();
         let path = format!("/v2/{repo}/manifests/{reference}");
@@ -745,7 +751,7 @@ impl Mirror {
         })?;
         // The signature policy, before anything is committed: a manifest that does not verify
         // is neither stored nor recorded for its tag.
-        if let Some(rule) = self.rule_for(up, repo, reference)? {
+        if let Some(rule) = if material { None } else { self.rule_for(up, repo, reference)? } {
             self.vet(up, repo, &rule, &digest, &media_type, &body).await?;
         }
         let key = format!("manifest:{digest}");

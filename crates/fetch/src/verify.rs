@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 use tender_oci::{media, Digest, Reference, RepoName};
 use tender_store::VerdictRecord;
+use tender_verify::bundle;
 use tender_verify::cosign::{self, SignatureLayer};
 use tender_verify::{Candidate, Failure, Policy, Rule};
 
@@ -85,13 +86,20 @@ impl Mirror {
         }
         let image = tender_verify::normalise(up.name(), repo.as_str());
         let policy = self.verification.policy();
+        // Sigstore bundles (cosign v3: referrers) and cosign's `.sig` tag, both looked at.
+        let bundles = self.bundles(up, repo, digest).await;
         let outcome = match self.signatures(up, repo, digest).await {
-            Ok(found) => {
-                let candidates: Vec<Candidate<'_>> =
-                    found.iter().map(|(layer, payload)| Candidate { layer, payload }).collect();
-                tender_verify::verify(&policy, rule, digest, &candidates)
+            Err(f) if !bundles.is_empty() && matches!(f, Failure::NoSignature | Failure::Unavailable(_)) => {
+                let found: Vec<&[u8]> = bundles.iter().map(|b| b.as_ref()).collect();
+                tender_verify::verify_all(&policy, rule, digest, body, &[], &found)
             }
             Err(f) => Err(f),
+            Ok(sigs) => {
+                let candidates: Vec<Candidate<'_>> =
+                    sigs.iter().map(|(layer, payload)| Candidate { layer, payload }).collect();
+                let found: Vec<&[u8]> = bundles.iter().map(|b| b.as_ref()).collect();
+                tender_verify::verify_all(&policy, rule, digest, body, &candidates, &found)
+            }
         };
         let metrics = self.flights().metrics();
         let verdict = match outcome {
@@ -166,10 +174,48 @@ impl Mirror {
         let layers = cosign::signature_layers(&hit.bytes).map_err(Failure::DoesNotVerify)?;
         let mut out = Vec::with_capacity(layers.len());
         for layer in layers {
-            let payload = self.payload(up, repo, &layer).await.map_err(|e| Failure::Unavailable(e.to_string()))?;
+            let payload = self
+                .small_blob(up, repo, &layer.payload, cosign::MAX_PAYLOAD)
+                .await
+                .map_err(|e| Failure::Unavailable(e.to_string()))?;
             out.push((layer, payload));
         }
         Ok(out)
+    }
+
+    /// `digest`'s Sigstore bundles in `repo`: the referrers with a bundle artifact type (the
+    /// referrers API, then its fallback tag `sha256-<hex>`), each one's bundle layer. What
+    /// cannot be fetched is passed over: the `.sig` tag may still verify.
+    async fn bundles(self: &Arc<Self>, up: &Arc<Upstream>, repo: &RepoName, digest: &Digest) -> Vec<Bytes> {
+        let mut referrers: Vec<Digest> = Vec::new();
+        let query = [("artifactType".to_string(), bundle::BUNDLE_V03.to_string())];
+        let kind = crate::mirror::ListingKind::Referrers(*digest);
+        if let Ok(listing) = self.listing(up, repo, &kind, &query, repo, None).await {
+            referrers.extend(bundle_referrers(&listing.body));
+        }
+        if referrers.is_empty() {
+            let tag = format!("{}-{}", digest.algorithm().name(), digest.hex());
+            if let Ok(reference) = tag.parse::<Reference>() {
+                if let Ok(hit) = self.resolve_boxed(up, repo, reference).await {
+                    if media::is_index(&hit.media_type) {
+                        referrers.extend(bundle_referrers(&hit.bytes));
+                    } else {
+                        referrers.push(hit.digest);
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for r in referrers.into_iter().take(bundle::MAX_BUNDLES) {
+            let Ok(hit) = self.resolve_boxed(up, repo, Reference::Digest(r)).await else { continue };
+            for layer in bundle_layers(&hit.bytes) {
+                match self.small_blob(up, repo, &layer, bundle::MAX_BUNDLE).await {
+                    Ok(b) => out.push(b),
+                    Err(e) => tracing::warn!(%digest, bundle = %layer, error = %e, "Sigstore bundle not fetched"),
+                }
+            }
+        }
+        out
     }
 
     /// `resolve`, behind a named boxed future: the signature manifest is resolved from inside a
@@ -181,15 +227,14 @@ impl Mirror {
         reference: Reference,
     ) -> futures::future::BoxFuture<'a, Result<crate::mirror::ManifestHit, FetchError>> {
         use futures::FutureExt as _;
-        async move { self.resolve(up, repo, &reference, &[]).await }.boxed()
+        async move { self.resolve(up, repo, &reference, &[], true).await }.boxed()
     }
 
-    /// A signature payload blob: stored (an import carried it), or fetched, checked and kept
-    /// (an export carries it on).
-    async fn payload(&self, up: &Arc<Upstream>, repo: &RepoName, layer: &SignatureLayer) -> Result<Bytes, FetchError> {
+    /// A small blob of signature material (a payload, a bundle): stored (an import carried it),
+    /// or fetched, checked and kept (an export carries it on).
+    async fn small_blob(&self, up: &Arc<Upstream>, repo: &RepoName, d: &Digest, max: u64) -> Result<Bytes, FetchError> {
         let store = self.flights().store();
-        let d = layer.payload;
-        let max = cosign::MAX_PAYLOAD;
+        let d = *d;
         if store.object_len(&d).is_some_and(|l| l <= max) {
             if let Ok(Some(b)) = store.read_small(&d) {
                 return Ok(b);
@@ -198,20 +243,67 @@ impl Mirror {
         let path = format!("/v2/{repo}/blobs/{d}");
         let scope = format!("repository:{repo}:pull");
         let resp = up.request(Method::GET, &path, HeaderMap::new(), Some(&scope)).await?;
-        let body = up.read_small(resp, max as usize, "signature payload").await?;
+        let body = up.read_small(resp, usize::try_from(max).unwrap_or(usize::MAX), "signature material").await?;
         if d.algorithm().digest(&body) != d {
             return Err(FetchError::new(
                 FetchErrorKind::Corrupt,
                 up.name(),
-                format!("signature payload {d} has other bytes"),
+                format!("signature blob {d} has other bytes"),
             ));
         }
         match store.put_bytes(&format!("blob:{d}"), &body, &d) {
             Ok(_) => {
-                let _ = store.record_known(&d, up.name());
+                if let Err(e) = store.record_known(&d, up.name()) {
+                    tracing::warn!(digest = %d, error = %e, "signature blob's known record not written");
+                }
             }
-            Err(e) => tracing::warn!(digest = %d, error = %e, "signature payload not kept"),
+            Err(e) => tracing::warn!(digest = %d, error = %e, "signature blob not kept"),
         }
         Ok(body)
     }
+}
+
+/// The referrers in an index (a referrers answer or the fallback tag's) whose artifact type is
+/// a Sigstore bundle.
+fn bundle_referrers(index: &[u8]) -> Vec<Digest> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Entry {
+        digest: String,
+        artifact_type: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Index {
+        manifests: Vec<Entry>,
+    }
+    let Ok(index) = serde_json::from_slice::<Index>(index) else { return Vec::new() };
+    index
+        .manifests
+        .into_iter()
+        .filter(|e| e.artifact_type.as_deref().is_some_and(|t| t.starts_with(bundle::BUNDLE_MEDIA_TYPE_PREFIX)))
+        .filter_map(|e| e.digest.parse().ok())
+        .collect()
+}
+
+/// The layers of a referrer manifest that are Sigstore bundles.
+fn bundle_layers(manifest: &[u8]) -> Vec<Digest> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Layer {
+        media_type: String,
+        digest: String,
+        size: u64,
+    }
+    #[derive(serde::Deserialize)]
+    struct Manifest {
+        #[serde(default)]
+        layers: Vec<Layer>,
+    }
+    let Ok(m) = serde_json::from_slice::<Manifest>(manifest) else { return Vec::new() };
+    m.layers
+        .into_iter()
+        .filter(|l| l.media_type.starts_with(bundle::BUNDLE_MEDIA_TYPE_PREFIX) && l.size <= bundle::MAX_BUNDLE)
+        .filter_map(|l| l.digest.parse().ok())
+        .take(bundle::MAX_BUNDLES)
+        .collect()
 }

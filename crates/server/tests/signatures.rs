@@ -209,3 +209,62 @@ async fn should_verify_again_when_the_policy_changes() {
     let got = get(&url, &[]).await;
     assert_eq!(got.status, 403, "a changed rule verifies again: {}", message(&got));
 }
+
+impl Signer {
+    /// Sign `digest` the way cosign v3 does: a Sigstore bundle (v0.3, DSSE over an in-toto
+    /// statement naming the digest) in a referrer, listed under the referrers fallback tag.
+    fn sign_bundle(&self, fake: &FakeUpstream, repo: &str, digest: &str, predicate: &str) {
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        let statement = format!(
+            r#"{{"_type":"https://in-toto.io/Statement/v1","subject":[{{"name":"ghcr.io/{repo}","digest":{{"sha256":"{hex}"}}}}],"predicateType":"{predicate}"}}"#
+        );
+        let payload_type = "application/vnd.in-toto+json";
+        let mut pae = format!("DSSEv1 {} {payload_type} {} ", payload_type.len(), statement.len()).into_bytes();
+        pae.extend_from_slice(statement.as_bytes());
+        let sig = self.pair.sign(&ring::rand::SystemRandom::new(), &pae).unwrap();
+        let bundle = format!(
+            r#"{{"mediaType":"application/vnd.dev.sigstore.bundle.v0.3+json","verificationMaterial":{{"publicKey":{{"hint":""}},"tlogEntries":[]}},"dsseEnvelope":{{"payload":"{}","payloadType":"{payload_type}","signatures":[{{"sig":"{}"}}]}}}}"#,
+            b64(statement.as_bytes()),
+            b64(sig.as_ref())
+        );
+        let bt = "application/vnd.dev.sigstore.bundle.v0.3+json";
+        let layer = fake.add_blob(Bytes::from(bundle.clone()));
+        let config = fake.add_blob(Bytes::from_static(b"{}"));
+        let referrer = format!(
+            r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","artifactType":"{bt}","config":{{"mediaType":"application/vnd.oci.empty.v1+json","digest":"{config}","size":2}},"layers":[{{"mediaType":"{bt}","digest":"{layer}","size":{}}}],"subject":{{"mediaType":"{OCI_MANIFEST}","digest":"{digest}","size":1}}}}"#,
+            bundle.len()
+        );
+        let referrer_digest = sha(referrer.as_bytes());
+        fake.add_manifest(repo, &format!("r-{hex}"), OCI_MANIFEST, referrer.as_bytes());
+        let index = format!(
+            r#"{{"schemaVersion":2,"mediaType":"{OCI_INDEX}","manifests":[{{"mediaType":"{OCI_MANIFEST}","digest":"{referrer_digest}","size":{},"artifactType":"{bt}"}}]}}"#,
+            referrer.len()
+        );
+        fake.add_manifest(repo, &format!("sha256-{hex}"), OCI_INDEX, index.as_bytes());
+    }
+}
+
+#[tokio::test]
+async fn should_verify_a_sigstore_bundle_referrer_and_refuse_an_attestation() {
+    let fake = FakeUpstream::start().await;
+    let signer = Signer::new();
+    let signed = image(&fake, "org/bundled", "v1", 11);
+    signer.sign_bundle(&fake, "org/bundled", &signed, "https://sigstore.dev/cosign/sign/v1");
+    let attested = image(&fake, "org/attested", "v1", 12);
+    signer.sign_bundle(&fake, "org/attested", &attested, "https://slsa.dev/provenance/v1");
+    let tender = Tender::in_front_of(&fake).await;
+    tender.app.mirror().set_policy(policy(vec![keyed("ghcr.io/org/*", &signer.public_pem)]));
+
+    let got = get(&tender.url("/v2/org/bundled/manifests/v1?ns=ghcr.io"), &[]).await;
+    assert_eq!(got.status, 200, "{}", message(&got));
+    assert!(tender.store.verdict_get(&signed.parse().unwrap()).unwrap().is_some());
+    let got = get(&tender.url("/v2/org/attested/manifests/v1?ns=ghcr.io"), &[]).await;
+    assert_eq!(got.status, 403);
+    assert!(
+        message(&got).contains("an attestation (https://slsa.dev/provenance/v1), not a signature"),
+        "{}",
+        message(&got)
+    );
+    assert!(!stored(&tender, &attested));
+}

@@ -136,7 +136,6 @@ pub fn verify(root: &TrustedRoot, e: &Evidence<'_>) -> Result<Signer, String> {
     let ders: Vec<Vec<u8>> =
         pems.into_iter().filter(|p| p.tag() == "CERTIFICATE").map(pem::Pem::into_contents).collect();
     let leaf_der = ders.first().ok_or("no certificate in the certificate annotation")?;
-    let leaf = Certificate::from_der(leaf_der).map_err(|x| format!("the certificate is not X.509: {x}"))?;
     let key = PublicKey::of_certificate(leaf_der)?;
     if !key.verify(e.payload, e.signature) {
         return Err("the signature is not the certificate's over this payload".into());
@@ -152,25 +151,60 @@ pub fn verify(root: &TrustedRoot, e: &Evidence<'_>) -> Result<Signer, String> {
     let bundle: RawBundle =
         serde_json::from_str(bundle).map_err(|x| format!("the Rekor bundle is not JSON of cosign's form: {x}"))?;
     let p = &bundle.payload;
-    let time = u64::try_from(p.integrated_time).map_err(|_| "the Rekor entry's integrated time is negative")?;
-    let log_id = hex::decode(&p.log_id).map_err(|_| "the Rekor bundle's logID is not hex")?;
-    let log = root.tlog(&log_id).ok_or_else(|| format!("Rekor log {} is not in the trusted root", p.log_id))?;
+    let set = b64(&bundle.signed_entry_timestamp).map_err(|x| format!("SignedEntryTimestamp: {x}"))?;
+    let time = check_tlog(
+        root,
+        &Tlog {
+            body: &p.body,
+            integrated_time: p.integrated_time,
+            log_index: p.log_index,
+            log_id: &p.log_id,
+            set: &set,
+        },
+    )?;
+    check_entry(&p.body, e.payload, e.signature, leaf_der)?;
+    certified(root, &ders, time, p.log_index)
+}
+
+/// A Rekor v1 entry as a bundle carries it: what its signed entry timestamp covers.
+pub(crate) struct Tlog<'a> {
+    /// The entry body, base64, as Rekor returned it.
+    pub body: &'a str,
+    pub integrated_time: i64,
+    pub log_index: i64,
+    /// The log's ID, lowercase hex.
+    pub log_id: &'a str,
+    /// The signed entry timestamp (DER ECDSA).
+    pub set: &'a [u8],
+}
+
+/// Check a Rekor entry's signed entry timestamp with the pinned log key; the entry's integrated
+/// time (Unix seconds) is the signing time.
+pub(crate) fn check_tlog(root: &TrustedRoot, t: &Tlog<'_>) -> Result<u64, String> {
+    let time = u64::try_from(t.integrated_time).map_err(|_| "the Rekor entry's integrated time is negative")?;
+    let log_id = hex::decode(t.log_id).map_err(|_| "the Rekor bundle's logID is not hex")?;
+    let log = root.tlog(&log_id).ok_or_else(|| format!("Rekor log {} is not in the trusted root", t.log_id))?;
     if !log.valid.covers(time) {
         return Err(format!("the Rekor key was not valid at the integrated time {}", show_time(time)));
     }
     let canonical = serde_json::to_vec(&Canonical {
-        body: &p.body,
-        integrated_time: p.integrated_time,
-        log_id: &p.log_id,
-        log_index: p.log_index,
+        body: t.body,
+        integrated_time: t.integrated_time,
+        log_id: t.log_id,
+        log_index: t.log_index,
     })
     .map_err(|x| x.to_string())?;
-    let set = b64(&bundle.signed_entry_timestamp).map_err(|x| format!("SignedEntryTimestamp: {x}"))?;
-    if !log.key.verify(&canonical, &set) {
+    if !log.key.verify(&canonical, t.set) {
         return Err("the Rekor signed entry timestamp does not verify with the pinned Rekor key".into());
     }
-    check_entry(&p.body, e.payload, e.signature, leaf_der)?;
+    Ok(time)
+}
 
+/// The leaf (`ders[0]`, the rest its chain) was valid at `time`, chains to a pinned Fulcio
+/// root in force then, and carries a valid SCT; returns who it names.
+pub(crate) fn certified(root: &TrustedRoot, ders: &[Vec<u8>], time: u64, log_index: i64) -> Result<Signer, String> {
+    let leaf_der = ders.first().ok_or("no certificate")?;
+    let leaf = Certificate::from_der(leaf_der).map_err(|x| format!("the certificate is not X.509: {x}"))?;
     // The certificate was valid when Rekor saw the signature.
     let validity = &leaf.tbs_certificate.validity;
     let (nb, na) = (validity.not_before.to_unix_duration().as_secs(), validity.not_after.to_unix_duration().as_secs());
@@ -182,13 +216,11 @@ pub fn verify(root: &TrustedRoot, e: &Evidence<'_>) -> Result<Signer, String> {
             show_time(na)
         ));
     }
-
     // The chain, to a Fulcio root in force at that time.
-    let issuer = chain_to_root(root, &ders, time)?;
+    let issuer = chain_to_root(root, ders, time)?;
     check_sct(root, &leaf, &issuer)?;
-
     let (subjects, issuer) = identity(&leaf)?;
-    Ok(Signer { subjects, issuer, signed_at: time, log_index: p.log_index })
+    Ok(Signer { subjects, issuer, signed_at: time, log_index })
 }
 
 /// The leaf chains to a pinned authority valid at `time`; returns the leaf's issuer (DER).

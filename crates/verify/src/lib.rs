@@ -5,6 +5,7 @@
 //! Pure: the caller (`tender-fetch`'s fill) hands in the signature manifest, the payloads and
 //! the digest being served, and gets a [`Verdict`] or the [`Failure`] to refuse with.
 
+pub mod bundle;
 pub mod cosign;
 pub mod keyless;
 pub mod keys;
@@ -77,19 +78,90 @@ pub struct Candidate<'a> {
 
 /// Verify `digest` under the verifying `rule` of `policy` with the signatures found.
 pub fn verify(policy: &Policy, rule: &Rule, digest: &Digest, found: &[Candidate<'_>]) -> Result<Verdict, Failure> {
-    if found.is_empty() {
+    verify_all(policy, rule, digest, &[], found, &[])
+}
+
+/// Verify `digest` (whose bytes are `manifest`) under `rule` with cosign's tag-scheme
+/// signatures (`found`) and Sigstore bundles (`bundles`): the first that verifies wins; else
+/// the closest failure (someone else's signature before an invalid one).
+pub fn verify_all(
+    policy: &Policy,
+    rule: &Rule,
+    digest: &Digest,
+    manifest: &[u8],
+    found: &[Candidate<'_>],
+    bundles: &[&[u8]],
+) -> Result<Verdict, Failure> {
+    if found.is_empty() && bundles.is_empty() {
         return Err(Failure::NoSignature);
     }
     let mut mismatch = None;
     let mut invalid = None;
-    for c in found {
-        match verify_one(policy, rule, digest, c) {
+    let outcomes = found
+        .iter()
+        .map(|c| verify_one(policy, rule, digest, c))
+        .chain(bundles.iter().map(|b| verify_bundle(policy, rule, digest, manifest, b)));
+    for outcome in outcomes {
+        match outcome {
             Ok(v) => return Ok(v),
             Err(f @ Failure::IdentityMismatch(_)) => mismatch = mismatch.or(Some(f)),
             Err(f) => invalid = invalid.or(Some(f)),
         }
     }
     Err(mismatch.or(invalid).unwrap_or(Failure::NoSignature))
+}
+
+fn verify_bundle(
+    policy: &Policy,
+    rule: &Rule,
+    digest: &Digest,
+    manifest: &[u8],
+    json: &[u8],
+) -> Result<Verdict, Failure> {
+    let bad = Failure::DoesNotVerify;
+    let verdict = |method, identity, issuer, signed_at| Verdict {
+        rule: rule.index,
+        image: rule.image.clone(),
+        fingerprint: rule.fingerprint.clone(),
+        method,
+        identity,
+        issuer,
+        signed_at,
+    };
+    match &rule.action {
+        Action::Key(key) => {
+            bundle::verify(bundle::Trust::Key(key), json, digest, manifest).map_err(bad)?;
+            Ok(verdict("key", key.fingerprint(), None, None))
+        }
+        Action::Keyless { issuer, subject, subject_regex } => {
+            let root = policy.trusted_root.as_ref().ok_or_else(|| bad("no trusted root".into()))?;
+            let signer = bundle::verify(bundle::Trust::Root(root), json, digest, manifest).map_err(bad)?;
+            identify(signer, issuer, subject.as_deref(), subject_regex.as_ref())
+                .map(|(s, i, t)| verdict("keyless", s, Some(i), Some(t)))
+        }
+        Action::Skip | Action::Deny => Err(bad("the rule does not verify".into())),
+    }
+}
+
+/// The signer's identity under a keyless rule: subject exact, subjectRegex unanchored (as
+/// cosign and Talos match), against any SAN; the issuer exact.
+fn identify(
+    signer: keyless::Signer,
+    issuer: &str,
+    subject: Option<&str>,
+    subject_regex: Option<&regex::Regex>,
+) -> Result<(String, String, u64), Failure> {
+    let matched = signer
+        .subjects
+        .iter()
+        .find(|s| subject.is_none_or(|want| want == s.as_str()) && subject_regex.is_none_or(|re| re.is_match(s)));
+    match matched {
+        Some(s) if signer.issuer == issuer => Ok((s.clone(), signer.issuer, signer.signed_at)),
+        _ => {
+            let first = signer.subjects.first().cloned().unwrap_or_default();
+            Err(Failure::IdentityMismatch(format!("{first} from {}", signer.issuer)))
+        }
+    }
 }
 
 fn verify_one(policy: &Policy, rule: &Rule, digest: &Digest, c: &Candidate<'_>) -> Result<Verdict, Failure> {
@@ -131,17 +203,8 @@ fn verify_one(policy: &Policy, rule: &Rule, digest: &Digest, c: &Candidate<'_>) 
             };
             let signer = keyless::verify(root, &evidence).map_err(bad)?;
             cosign::check_payload(c.payload, digest).map_err(bad)?;
-            // Subject exact, subjectRegex unanchored (as cosign and Talos match), against any SAN.
-            let matched = signer.subjects.iter().find(|s| {
-                subject.as_ref().is_none_or(|want| want == *s) && subject_regex.as_ref().is_none_or(|re| re.is_match(s))
-            });
-            let first = signer.subjects.first().cloned().unwrap_or_default();
-            match matched {
-                Some(s) if signer.issuer == *issuer => {
-                    Ok(verdict("keyless", s.clone(), Some(signer.issuer), Some(signer.signed_at)))
-                }
-                _ => Err(Failure::IdentityMismatch(format!("{} from {}", first, signer.issuer))),
-            }
+            identify(signer, issuer, subject.as_deref(), subject_regex.as_ref())
+                .map(|(s, i, t)| verdict("keyless", s, Some(i), Some(t)))
         }
         Action::Skip | Action::Deny => Err(bad("the rule does not verify".into())),
     }

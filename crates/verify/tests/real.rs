@@ -199,3 +199,33 @@ fn pem_first(text: &str) -> Vec<u8> {
 fn should_know_the_simple_signing_media_type() {
     assert_eq!(SIMPLE_SIGNING, "application/vnd.dev.cosign.simplesigning.v1+json");
 }
+
+/// cosign v3's Sigstore bundle (v0.3, DSSE over an in-toto statement) of a real image, public
+/// good Fulcio and Rekor: the format cosign now stores as an OCI referrer.
+#[test]
+fn should_verify_a_real_v03_bundle_of_an_image_offline() {
+    let subject = "https://github.com/kubewarden/kubewarden-controller/.github/workflows/release.yml@refs/tags/v1.34.0";
+    let issuer = "https://token.actions.githubusercontent.com";
+    let digest: Digest = "sha256:c811d58de79c92f03214e63aa339484e488d694ae8a6283b5f3f17a9faf50172".parse().unwrap();
+    let bundle = data("bundle-v03-image/bundle.json");
+    let policy = keyless_policy(issuer, subject);
+    let v = tender_verify::verify_all(&policy, &policy.rules[0], &digest, b"", &[], &[&bundle]).unwrap();
+    assert_eq!((v.method, v.identity.as_str(), v.signed_at), ("keyless", subject, Some(1_775_719_409)));
+
+    let other: Digest = "sha256:d811d58de79c92f03214e63aa339484e488d694ae8a6283b5f3f17a9faf50172".parse().unwrap();
+    let e = tender_verify::verify_all(&policy, &policy.rules[0], &other, b"", &[], &[&bundle]).unwrap_err();
+    assert!(e.to_string().contains("the statement names another digest"), "{e}");
+
+    let wrong = keyless_policy(issuer, "https://github.com/someone/else/.github/workflows/release.yml@refs/tags/v1");
+    let e = tender_verify::verify_all(&wrong, &wrong.rules[0], &digest, b"", &[], &[&bundle]).unwrap_err();
+    assert_eq!(e, Failure::IdentityMismatch(format!("{subject} from {issuer}")));
+
+    // The statement re-signed by nobody: a changed payload fails the DSSE signature.
+    let text = String::from_utf8(bundle.clone()).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let payload = v["dsseEnvelope"]["payload"].as_str().unwrap();
+    let tampered = text.replace(payload, &payload.replacen('e', "f", 1));
+    let e =
+        tender_verify::verify_all(&policy, &policy.rules[0], &digest, b"", &[], &[tampered.as_bytes()]).unwrap_err();
+    assert!(e.to_string().contains("DSSE signature does not verify"), "{e}");
+}
