@@ -1198,6 +1198,26 @@ mod tests {
         );
     }
 
+    /// Issue 34 (6): the commented signature policy in the embedded default works as written
+    /// once uncommented (with a real trusted root in place of its path).
+    #[test]
+    fn should_compile_the_default_configs_commented_signature_policy() {
+        let block: Vec<&str> = DEFAULT_CONFIG
+            .lines()
+            .skip_while(|l| !l.starts_with("# imageVerification:"))
+            .map_while(|l| l.strip_prefix("# "))
+            .collect();
+        assert!(block.len() > 5, "the commented example is gone");
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/sigstore/trusted_root.json");
+        let yaml = block.join("\n").replace("/etc/tender/trusted_root.json", root);
+        let s = resolve("t.yaml", parse("t.yaml", &yaml).unwrap(), &Overrides::default()).unwrap();
+        let installer = s.policy.rule_for(
+            "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba",
+        );
+        assert!(installer.is_some_and(|r| r.verifies()));
+        assert!(s.policy.rule_for("ghcr.io/siderolabs/kubelet").is_some_and(|r| r.index == 0));
+    }
+
     #[test]
     fn should_resolve_the_embedded_default() {
         let (name, raw) = read(None).unwrap();

@@ -323,6 +323,7 @@ const CONFIG_KEYS: &[&str] = &[
     "limits",
     "parent",
     "storage",
+    "imageVerification",
 ];
 
 #[test]
