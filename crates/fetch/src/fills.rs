@@ -124,6 +124,8 @@ pub struct FillsView {
     pub active: Vec<FillView>,
     /// The last hour's, newest first.
     pub ended: Vec<EndedFill>,
+    /// The signature policy's decisions on manifests in the last hour, newest first.
+    pub verifications: Vec<crate::verdicts::Decision>,
 }
 
 pub fn epoch(t: SystemTime) -> u64 {

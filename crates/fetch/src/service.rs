@@ -123,7 +123,9 @@ impl Mirror {
 
     /// Every fill in progress and the recently ended ones.
     pub fn fills(&self) -> FillsView {
-        self.flights().fills()
+        let mut view = self.flights().fills();
+        view.verifications = self.verification.recent(tender_store::now_secs());
+        view
     }
 
     /// How many fills are in progress.

@@ -16,7 +16,7 @@ use tender_verify::{Candidate, Failure, Policy, Rule};
 use crate::client::Upstream;
 use crate::error::{FetchError, FetchErrorKind};
 use crate::mirror::Mirror;
-use crate::verdicts::result_label;
+use crate::verdicts::{result_label, Decision};
 
 /// Children of an index that its verdict covers (an index lists a few platforms).
 const MAX_CHILDREN: usize = 1024;
@@ -57,6 +57,19 @@ impl Mirror {
             tender_verify::Action::Deny => {
                 self.flights().metrics().verifications.get_or_create(&result_label("denied")).inc();
                 tracing::warn!(upstream = %up.name(), %image, rule = %rule.name(), "image denied by the signature policy");
+                self.verification.record(Decision {
+                    upstream: up.name().to_string(),
+                    image: image.clone(),
+                    digest: None,
+                    rule: rule.name(),
+                    result: "denied".into(),
+                    method: None,
+                    identity: None,
+                    issuer: None,
+                    signed_at: None,
+                    reason: Some("a deny rule".into()),
+                    at: tender_store::now_secs(),
+                });
                 Err(unverified(up, format!("{}: {image} is denied by the signature policy", rule.name())))
             }
             _ => Ok(Some(rule.clone())),
@@ -107,6 +120,19 @@ impl Mirror {
             Err(failure) => {
                 metrics.verifications.get_or_create(&result_label(failure.label())).inc();
                 tracing::warn!(upstream = %up.name(), %image, %digest, rule = %rule.name(), reason = %failure, "manifest refused by the signature policy");
+                self.verification.record(Decision {
+                    upstream: up.name().to_string(),
+                    image: image.clone(),
+                    digest: Some(digest.to_string()),
+                    rule: rule.name(),
+                    result: failure.label().into(),
+                    method: None,
+                    identity: None,
+                    issuer: None,
+                    signed_at: None,
+                    reason: Some(failure.to_string()),
+                    at: tender_store::now_secs(),
+                });
                 let e = unverified(up, format!("{}: {image}@{digest}: {failure}", rule.name()));
                 return Err(match failure {
                     // Not a verdict on the image: the signature could not be fetched.
@@ -131,6 +157,19 @@ impl Mirror {
             verified_at: now,
         };
         self.keep_verdict(&record);
+        self.verification.record(Decision {
+            upstream: up.name().to_string(),
+            image,
+            digest: Some(digest.to_string()),
+            rule: rule.name(),
+            result: "verified".into(),
+            method: Some(record.method.clone()),
+            identity: Some(record.identity.clone()),
+            issuer: record.issuer.clone(),
+            signed_at: record.signed_at,
+            reason: None,
+            at: now,
+        });
         // An index that verifies covers its children by digest.
         if media::is_index(media_type) {
             for child in media::index_children(body).into_iter().take(MAX_CHILDREN) {

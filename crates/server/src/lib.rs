@@ -281,6 +281,7 @@ pub(crate) fn fills_of(app: &AppState, viewer: Viewer) -> tender_fetch::fills::F
     let sees = |up: &str| viewer.sees_upstream(&mirror, up) || mirror.image_factory().is_some_and(|f| f.name() == up);
     view.active.retain(|f| sees(&f.upstream));
     view.ended.retain(|f| sees(&f.upstream));
+    view.verifications.retain(|v| sees(&v.upstream));
     view
 }
 

@@ -165,7 +165,9 @@ pub async fn page(
     if let Some(b) = mirror.bucket() {
         h.push_str(&bucket_section(&b, viewer));
     }
-    h.push_str(&fills_section(&crate::fills_of(&app, viewer), now));
+    let fills = crate::fills_of(&app, viewer);
+    h.push_str(&fills_section(&fills, now));
+    h.push_str(&verifications_section(&fills, now));
     if let Some(c) = catalog {
         h.push_str(&c);
     }
@@ -351,6 +353,39 @@ pub(crate) fn fills_section(view: &tender_fetch::fills::FillsView, now: u64) -> 
         }
         h.push_str("</table>");
     }
+    h
+}
+
+/// The signature policy's decisions of the last hour: what verified (whose signature, when)
+/// and what was refused, and why.
+pub(crate) fn verifications_section(view: &tender_fetch::fills::FillsView, now: u64) -> String {
+    if view.verifications.is_empty() {
+        return String::new();
+    }
+    let mut h = String::from(
+        "<h2>Signature policy</h2><table id=\"verifications\"><tr><th>image</th><th>digest</th><th>result</th>\
+         <th>signed by</th><th>rule</th><th>when</th></tr>",
+    );
+    for v in view.verifications.iter().take(20) {
+        let class = if v.result == "verified" { "up" } else { "cause" };
+        let by = match (&v.identity, &v.issuer) {
+            (Some(i), Some(iss)) => format!("{} ({})", esc(i), esc(iss)),
+            (Some(i), None) => esc(i),
+            _ => v.reason.as_deref().map(esc).unwrap_or_default(),
+        };
+        let digest = v.digest.as_deref().map(short_object).unwrap_or_default();
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td><code>{}</code></td><td><span class=\"{class}\">{}</span></td><td>{by}</td>\
+             <td>{}</td><td>{}</td></tr>",
+            esc(&v.image),
+            esc(&digest),
+            esc(&v.result),
+            esc(&v.rule),
+            ago(now, v.at),
+        );
+    }
+    h.push_str("</table>");
     h
 }
 

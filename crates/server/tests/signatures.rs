@@ -121,6 +121,18 @@ async fn should_serve_a_signed_image_and_refuse_an_unsigned_one() {
     let record = tender.store.tag_get("ghcr.io", "org/unsigned", "v1").unwrap();
     assert!(record.is_none(), "the tag of a refused manifest is not recorded");
     assert_eq!(verifications(&tender, "unsigned"), 2, "a refusal is never cached as a success");
+
+    // The decisions, per digest, in /api/v1/fills and on the status page.
+    let v: serde_json::Value = client().get(tender.url("/api/v1/fills")).send().await.unwrap().json().await.unwrap();
+    let list = v["verifications"].as_array().unwrap();
+    let ok = list.iter().find(|d| d["digest"] == signed.as_str()).expect("the verified digest is listed");
+    assert_eq!((ok["result"].as_str(), ok["method"].as_str()), (Some("verified"), Some("key")), "{ok}");
+    assert_eq!(ok["image"], "ghcr.io/org/signed");
+    let refused = list.iter().find(|d| d["digest"] == unsigned.as_str()).expect("the refusal is listed");
+    assert_eq!(refused["result"], "unsigned");
+    assert_eq!(refused["reason"], "no signature");
+    let page = client().get(tender.url("/")).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("id=\"verifications\"") && page.contains("ghcr.io/org/unsigned"), "status page");
 }
 
 #[tokio::test]

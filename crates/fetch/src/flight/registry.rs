@@ -110,7 +110,7 @@ impl Flights {
         let mut active: Vec<FillView> =
             self.active.lock().map(|m| m.values().map(|f| f.view()).collect()).unwrap_or_default();
         active.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.id.cmp(&b.id)));
-        FillsView { active, ended: self.recent.list() }
+        FillsView { active, ended: self.recent.list(), verifications: Vec::new() }
     }
 
     /// Cancel the fill with this id (`DELETE /api/v1/admin/fills/<id>`): its clients get an
