@@ -49,6 +49,12 @@ pub trait Router {
     fn is_private(&self, _upstream: &str) -> bool {
         false
     }
+
+    /// The site's signature policy: every image it covers must verify with what the bundle
+    /// carries, or the bundle is refused whole.
+    fn policy(&self) -> Option<std::sync::Arc<tender_verify::Policy>> {
+        None
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -1176,7 +1182,31 @@ fn finish(intake: Read1<'_>, router: &dyn Router, options: &ImportOptions) -> Re
         ignored: intake.ignored.clone(),
         ..ImportReport::default()
     };
+    // The site's signature policy, before anything is registered.
+    let verdicts = match router.policy() {
+        Some(policy) => {
+            let entries: Vec<crate::signed::Entry<'_>> = planned
+                .iter()
+                .filter_map(|p| match &p.what {
+                    Kind::Image { name, upstream, repository, tag } => Some(crate::signed::Entry {
+                        name,
+                        upstream,
+                        repository,
+                        tag: tag.as_deref(),
+                        digest: p.digest,
+                        media_type: &p.media_type,
+                    }),
+                    _ => None,
+                })
+                .collect();
+            crate::signed::check(intake.store, &policy, &entries, tender_store::now_secs()).map_err(refused)?
+        }
+        None => Vec::new(),
+    };
     register(intake.store, &verifier, &planned, options, &mut report)?;
+    for v in &verdicts {
+        intake.store.verdict_put(v)?;
+    }
     Ok(report)
 }
 

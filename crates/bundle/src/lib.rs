@@ -7,6 +7,7 @@ pub mod import;
 pub mod layout;
 pub mod list;
 pub mod mirror;
+pub mod signed;
 pub mod write;
 
 pub use import::{import_dir, import_path, import_tar, ImportError, ImportOptions, ImportReport, Router};

@@ -23,6 +23,10 @@ impl Router for Routes<'_> {
     fn is_private(&self, upstream: &str) -> bool {
         self.0.upstream(upstream).is_some_and(|u| u.settings().needs_identity())
     }
+
+    fn policy(&self) -> Option<std::sync::Arc<tender_verify::Policy>> {
+        Some(self.0.policy()).filter(|p| !p.is_empty())
+    }
 }
 
 /// Verify and register a bundle read from `reader` (a tar) into `mirror`'s store, all or

@@ -38,6 +38,10 @@ pub struct ExportArgs {
     /// An earlier bundle (directory or tar): write only the blobs it lacks, plus a complete index
     #[arg(long, value_name = "OLD_BUNDLE")]
     pub since: Option<PathBuf>,
+    /// Sign the bundle's index digest with this PKCS#8 PEM ECDSA P-256 private key: writes
+    /// PATH.digest and PATH.sig (a cosign-compatible blob signature of PATH.digest)
+    #[arg(long, value_name = "FILE")]
+    pub sign_key: Option<PathBuf>,
     /// What to export: exactly `tender prefetch`'s selection and options
     #[command(flatten)]
     pub select: PrefetchArgs,
@@ -67,6 +71,8 @@ pub fn run(args: ExportArgs) -> Result<ExitCode> {
         }
         None => (HashSet::new(), None),
     };
+    // A key that cannot sign is found before anything is fetched.
+    let sign_key = args.sign_key.as_deref().map(crate::bundlesig::SigningKey::load).transpose()?;
     let run = prefetch::start(&args.select)?;
     let outcomes = prefetch::warm_all(&run, &args.select, "export");
     prefetch::verdict(&outcomes, "fetched; nothing written")?;
@@ -160,6 +166,12 @@ pub fn run(args: ExportArgs) -> Result<ExitCode> {
     );
     if let Some(d) = written.index_digest {
         println!("index: {d}");
+        if let Some(key) = &sign_key {
+            let sig = key.sign(&args.out, &d)?;
+            println!("signed: {}", sig.display());
+        }
+    } else if sign_key.is_some() {
+        return Err(Failure::problem("the bundle has no index digest to sign"));
     }
     Ok(ExitCode::SUCCESS)
 }

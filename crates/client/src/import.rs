@@ -40,6 +40,10 @@ pub struct ImportArgs {
     /// clients only) under upstreams that are not private here, served to everyone
     #[arg(long)]
     pub allow_public: bool,
+    /// Refuse the bundle unless PATH.sig is a signature of PATH.digest by this public key
+    /// (PEM, as cosign.pub) and index.json is that digest: checked before anything is read
+    #[arg(long, value_name = "FILE")]
+    pub verify_key: Option<PathBuf>,
     /// Print the report as JSON
     #[arg(long)]
     pub json: bool,
@@ -117,11 +121,23 @@ pub fn run_import(args: ImportArgs) -> Result<ExitCode> {
     if !args.path.exists() {
         return Err(Failure::usage(format!("{}: no such bundle", args.path.display())));
     }
+    // A signed bundle: its signature first, before any of it is read.
+    let mut expect_index = args.expect_index;
+    if let Some(key) = &args.verify_key {
+        let signed = crate::bundlesig::verify(&args.path, key)?;
+        if expect_index.is_some_and(|want| want != signed) {
+            return Err(Failure::problem(format!(
+                "bundle refused: it is signed for index {signed}, not the expected {}",
+                expect_index.map(|d| d.to_string()).unwrap_or_default()
+            )));
+        }
+        expect_index = Some(signed);
+    }
     let options = ImportOptions {
         registry: args.registry.clone(),
         max_bytes: None,
         pin: !args.no_pin,
-        expect_index: args.expect_index,
+        expect_index,
         allow_public: args.allow_public,
     };
     let t = &args.target;

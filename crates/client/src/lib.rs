@@ -5,7 +5,8 @@
 //! `run`; the binary parses and dispatches.
 //!
 //! - [`prefetch`] warms the cache; [`export`] writes prefetch's selection to a bundle;
-//!   [`import`] registers a bundle (and holds `bundle ls` and `tag rm`).
+//!   [`import`] registers a bundle (and holds `bundle ls` and `tag rm`); [`bundlesig`] signs
+//!   a bundle's index digest and checks that signature.
 //! - [`probe`] says whether a mirror is usable from here; [`stats`] reads the served statistics.
 //! - [`maint`] is `fsck` and `gc`; [`catalog`] is `catalog sync`, `ls`, `rm`, `refs`, `trust`.
 //! - [`http`]: the client options every command shares and the HTTP client they build.
@@ -19,6 +20,7 @@
 //! [`catalog::InitLogging`]). It serves nothing: of `tender-server` it uses only the served
 //! statistics' type and the routing an import shares with a pull.
 
+pub mod bundlesig;
 pub mod catalog;
 pub mod datadir;
 pub mod exit;

@@ -32,6 +32,11 @@ impl Mirror {
         self.verification.set(policy);
     }
 
+    /// The signature policy in force.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.verification.policy()
+    }
+
     /// The rule of the policy for `repo` of `up`, when it verifies; `Err` when it denies.
     /// cosign's supporting tags (`sha256-<hex>.sig`, `.att`, ...) are signatures, verified by
     /// what they say: no rule applies to them.
