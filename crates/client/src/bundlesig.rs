@@ -2,9 +2,9 @@
 //! digest, `tender import --verify-key KEY` refuses an unsigned or wrongly signed bundle before
 //! reading any of it. Two files beside the bundle: `<PATH>.digest`, the index digest as text
 //! (`sha256:<hex>`, no newline), and `<PATH>.sig`, a cosign-compatible blob signature of that
-//! file (base64 ECDSA P-256 / SHA-256, DER), so `cosign verify-blob --insecure-ignore-tlog --key KEY.pub --signature
-//! PATH.sig PATH.digest` checks it too. Import then accepts only the bundle whose `index.json`
-//! is that digest.
+//! file (base64 ECDSA P-256 / SHA-256, DER), so `cosign verify-blob --insecure-ignore-tlog
+//! --key KEY.pub --signature PATH.sig PATH.digest` checks it too. Import then accepts only the
+//! bundle whose `index.json` is that digest.
 
 use std::path::{Path, PathBuf};
 
