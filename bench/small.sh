@@ -26,6 +26,8 @@
 #      (uses PORT_BASE .. +7) PARTS="rss small h2 manifest auth big" REG2=1 (0: no registry:2)
 #      (tender's cache.memory is a quarter of the small blobs' bytes)
 #      TENDER_BIN=<repo>/target/release/tender BENCH_OUT=<repo>/BENCHMARKS.md KEEP=1 (keep the data)
+#      SIGNED=1: the manifest is cosign-signed and every tender verifies it (imageVerification):
+#      the manifest hits then read a stored verdict (issue 34 (3))
 # Raw results: WORKDIR/results.txt; client output in WORKDIR/logs; server logs in their directories.
 set -eu
 shopt -s inherit_errexit
@@ -40,7 +42,7 @@ if [ "$QUICK" = 1 ]; then D_REPS=1 D_DUR=3 D_BIG=256 D_HOLD=3; else D_REPS=3 D_D
 REPS=${REPS:-$D_REPS} DUR=${DUR:-$D_DUR} BIG_MB=${BIG_MB:-$D_BIG} HOLD_S=${HOLD_S:-$D_HOLD}
 CONNS=${CONNS:-64 512} N_BLOBS=${N_BLOBS:-1000} MIN_B=${MIN_B:-1024} MAX_B=${MAX_B:-4096}
 BIG_CLIENTS=${BIG_CLIENTS:-8} IDLE_N=${IDLE_N:-10000} SRV_CPU=${SRV_CPU:-0} GEN_CPU=${GEN_CPU:-1}
-PARTS=${PARTS:-rss small h2 manifest auth big} REG2=${REG2:-1} SETTLE_MAX=${SETTLE_MAX:-30}
+PARTS=${PARTS:-rss small h2 manifest auth big} REG2=${REG2:-1} SIGNED=${SIGNED:-0} SETTLE_MAX=${SETTLE_MAX:-30}
 PB=${PORT_BASE:-17200}
 UP_PORT=$PB T_PLAIN=$((PB + 1)) T_TLS=$((PB + 2)) T_AUTH=$((PB + 3)) N_PLAIN=$((PB + 4))
 N_TLS=$((PB + 5)) R2_PORT=$((PB + 6))
@@ -122,7 +124,7 @@ BEARER="Bearer $TOKEN"
 
 taskset -c "$SRV_CPU" "$H/upstream.sh" start "$UP" "$UP_PORT" >/dev/null
 T0=$(now)
-python3 "$BENCH/small_setup.py" gen "$DATA" "$UPURL" "$N_BLOBS" "$MIN_B" "$MAX_B" "$BIG_MB" >"$W/logs/setup.txt"
+BENCH_SIGN=$SIGNED python3 "$BENCH/small_setup.py" gen "$DATA" "$UPURL" "$N_BLOBS" "$MIN_B" "$MAX_B" "$BIG_MB" >"$W/logs/setup.txt"
 set -a
 # shellcheck source=/dev/null  # written by small_setup.py at run time
 . "$DATA/small.env"
@@ -131,7 +133,7 @@ echo "$TAG_PATH" >"$DATA/tag.txt"; echo "$DIGEST_PATH" >"$DATA/digest.txt"
 [ -z "$BIG_PATH" ] || echo "$BIG_PATH" >"$DATA/big.txt"
 FIRST_BLOB=$(head -1 "$DATA/blobs.txt")
 find "$UP/data" "$DATA/www" -type f -exec sync {} + 2>/dev/null || true
-rec "setup n_blobs=$N_BLOBS blob_bytes=$BLOB_BYTES manifest_size=$MANIFEST_SIZE manifest_digest=$MANIFEST_DIGEST big_size=$BIG_SIZE s=$(awk -v a="$T0" -v b="$(now)" 'BEGIN{printf "%.1f", b - a}')"
+rec "setup signed=$SIGNED n_blobs=$N_BLOBS blob_bytes=$BLOB_BYTES manifest_size=$MANIFEST_SIZE manifest_digest=$MANIFEST_DIGEST big_size=$BIG_SIZE s=$(awk -v a="$T0" -v b="$(now)" 'BEGIN{printf "%.1f", b - a}')"
 
 # tender: one config per variant, the limits stated so that no request of the bench is refused.
 # Its memory cache (cache.memory) holds a quarter of the small blobs' bytes, so that the small
@@ -152,6 +154,11 @@ tender_config() {  # tender_config NAME PORT
     printf '  maxConnectionsPerAddress: 30000\n'
     printf '  firstByteTimeout: 300s        # idle deadlines longer than any hold of the bench\n'
     printf '  headerTimeout: 300s\n  handshakeTimeout: 60s\n  idleTimeout: 300s\n'
+    if [ "$SIGNED" = 1 ]; then
+      printf 'imageVerification:             # every manifest hit reads its stored verdict\n'
+      printf '  rules:\n    - image: up/bench/*\n      publicKey:\n        key: |\n'
+      sed 's/^/          /' "$DATA/cosign.pub"
+    fi
     case $1 in
       tls) printf 'tls:\n  cert: %s\n  key: %s\n' "$W/cert.pem" "$W/key.pem" ;;
       auth) printf 'auth:\n  htpasswd: %s\n  tokenFile: %s\n' "$W/htpasswd" "$W/tokens" ;;

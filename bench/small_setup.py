@@ -8,6 +8,8 @@
       the URLs a registry answers, for nginx: /v2/bench/small/blobs/sha256:HEX,
       /v2/bench/small/manifests/v1 and /v2/bench/small/manifests/sha256:HEX,
       /v2/bench/big/blobs/sha256:HEX. Writes OUT/blobs.txt (one path a line) and OUT/small.env.
+      With BENCH_SIGN=1 the manifest is signed as `cosign sign --key` signs it (the public key in
+      OUT/cosign.pub; needs python3-cryptography).
   small_setup.py warm BASE PATHS_FILE [--insecure] [--auth HEADER] [--head]
       GET (or HEAD) every path once through BASE, 8 at a time; exit 1 unless every answer is 200
       with the file's length (checked against OUT/www when it exists next to PATHS_FILE).
@@ -95,6 +97,8 @@ def gen(out, up, n, lo, hi, big_mb):
         sys.exit(f"manifest push: {r.status}")
     write(www + f"/v2/{REPO}/manifests/{TAG}", man)
     write(www + f"/v2/{REPO}/manifests/{md}", man)
+    if os.environ.get("BENCH_SIGN") == "1":
+        sign(c, md, out)
     env = {"N_BLOBS": n, "BLOB_BYTES": sum(sizes), "MANIFEST_DIGEST": md, "MANIFEST_SIZE": len(man),
            "TAG_PATH": f"/v2/{REPO}/manifests/{TAG}", "DIGEST_PATH": f"/v2/{REPO}/manifests/{md}",
            "BIG_SIZE": 0, "BIG_PATH": ""}
@@ -119,6 +123,40 @@ def gen(out, up, n, lo, hi, big_mb):
     with open(os.path.join(out, "small.env"), "w") as f:
         f.write("".join(f"{k}={v}\n" for k, v in env.items()))
     print(" ".join(f"{k}={v}" for k, v in env.items()))
+
+
+def sign(c, md, out):
+    """cosign's tag-scheme signature of the manifest `md` (a fresh P-256 key), as `cosign sign
+    --key` pushes it: the simple-signing payload blob, an empty config, and the manifest
+    `sha256-<hex>.sig`; the public key goes to OUT/cosign.pub (for imageVerification)."""
+    import base64
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    key = ec.generate_private_key(ec.SECP256R1())
+    payload = json.dumps({"critical": {"identity": {"docker-reference": f"up/{REPO}"},
+                                       "image": {"docker-manifest-digest": md},
+                                       "type": "cosign container image signature"}, "optional": None},
+                         separators=(",", ":")).encode()
+    sig = base64.b64encode(key.sign(payload, ec.ECDSA(hashes.SHA256()))).decode()
+    pd = "sha256:" + hashlib.sha256(payload).hexdigest()
+    push_blob(c, REPO, data=payload, size=len(payload), digest=pd)
+    empty = b"{}"
+    ed = "sha256:" + hashlib.sha256(empty).hexdigest()
+    push_blob(c, REPO, data=empty, size=len(empty), digest=ed)
+    sig_manifest = json.dumps({
+        "schemaVersion": 2, "mediaType": MT,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": ed, "size": len(empty)},
+        "layers": [{"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json", "digest": pd,
+                    "size": len(payload), "annotations": {"dev.cosignproject.cosign/signature": sig}}],
+    }).encode()
+    tag = md.replace(":", "-") + ".sig"
+    c.request("PUT", f"/v2/{REPO}/manifests/{tag}", body=sig_manifest, headers={"Content-Type": MT})
+    r = c.getresponse()
+    r.read()
+    if r.status != 201:
+        sys.exit(f"signature push: {r.status}")
+    pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    write(os.path.join(out, "cosign.pub"), pub)
 
 
 def warm(base, paths_file, insecure, auth, head):
