@@ -4,7 +4,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use futures::future::{BoxFuture, Shared};
 use serde::Serialize;
+
+use crate::error::FetchError;
 
 use tender_oci::Digest;
 use tender_verify::Policy;
@@ -20,6 +23,24 @@ pub(crate) struct Verification {
     verdicts: Mutex<HashMap<Digest, String>>,
     /// The last hour's decisions, newest first (at most `RECENT_DECISIONS`).
     recent: Mutex<VecDeque<Decision>>,
+    /// Verifications running, by digest, rule fingerprint and upstream.
+    pub(crate) flights: Mutex<HashMap<String, VerifyFlight>>,
+}
+
+pub(crate) type VerifyFlight = Shared<BoxFuture<'static, Result<(), FetchError>>>;
+
+/// Takes a verification off the map when its waiter is done or gone.
+pub(crate) struct Leave<'a> {
+    pub verification: &'a Verification,
+    pub key: &'a str,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut flights) = self.verification.flights.lock() {
+            flights.remove(self.key);
+        }
+    }
 }
 
 /// Decisions kept for `/api/v1/fills` and the status page.

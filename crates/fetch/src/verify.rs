@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::FutureExt as _;
 use http::{HeaderMap, Method};
 use tender_oci::{media, Digest, Reference, RepoName};
 use tender_store::VerdictRecord;
@@ -102,6 +103,38 @@ impl Mirror {
                 return Ok(());
             }
         }
+        // One verification per digest and rule however many clients ask at once (after a
+        // policy change every stored manifest is asked for again): the others wait for it.
+        let key = format!("{digest}\0{}\0{}", rule.fingerprint, up.name());
+        let flight = {
+            let mut flights = self
+                .verification
+                .flights
+                .lock()
+                .map_err(|_| FetchError::new(FetchErrorKind::Local, up.name(), "verification flights poisoned"))?;
+            flights
+                .entry(key.clone())
+                .or_insert_with(|| {
+                    let (me, up, repo, rule) = (self.clone(), up.clone(), repo.clone(), rule.clone());
+                    let (digest, media_type, body) = (*digest, media_type.to_string(), Bytes::copy_from_slice(body));
+                    async move { me.verify_now(&up, &repo, &rule, &digest, &media_type, &body).await }.boxed().shared()
+                })
+                .clone()
+        };
+        let _leave = crate::verdicts::Leave { verification: &self.verification, key: &key };
+        flight.await
+    }
+
+    /// Fetch `digest`'s signatures and verify them under `rule`; store the verdict.
+    async fn verify_now(
+        self: &Arc<Self>,
+        up: &Arc<Upstream>,
+        repo: &RepoName,
+        rule: &Rule,
+        digest: &Digest,
+        media_type: &str,
+        body: &[u8],
+    ) -> Result<(), FetchError> {
         let image = tender_verify::normalise(up.name(), repo.as_str());
         let policy = self.verification.policy();
         // Sigstore bundles (cosign v3: referrers) and cosign's `.sig` tag, both looked at.
@@ -252,7 +285,7 @@ impl Mirror {
         let mut out = Vec::new();
         for r in referrers.into_iter().take(bundle::MAX_BUNDLES) {
             let Ok(hit) = self.resolve_boxed(up, repo, Reference::Digest(r)).await else { continue };
-            for layer in bundle_layers(&hit.bytes) {
+            for layer in bundle_layers(&hit.bytes).into_iter().take(bundle::MAX_BUNDLES.saturating_sub(out.len())) {
                 match self.small_blob(up, repo, &layer, bundle::MAX_BUNDLE).await {
                     Ok(b) => out.push(b),
                     Err(e) => tracing::warn!(%digest, bundle = %layer, error = %e, "Sigstore bundle not fetched"),
@@ -270,7 +303,6 @@ impl Mirror {
         repo: &'a RepoName,
         reference: Reference,
     ) -> futures::future::BoxFuture<'a, Result<crate::mirror::ManifestHit, FetchError>> {
-        use futures::FutureExt as _;
         async move { self.resolve(up, repo, &reference, &[], true).await }.boxed()
     }
 

@@ -280,3 +280,24 @@ async fn should_verify_a_sigstore_bundle_referrer_and_refuse_an_attestation() {
     );
     assert!(!stored(&tender, &attested));
 }
+
+#[tokio::test]
+async fn should_verify_once_however_many_clients_ask_at_once() {
+    let fake = FakeUpstream::start().await;
+    let signer = Signer::new();
+    let d = image(&fake, "org/busy", "v1", 13);
+    signer.sign(&fake, "org/busy", &d, &d);
+    let tender = Tender::in_front_of(&fake).await;
+    let url = tender.url(&format!("/v2/org/busy/manifests/{d}?ns=ghcr.io"));
+    assert_eq!(get(&url, &[]).await.status, 200, "stored before any policy");
+    // A policy arrives: every client of the stored manifest needs its verdict at once.
+    tender.app.mirror().set_policy(policy(vec![keyed("ghcr.io/org/*", &signer.public_pem)]));
+    let asks: Vec<_> = (0..16).map(|_| get(&url, &[])).collect();
+    for got in futures::future::join_all(asks).await {
+        assert_eq!(got.status, 200, "{}", message(&got));
+    }
+    let paths = fake.state.paths.lock().unwrap().clone();
+    let sig_gets = paths.iter().filter(|p| p.ends_with(".sig")).count();
+    assert_eq!(sig_gets, 1, "the signature is fetched once");
+    assert_eq!(verifications(&tender, "verified"), 1, "and verified once");
+}
