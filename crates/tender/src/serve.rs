@@ -281,6 +281,11 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
     let min_free = settings.cache_min_free.unwrap_or_else(|| default_min_free(store.capacity_bytes().unwrap_or(0)));
     store.set_room_policy(tender_store::RoomPolicy { max_size: settings.cache_max_size, min_free });
     tracing::info!(max_size = settings.cache_max_size, min_free, "cache limits");
+    if !settings.policy.is_empty() {
+        let rules: Vec<String> = settings.policy.rules.iter().map(|r| r.name()).collect();
+        let root = settings.policy.trusted_root.as_ref().map(|r| r.digest.clone());
+        tracing::info!(?rules, trusted_root = ?root, "signature policy: manifests its verifying rules cover are served only once verified");
+    }
     let store = Arc::new(store);
     let fetch_metrics = FetchMetrics::default();
     let catalog_metrics = CatalogMetrics::default();
