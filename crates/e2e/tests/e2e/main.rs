@@ -22,6 +22,7 @@ mod t20_bucket_gc;
 mod t21_many_connections;
 mod t22_corners;
 mod t23_cozystack;
+mod t25_cozystack_corpus;
 mod t2_blobs;
 mod t3_skopeo;
 mod t4_containerd;
