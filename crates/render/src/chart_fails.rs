@@ -341,14 +341,10 @@ fn kubelet_checks(g: &mut Group<'_>, group: &Value, instance_type: bool, has_cpu
             return;
         }
     }
-    if effective_mem.is_none() && !from_cluster {
-        if ["systemReservedMemory", "kubeReservedMemory", "evictionHardMemory", "evictionSoftMemory"]
-            .iter()
-            .any(|k| user(k).is_some())
-        {
-            g.fail("kubelet", "", format!("nodeGroup {name}: kubelet memory reservations require effective memory to validate — set resources.memory or instanceType"));
-            return;
-        }
+    let memory_keys = ["systemReservedMemory", "kubeReservedMemory", "evictionHardMemory", "evictionSoftMemory"];
+    if effective_mem.is_none() && !from_cluster && memory_keys.iter().any(|k| user(k).is_some()) {
+        g.fail("kubelet", "", format!("nodeGroup {name}: kubelet memory reservations require effective memory to validate — set resources.memory or instanceType"));
+        return;
     }
     if effective_cpu.is_none()
         && !from_cluster
@@ -358,9 +354,41 @@ fn kubelet_checks(g: &mut Group<'_>, group: &Value, instance_type: bool, has_cpu
     }
 }
 
+/// The values as Helm coalesces them with the chart's `values.yaml`, which tender knows through
+/// the schema's top-level `default`s: a key the values lack takes the default, maps merge
+/// key by key, and a null removes the key (and its default with it).
+pub fn helm_merged(schema: &Value, values: &Value) -> Value {
+    let defaults: serde_json::Map<String, Value> = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, s)| s.get("default").map(|d| (k.clone(), d.clone())))
+        .collect();
+    coalesce(values, &Value::Object(defaults))
+}
+
+fn coalesce(user: &Value, default: &Value) -> Value {
+    match (user, default) {
+        (Value::Object(u), Value::Object(d)) => {
+            let mut out = d.clone();
+            for (k, v) in u {
+                if v.is_null() {
+                    out.remove(k);
+                } else {
+                    let merged = coalesce(v, d.get(k).unwrap_or(&Value::Null));
+                    out.insert(k.clone(), merged);
+                }
+            }
+            Value::Object(out)
+        }
+        (u, _) => u.clone(),
+    }
+}
+
 /// What `helm template kubernetes-nodes-<name>` of the `kubernetes-nodes` chart whose values
 /// schema is `schema` fails on, for values that passed the schema. `values` are as Helm merged
-/// them with the chart's defaults ([`crate::cozystack::helm_merged`]): a key the operator set to
+/// them with the chart's defaults ([`helm_merged`]): a key the operator set to
 /// null is absent, and the template reads it as `<nil>`.
 pub fn nodes(values: &Value, name: &str, schema: &Value) -> Vec<ChartFail> {
     let cluster = values.get("cluster");
@@ -452,7 +480,7 @@ mod tests {
 
     fn fails(extra: Value) -> Vec<String> {
         let schema = main_nodes();
-        nodes(&crate::cozystack::helm_merged(&schema, &base(extra)), "demo-md0", &schema)
+        nodes(&super::helm_merged(&schema, &base(extra)), "demo-md0", &schema)
             .into_iter()
             .map(|f| format!("{}: {}", f.file, f.message))
             .collect()
@@ -496,11 +524,11 @@ mod tests {
     fn should_know_which_checks_a_version_has() {
         let v162 = crate::target::Target::embedded("v1.6.2").unwrap().nodes;
         let v = base(json!({"podCpuLimit": "0", "readyFalseTimeout": "30"}));
-        let merged = |s: &Value| crate::cozystack::helm_merged(s, &v);
+        let merged = |s: &Value| super::helm_merged(s, &v);
         assert!(nodes(&merged(&v162), "demo-md0", &v162).is_empty());
         assert_eq!(nodes(&merged(&main_nodes()), "demo-md0", &main_nodes()).len(), 2);
         // A null removes the key, and its default with it.
-        let null = crate::cozystack::helm_merged(&v162, &base(json!({"maxUnhealthy": null})));
+        let null = super::helm_merged(&v162, &base(json!({"maxUnhealthy": null})));
         assert!(nodes(&null, "demo-md0", &v162)[0].message.ends_with("got \"<nil>\""));
     }
 

@@ -869,7 +869,7 @@ pub fn schema_findings(
     let mut findings = Vec::new();
     // As Helm validates: the chart's defaults under the values (a null removes a key), then the
     // schema, `required` included where no default can fill it (a list item, a new node group).
-    let merged = helm_merged(schema, &v.values);
+    let merged = crate::chart_fails::helm_merged(schema, &v.values);
     let checked = required_where_no_defaults(schema);
     let validator = jsonschema::draft7::new(&checked).map_err(|e| Error::Malformed {
         what: format!("the values schema of {}", target.name),
@@ -933,38 +933,6 @@ pub fn schema_findings(
         });
     }
     Ok(SchemaFindings { invalid: findings, undeclared })
-}
-
-/// The values as Helm coalesces them with the chart's `values.yaml`, which tender knows through
-/// the schema's top-level `default`s: a key the values lack takes the default, maps merge
-/// key by key, and a null removes the key (and its default with it).
-pub fn helm_merged(schema: &Value, values: &Value) -> Value {
-    let defaults: Map<String, Value> = schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, s)| s.get("default").map(|d| (k.clone(), d.clone())))
-        .collect();
-    coalesce(values, &Value::Object(defaults))
-}
-
-fn coalesce(user: &Value, default: &Value) -> Value {
-    match (user, default) {
-        (Value::Object(u), Value::Object(d)) => {
-            let mut out = d.clone();
-            for (k, v) in u {
-                if v.is_null() {
-                    out.remove(k);
-                } else {
-                    let merged = coalesce(v, d.get(k).unwrap_or(&Value::Null));
-                    out.insert(k.clone(), merged);
-                }
-            }
-            Value::Object(out)
-        }
-        (u, _) => u.clone(),
-    }
 }
 
 /// The schema as values are checked against it: `required` holds inside list items and maps of
