@@ -814,8 +814,9 @@ impl Values {
 }
 
 fn read_values(text: &str, name: Option<&str>, namespace: Option<&str>) -> Result<Values, Error> {
-    let doc: Value = serde_norway::from_str(text)
-        .map_err(|e| usage("-f", format!("is not YAML: {}", crate::yaml::humane(&e.to_string()))))?;
+    // As kubectl sends it and Helm reads it: YAML 1.1 as go-yaml v2 has it (`yes` is true).
+    let doc: Value = crate::kubectl_yaml::from_str(text)
+        .map_err(|e| usage("-f", format!("is not YAML as kubectl reads it: {}", crate::yaml::humane(&e))))?;
     let Value::Object(top) = &doc else {
         return Err(usage("-f", "is not a mapping: give a Kubernetes or KubernetesNodes resource, or its values"));
     };
@@ -866,12 +867,15 @@ pub fn schema_findings(
     let schema = target.schema(v.chart == Chart::Nodes);
     let label = v.label();
     let mut findings = Vec::new();
-    let checked = crate::target::without_required(schema);
+    // As Helm validates: the chart's defaults under the values (a null removes a key), then the
+    // schema, `required` included where no default can fill it (a list item, a new node group).
+    let merged = crate::chart_fails::helm_merged(schema, &v.values);
+    let checked = required_where_no_defaults(schema);
     let validator = jsonschema::draft7::new(&checked).map_err(|e| Error::Malformed {
         what: format!("the values schema of {}", target.name),
         message: e.to_string(),
     })?;
-    for e in validator.iter_errors(&v.values) {
+    for e in validator.iter_errors(&merged) {
         let path: Vec<String> = e
             .instance_path()
             .to_string()
@@ -880,7 +884,7 @@ pub fn schema_findings(
             .map(|seg| seg.replace("~1", "/").replace("~0", "~"))
             .collect();
         let field = format!("{}{}", v.shown, path.join("."));
-        let value = v.values.pointer(&e.instance_path().to_string()).map(Value::to_string).unwrap_or_default();
+        let value = merged.pointer(&e.instance_path().to_string()).map(Value::to_string).unwrap_or_default();
         findings.push(Finding {
             pool: label.clone(),
             rules: Vec::new(),
@@ -889,6 +893,25 @@ pub fn schema_findings(
             problem: printable(&format!("does not match the values schema of {}: {e}", target.name)).into_owned(),
             fix: "give the value the type and form the schema asks for (the chart's values.schema.json)".into(),
         });
+    }
+    if findings.is_empty() {
+        // Helm runs the templates only on values the schema passed; the API checks the name.
+        findings.extend(name_findings(&v, &label));
+        let fails = match v.chart {
+            Chart::Nodes => crate::chart_fails::nodes(&merged, &v.name, schema),
+            _ => crate::chart_fails::kubernetes(&merged, schema),
+        };
+        for f in fails {
+            findings.push(Finding {
+                pool: label.clone(),
+                rules: Vec::new(),
+                field: printable(&format!("{}{}", v.shown, f.field)).into_owned(),
+                value: printable(&f.value).into_owned(),
+                problem: printable(&format!("is refused by the chart of {}: {}: {}", target.name, f.file, f.message))
+                    .into_owned(),
+                fix: "change the value as the chart's message says".into(),
+            });
+        }
     }
     let mut undeclared = Vec::new();
     for key in crate::target::undeclared_keys(schema, &v.values) {
@@ -910,6 +933,99 @@ pub fn schema_findings(
         });
     }
     Ok(SchemaFindings { invalid: findings, undeclared })
+}
+
+/// The schema as values are checked against it: `required` holds inside list items and maps of
+/// any keys (nothing fills those in), not along `properties`, where `values.yaml` does.
+fn required_where_no_defaults(schema: &Value) -> Value {
+    fn walk(v: &Value, along_properties: bool) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .filter(|(k, _)| !(along_properties && k.as_str() == "required"))
+                    .map(|(k, x)| {
+                        let next = match k.as_str() {
+                            "properties" => return (k.clone(), walk_props(x, along_properties)),
+                            "items" | "additionalProperties" => false,
+                            _ => along_properties,
+                        };
+                        (k.clone(), walk(x, next))
+                    })
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, along_properties)).collect()),
+            other => other.clone(),
+        }
+    }
+    fn walk_props(props: &Value, along: bool) -> Value {
+        match props {
+            Value::Object(m) => Value::Object(m.iter().map(|(k, x)| (k.clone(), walk(x, along))).collect()),
+            other => other.clone(),
+        }
+    }
+    walk(schema, true)
+}
+
+/// What `check cozystack` maps onto the seed rules, once the target's chart took the values:
+/// only the keys the target declares (the chart reads no other; `--allow-partial` lets the
+/// rest through with a note), typed by the schema rather than the committed key list.
+pub fn read_checked_input(
+    text: &str,
+    name: Option<&str>,
+    namespace: Option<&str>,
+    target: &Target,
+) -> Result<Vec<PoolInput>, Error> {
+    let mut v = read_values(text, name, namespace)?;
+    let schema = target.schema(v.chart == Chart::Nodes);
+    for key in crate::target::undeclared_keys(schema, &v.values) {
+        remove_path(&mut v.values, &key);
+    }
+    match v.chart {
+        Chart::Nodes => nodes_pool(&v.values, &v.name, &v.namespace).map(|p| vec![p]),
+        _ => kubernetes_pools(&v.values, &v.name, &v.namespace),
+    }
+}
+
+/// Remove the dotted key path from `v` (list items as `[i]` are left alone).
+fn remove_path(v: &mut Value, path: &str) {
+    let mut parts: Vec<&str> = path.split('.').collect();
+    let Some(last) = parts.pop() else { return };
+    let mut node = v;
+    for p in parts {
+        match node.get_mut(p) {
+            Some(n) => node = n,
+            None => return,
+        }
+    }
+    if let Value::Object(m) = node {
+        m.remove(last);
+    }
+}
+
+/// The API's rules on the resource's name: a DNS-1035 label, and the Helm release
+/// (`kubernetes-<name>`, `kubernetes-nodes-<name>`) within Helm's 53 characters.
+fn name_findings(v: &Values, label: &str) -> Vec<Finding> {
+    let prefix = if v.chart == Chart::Nodes { "kubernetes-nodes-" } else { "kubernetes-" };
+    let field = if v.shown.is_empty() { "--name" } else { "metadata.name" };
+    match check_app_name(field, &v.name, prefix, "rename the resource") {
+        Ok(()) => Vec::new(),
+        Err(Error::Refused(r)) => vec![Finding {
+            pool: label.to_string(),
+            rules: Vec::new(),
+            field: r.field,
+            value: printable(&r.value).into_owned(),
+            problem: format!("{} (Cozystack's API refuses it)", r.problem),
+            fix: r.fix,
+        }],
+        Err(e) => vec![Finding {
+            pool: label.to_string(),
+            rules: Vec::new(),
+            field: field.into(),
+            value: printable(&v.name).into_owned(),
+            problem: e.to_string(),
+            fix: "rename the resource".into(),
+        }],
+    }
 }
 
 /// What [`schema_findings`] found: values the schema refuses, and keys it does not declare

@@ -13,6 +13,7 @@
 //!   TalosConfigTemplate of a pool;
 //! - [`clone`]: the builtin (golden clone) rules R-1..R-4, N-1..N-4, D-1..D-5, A-1;
 //! - [`catalog`]: the golden catalog config and its rules G-7, G-8 (shared with the server);
+//! - [`chart_fails`]: the `fail` checks of Cozystack's charts, for `check cozystack`;
 //! - [`golden`]: the golden DataVolumes of the catalog, and G-9;
 //! - [`state`]: the cluster state as kubectl prints it;
 //! - [`cozystack`]: patches and values in Cozystack's own keys, and the rules checked on them;
@@ -21,15 +22,18 @@
 //! - [`rules`], [`quantity`], [`hash`]: rule ids and shape checks, quantities, canonical data;
 //! - `url`: the http(s) URL and `host[:port]` grammar (its items are re-exported by [`registries`]);
 //! - [`yaml`]: YAML output that YAML 1.1 and 1.2 readers parse the same, and the 1.1 resolver;
+//! - [`kubectl_yaml`]: YAML read as kubectl and Helm read it (go-yaml v2), for `check cozystack`;
 //! - [`nesting`]: how deeply a YAML text nests, found in one linear pass before it is parsed.
 
 pub mod catalog;
+pub mod chart_fails;
 pub mod clone;
 pub mod containerd;
 pub mod cozystack;
 pub mod golden;
 pub mod hash;
 pub mod k8s;
+pub mod kubectl_yaml;
 pub mod nesting;
 pub mod pool;
 pub mod quantity;

@@ -568,8 +568,7 @@ fn check_cozystack_report(a: &CheckCozystackArgs) -> anyhow::Result<(String, boo
     let text = read_capped("-f", &a.file, max)?;
     let catalog_text = a.catalog_values.as_ref().map(|p| read_capped("--catalog-values", p, max)).transpose()?;
     let state_text = read_capped("--cluster-state", state_path, max)?;
-    let pools =
-        tender_render::cozystack::read_input(&text, a.name.as_deref(), a.namespace.as_deref()).map_err(classify)?;
+    // The schema, the chart's own `fail`s and the API's name rules first: what Cozystack refuses.
     let schema = tender_render::cozystack::schema_findings(&text, a.name.as_deref(), a.namespace.as_deref(), &target)
         .map_err(classify)?;
     let catalog =
@@ -584,6 +583,9 @@ fn check_cozystack_report(a: &CheckCozystackArgs) -> anyhow::Result<(String, boo
         }
     }
     let report = if schema_refusals.is_empty() {
+        let pools =
+            tender_render::cozystack::read_checked_input(&text, a.name.as_deref(), a.namespace.as_deref(), &target)
+                .map_err(classify)?;
         tender_render::cozystack::check(&pools, catalog.as_ref(), &state).map_err(classify)?
     } else {
         // The target's chart would not take the values as they are: that comes first.

@@ -23,6 +23,7 @@ mod t21_many_connections;
 mod t22_corners;
 mod t23_cozystack;
 mod t24_signatures;
+mod t25_cozystack_corpus;
 mod t2_blobs;
 mod t3_skopeo;
 mod t4_containerd;

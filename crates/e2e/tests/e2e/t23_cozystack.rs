@@ -18,7 +18,7 @@ const UPSTREAMS: [&str; 4] = ["docker.io", "ghcr.io", "registry.k8s.io", "factor
 
 /// The directory holding `helm` and `kubectl`, from scripts/install-helm.sh; panics when the
 /// script fails (offline without a cache): the round trip is never skipped silently.
-fn helm_dir() -> PathBuf {
+pub(crate) fn helm_dir() -> PathBuf {
     let o = Command::new("bash").arg(workspace_root().join("scripts/install-helm.sh")).output().unwrap();
     assert!(o.status.success(), "scripts/install-helm.sh failed: {}", String::from_utf8_lossy(&o.stderr));
     PathBuf::from(String::from_utf8(o.stdout).unwrap().trim())
