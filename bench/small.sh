@@ -26,6 +26,8 @@
 #      (uses PORT_BASE .. +7) PARTS="rss small h2 manifest auth big" REG2=1 (0: no registry:2)
 #      (tender's cache.memory is a quarter of the small blobs' bytes)
 #      TENDER_BIN=<repo>/target/release/tender BENCH_OUT=<repo>/BENCHMARKS.md KEEP=1 (keep the data)
+#      BIG_PROTOS="tls" (any of plain tls h2: the big part over each); EXTRA_LIMITS="sendBuffer: 0"
+#      (one more line under every tender's limits:)
 #      SIGNED=1: the manifest is cosign-signed and every tender verifies it (imageVerification):
 #      the manifest hits then read a stored verdict (issue 34 (3))
 # Raw results: WORKDIR/results.txt; client output in WORKDIR/logs; server logs in their directories.
@@ -42,7 +44,8 @@ if [ "$QUICK" = 1 ]; then D_REPS=1 D_DUR=3 D_BIG=256 D_HOLD=3; else D_REPS=3 D_D
 REPS=${REPS:-$D_REPS} DUR=${DUR:-$D_DUR} BIG_MB=${BIG_MB:-$D_BIG} HOLD_S=${HOLD_S:-$D_HOLD}
 CONNS=${CONNS:-64 512} N_BLOBS=${N_BLOBS:-1000} MIN_B=${MIN_B:-1024} MAX_B=${MAX_B:-4096}
 BIG_CLIENTS=${BIG_CLIENTS:-8} IDLE_N=${IDLE_N:-10000} SRV_CPU=${SRV_CPU:-0} GEN_CPU=${GEN_CPU:-1}
-PARTS=${PARTS:-rss small h2 manifest auth big} REG2=${REG2:-1} SIGNED=${SIGNED:-0} SETTLE_MAX=${SETTLE_MAX:-30}
+PARTS=${PARTS:-rss small h2 manifest auth big} REG2=${REG2:-1} SIGNED=${SIGNED:-0}
+BIG_PROTOS=${BIG_PROTOS:-tls} EXTRA_LIMITS=${EXTRA_LIMITS:-} SETTLE_MAX=${SETTLE_MAX:-30}
 PB=${PORT_BASE:-17200}
 UP_PORT=$PB T_PLAIN=$((PB + 1)) T_TLS=$((PB + 2)) T_AUTH=$((PB + 3)) N_PLAIN=$((PB + 4))
 N_TLS=$((PB + 5)) R2_PORT=$((PB + 6))
@@ -154,6 +157,7 @@ tender_config() {  # tender_config NAME PORT
     printf '  maxConnectionsPerAddress: 30000\n'
     printf '  firstByteTimeout: 300s        # idle deadlines longer than any hold of the bench\n'
     printf '  headerTimeout: 300s\n  handshakeTimeout: 60s\n  idleTimeout: 300s\n'
+    [ -z "$EXTRA_LIMITS" ] || printf '  %s\n' "$EXTRA_LIMITS"
     if [ "$SIGNED" = 1 ]; then
       printf 'imageVerification:             # every manifest hit reads its stored verdict\n'
       printf '  rules:\n    - image: up/bench/*\n      publicKey:\n        key: |\n'
@@ -331,21 +335,26 @@ rss_run() {
   rec "rss sys=$1 rep=$2 n=$IDLE_N open=$(echo "$l" | kv open) okreq=$(echo "$l" | kv ok) fail=$(echo "$l" | kv fail)" \
     "still_open=$(echo "$l" | kv still_open) vmrss_kb=$rss vmhwm_kb=$hwm ok=$ok $(load)"
 }
-# big_run SYS REP : BIG_CLIENTS curl clients at once, the big blob over TLS (HTTP/1.1)
+# big_run SYS REP [PROTO] : BIG_CLIENTS curl clients at once, the big blob over PROTO: tls (the
+# default: TLS, HTTP/1.1), plain (HTTP/1.1) or h2 (TLS, HTTP/2)
 big_run() {
-  local url o t0 t1 okc=0 bad=0 pids=''
+  local url o t0 t1 okc=0 bad=0 pids='' proto=${3:-tls} ver=--http1.1
   settle
-  case $1 in tender) url=https://127.0.0.1:$T_TLS$BIG_PATH ;; nginx) url=https://127.0.0.1:$N_TLS$BIG_PATH ;; esac
-  o=$W/logs/big-$1-r$2.txt; : >"$o"
+  case $1:$proto in
+    tender:tls | tender:h2) url=https://127.0.0.1:$T_TLS$BIG_PATH ;; tender:plain) url=http://127.0.0.1:$T_PLAIN$BIG_PATH ;;
+    nginx:tls | nginx:h2) url=https://127.0.0.1:$N_TLS$BIG_PATH ;; nginx:plain) url=http://127.0.0.1:$N_PLAIN$BIG_PATH ;;
+  esac
+  [ "$proto" != h2 ] || ver=--http2
+  o=$W/logs/big-$1-$proto-r$2.txt; : >"$o"
   t0=$(now)
   for _ in $(seq "$BIG_CLIENTS"); do
-    gen curl -sk --http1.1 --tls13-ciphers "$TLS_SUITE" -o /dev/null -w '%{http_code} %{size_download}\n' "$url" >>"$o" 2>&1 &
+    gen curl -sk "$ver" --tls13-ciphers "$TLS_SUITE" -o /dev/null -w '%{http_code} %{size_download}\n' "$url" >>"$o" 2>&1 &
     pids="$pids $!"
   done
   for p in $pids; do wait "$p" || true; done   # only the clients: the servers are children too
   t1=$(now)
   okc=$(awk -v s="$BIG_SIZE" '$1 == 200 && $2 == s' "$o" | wc -l); bad=$((BIG_CLIENTS - okc))
-  rec "big sys=$1 rep=$2 clients=$BIG_CLIENTS size=$BIG_SIZE wall_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b - a}')" \
+  rec "big sys=$1 proto=$proto rep=$2 clients=$BIG_CLIENTS size=$BIG_SIZE wall_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b - a}')" \
     "GiBps=$(awk -v a="$t0" -v b="$t1" -v s="$BIG_SIZE" -v n="$BIG_CLIENTS" 'BEGIN{printf "%.2f", s * n / (b - a) / 1073741824}')" \
     "okc=$okc fail=$bad ok=$([ "$bad" = 0 ] && echo 1 || echo 0) $(load)"
 }
@@ -387,7 +396,9 @@ for r in $(seq "$REPS"); do
       run_wrk auth basic tender "$c" "$r" "http://127.0.0.1:$T_AUTH" "$DATA/blobs.txt" "$BASIC"
     fi
   done
-  if has big && [ -n "$BIG_PATH" ]; then big_run tender "$r"; big_run nginx "$r"; fi
+  if has big && [ -n "$BIG_PATH" ]; then
+    for proto in $BIG_PROTOS; do big_run tender "$r" "$proto"; big_run nginx "$r" "$proto"; done
+  fi
 done
 
 # every request is in the servers' logs: count them, and any status >= 400 (429 included)
