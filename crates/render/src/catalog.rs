@@ -40,6 +40,10 @@ pub struct ConfigFile {
     /// The registries tender mirrors (only their names are read here).
     #[serde(default)]
     pub upstreams: Vec<UpstreamName>,
+    /// The signature policy (issue 34), as `tender serve` reads it: `render cozystack` turns the
+    /// fallback off for the registries it refuses images of.
+    #[serde(default)]
+    pub image_verification: Option<tender_verify::policy::RawPolicy>,
 }
 
 /// An entry of `upstreams`: its name is the registry host it mirrors.

@@ -95,7 +95,7 @@ pub fn hosts_files(plan: &MirrorPlan) -> Result<Vec<OutputFile>, Error> {
     for registry in &plan.registries {
         let dir = registry.containerd_dir();
         let mirror_settings = settings(plan, &plan.config);
-        let file = if plan.skip_fallback {
+        let file = if plan.skips_fallback(registry) {
             HostsFile { server: Some(plan.mirror.url.to_string()), root: mirror_settings, host: BTreeMap::new() }
         } else {
             HostsFile {
@@ -104,8 +104,20 @@ pub fn hosts_files(plan: &MirrorPlan) -> Result<Vec<OutputFile>, Error> {
                 host: BTreeMap::from([(plan.mirror.url.to_string(), mirror_settings)]),
             }
         };
-        let text = toml::to_string(&file)
-            .map_err(|e| Error::Serialise { what: "hosts.toml".into(), message: e.to_string() })?;
+        let mut text = match plan.no_fallback.get(registry) {
+            // Why the upstream is not listed, for whoever reads the file on the node.
+            Some(why) => {
+                let upstream = registry.upstream().unwrap_or_else(|| "each registry itself".into());
+                comment(&format!(
+                    "no fallback to {upstream}: {why} (a node that fell back would pull what tender refuses straight from the registry)"
+                ))
+            }
+            None => String::new(),
+        };
+        text.push_str(
+            &toml::to_string(&file)
+                .map_err(|e| Error::Serialise { what: "hosts.toml".into(), message: e.to_string() })?,
+        );
         let secret = plan.config.auth.is_some();
         files.push(OutputFile { path: format!("{dir}/hosts.toml"), contents: text.into_bytes(), secret });
         if let Some(tls) = &plan.config.tls {
@@ -123,6 +135,22 @@ pub fn hosts_files(plan: &MirrorPlan) -> Result<Vec<OutputFile>, Error> {
         }
     }
     Ok(files)
+}
+
+/// `why` as a `#` comment line, its first letter capitalised. A control character (none
+/// reaches here: rule patterns and registry names refuse them) is escaped, so the comment
+/// cannot end early.
+fn comment(why: &str) -> String {
+    let mut out = String::from("# ");
+    for (i, c) in why.chars().enumerate() {
+        match c {
+            c if c.is_control() => out.extend(c.escape_debug()),
+            c if i == 0 => out.extend(c.to_uppercase()),
+            c => out.push(c),
+        }
+    }
+    out.push('\n');
+    out
 }
 
 fn pem_bytes(pem: &str) -> Vec<u8> {

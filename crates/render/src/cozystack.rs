@@ -30,6 +30,7 @@ use crate::target::{
     has_key, Target, IMAGE_FACTORY_URL, INSTALLER_REPOSITORY, OS_IMAGE_BUILTIN, OS_IMAGE_FACTORY, REGISTRY_MIRRORS,
 };
 use crate::url::parse_http_url;
+use crate::verification::ImageVerification;
 use crate::Error;
 
 pub const APPS_API_VERSION: &str = "apps.cozystack.io/v1alpha1";
@@ -195,6 +196,8 @@ pub struct RenderRequest {
     pub target: Option<Target>,
     /// The cluster, to find goldens the Package patch would re-point (item 2 of issue 33).
     pub state: Option<ClusterState>,
+    /// How the suggested commands name tender's config (`--config`); `tender.yaml` when unset.
+    pub config_name: Option<String>,
 }
 
 /// One output document: a merge patch, its file name, and what applying it does.
@@ -356,6 +359,10 @@ fn check_mirror(mirror: &str) -> Result<crate::url::HttpUrl, Error> {
 /// The `talos` keys and the disk keys of one resource, as far as its chart's schema takes them.
 struct Capabilities<'a> {
     schema: &'a Value,
+    /// tender's signature policy: the registries it refuses images of do not fall back.
+    policy: Option<&'a ImageVerification>,
+    /// How a suggested `tender render registries` names tender's config.
+    config_name: &'a str,
     resource: String,
     unexpressed: &'a mut Vec<Unexpressed>,
     warnings: &'a mut Vec<String>,
@@ -379,9 +386,18 @@ impl Capabilities<'_> {
     fn talos(&mut self, config: &ConfigFile, mirror: &crate::url::HttpUrl) -> Result<Map<String, Value>, Error> {
         let shown = mirror.to_string();
         let mut mirrors = Map::new();
-        for u in &config.upstreams {
-            let registry = Registry::parse("upstreams[].name", &u.name.to_ascii_lowercase())?;
-            mirrors.insert(registry.talos_name(), json!({"endpoints": [shown]}));
+        let named = config
+            .upstreams
+            .iter()
+            .map(|u| Registry::parse("upstreams[].name", &u.name.to_ascii_lowercase()))
+            .collect::<Result<Vec<_>, _>>()?;
+        for registry in &named {
+            let mut entry = json!({"endpoints": [shown]});
+            // Issue 34: a worker that fell back would pull what tender refuses from the registry.
+            if self.policy.is_some_and(|p| p.fallback_reason(registry, &named).is_some()) {
+                entry["skipFallback"] = json!(true);
+            }
+            mirrors.insert(registry.talos_name(), entry);
         }
         let serves_factory = mirrors.contains_key(FACTORY_REGISTRY);
         let mut talos = Map::new();
@@ -399,7 +415,10 @@ impl Capabilities<'_> {
         } else {
             let hosts: Vec<&String> = mirrors.keys().filter(|h| h.as_str() != FACTORY_REGISTRY).collect();
             if !hosts.is_empty() {
-                let flags: String = hosts.iter().map(|h| format!(" --registry {h}")).collect();
+                let mut flags: String = hosts.iter().map(|h| format!(" --registry {h}")).collect();
+                if self.policy.is_some_and(|p| !p.is_empty()) {
+                    flags.push_str(&format!(" --config {}", self.config_name));
+                }
                 self.cannot(
                     format!("container images through tender (registry mirrors for {})", hosts.iter().map(|h| h.as_str()).collect::<Vec<_>>().join(", ")),
                     REGISTRY_MIRRORS,
@@ -451,6 +470,8 @@ pub fn render(config: &ConfigFile, req: &RenderRequest) -> Result<Rendered, Erro
     };
     let mut out = Rendered { target: target.name.clone(), ..Rendered::default() };
     let images = cozystack_images(config, &mut out.warnings)?;
+    let policy = config.image_verification.clone().map(ImageVerification::new).transpose()?;
+    let config_name = req.config_name.as_deref().unwrap_or("tender.yaml");
 
     if !req.pools.is_empty() && req.cluster.is_none() {
         return Err(usage("--pool", "patches a KubernetesNodes <cluster>-<pool>: pass --cluster and --namespace too"));
@@ -503,6 +524,8 @@ pub fn render(config: &ConfigFile, req: &RenderRequest) -> Result<Rendered, Erro
         let resource = format!("Kubernetes {namespace}/{cluster}");
         let mut caps = Capabilities {
             schema: &target.kubernetes,
+            policy: policy.as_ref(),
+            config_name,
             resource,
             unexpressed: &mut out.unexpressed,
             warnings: &mut out.warnings,
@@ -521,6 +544,8 @@ pub fn render(config: &ConfigFile, req: &RenderRequest) -> Result<Rendered, Erro
             let resource = format!("KubernetesNodes {namespace}/{name}");
             let mut caps = Capabilities {
                 schema: &target.nodes,
+                policy: policy.as_ref(),
+                config_name,
                 resource,
                 unexpressed: &mut out.unexpressed,
                 warnings: &mut out.warnings,
@@ -541,6 +566,10 @@ pub fn render(config: &ConfigFile, req: &RenderRequest) -> Result<Rendered, Erro
                 disk_note,
             );
         }
+    }
+
+    if let Some(policy) = policy.as_ref().filter(|p| !p.is_empty()) {
+        policy_notes(config, policy, &out.documents, &mut out.warnings)?;
     }
 
     if !images.is_empty() {
@@ -575,6 +604,52 @@ pub fn render(config: &ConfigFile, req: &RenderRequest) -> Result<Rendered, Erro
     Ok(out)
 }
 
+/// The registries of a patch's `talos.registryMirrors` that do not fall back, sorted.
+fn skipped_fallbacks(talos: &Map<String, Value>) -> Vec<String> {
+    let mut out: Vec<String> = talos
+        .get("registryMirrors")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter(|(_, e)| e.get("skipFallback") == Some(&Value::Bool(true)))
+                .map(|(k, _)| k.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// Issue 34: say which registries lost their fallback and why, and that the workers do not
+/// check signatures themselves (no chart takes a Talos `ImageVerificationConfig`).
+fn policy_notes(
+    config: &ConfigFile,
+    policy: &ImageVerification,
+    documents: &[Document],
+    warnings: &mut Vec<String>,
+) -> Result<(), Error> {
+    let mirrored = documents.iter().any(|d| d.value.pointer("/spec/talos/registryMirrors").is_some());
+    if !mirrored {
+        return Ok(());
+    }
+    let named = config
+        .upstreams
+        .iter()
+        .map(|u| Registry::parse("upstreams[].name", &u.name.to_ascii_lowercase()))
+        .collect::<Result<Vec<_>, _>>()?;
+    for registry in &named {
+        if let Some(why) = policy.fallback_reason(registry, &named) {
+            warnings.push(format!(
+                "{registry}: skipFallback: {why}, and a worker that fell back would pull what tender refuses straight from the registry"
+            ));
+        }
+    }
+    warnings.push(
+        "the workers do not check signatures themselves: Cozystack's charts take no Talos ImageVerificationConfig (tender verifies, and skipFallback keeps the workers from pulling around it); for a machine config you manage, `tender render registries --config` writes that document (Talos 1.13 and later)".into(),
+    );
+    Ok(())
+}
+
 /// One merge patch, unless the target took nothing for this resource.
 fn push_patch(
     docs: &mut Vec<Document>,
@@ -591,6 +666,13 @@ fn push_patch(
             let config_only = t.keys().any(|k| k == "registryMirrors" || k == "installerRepository");
             if config_only {
                 notes.push(format!("talos: {CONFIG_NOTE}"));
+            }
+            let skipped = skipped_fallbacks(t);
+            if !skipped.is_empty() {
+                notes.push(format!(
+                    "talos.registryMirrors: skipFallback on {}: tender's imageVerification refuses images of theirs that do not verify, and a worker that fell back would pull those straight from the registry",
+                    skipped.join(", ")
+                ));
             }
             t.is_empty()
         }) {
@@ -1277,6 +1359,7 @@ pub fn check(pools: &[PoolInput], catalog: Option<&Value>, state: &ClusterState)
             image_factory: values["imageFactoryURL"].as_str().map(str::to_string),
             catalog: Some(CatalogConfig { dir: None, images }),
             upstreams: Vec::new(),
+            image_verification: None,
         };
         match render_catalog(&config, None, Some(state)) {
             Ok(_) => report.catalog = Some("kubernetesWorkerImage: the catalog passes G-7, G-8 and G-9".into()),

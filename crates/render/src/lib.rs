@@ -19,6 +19,8 @@
 //! - [`cozystack`]: patches and values in Cozystack's own keys, and the rules checked on them;
 //! - [`target`]: which Cozystack: the values schemas tender carries (or one from a file), and
 //!   which keys each can take;
+//! - [`verification`]: tender's signature policy in the output: no upstream fallback for the
+//!   registries a refusing rule covers, and the rules as Talos' `ImageVerificationConfig`;
 //! - [`rules`], [`quantity`], [`hash`]: rule ids and shape checks, quantities, canonical data;
 //! - `url`: the http(s) URL and `host[:port]` grammar (its items are re-exported by [`registries`]);
 //! - [`yaml`]: YAML output that YAML 1.1 and 1.2 readers parse the same, and the 1.1 resolver;
@@ -43,6 +45,7 @@ pub mod state;
 pub mod talos;
 pub mod target;
 mod url;
+pub mod verification;
 pub mod yaml;
 
 pub use rules::{Refusal, Rule};

@@ -178,7 +178,11 @@ pub struct RegistriesRequest {
 pub struct MirrorPlan {
     pub mirror: Endpoint,
     pub registries: Vec<Registry>,
+    /// `--skip-fallback`: no registry falls back to its upstream.
     pub skip_fallback: bool,
+    /// Registries that do not fall back to their upstream whatever `skip_fallback` says, each
+    /// with the reason the output states (a signature policy refuses some of their images; the `verification` module fills it in).
+    pub no_fallback: BTreeMap<Registry, String>,
     pub config: EndpointConfig,
 }
 
@@ -279,12 +283,18 @@ impl RegistriesRequest {
             mirror: Endpoint { url, override_path },
             registries,
             skip_fallback: self.skip_fallback,
+            no_fallback: BTreeMap::new(),
             config: EndpointConfig { tls, auth },
         })
     }
 }
 
 impl MirrorPlan {
+    /// Whether `registry` is routed to the mirror alone, without its upstream after it.
+    pub fn skips_fallback(&self, registry: &Registry) -> bool {
+        self.skip_fallback || self.no_fallback.contains_key(registry)
+    }
+
     /// The same plan as a [`Routing`], for the Talos renderer.
     pub fn routing(&self) -> Routing {
         let mirrors = self
@@ -293,7 +303,7 @@ impl MirrorPlan {
             .map(|r| Mirror {
                 registry: r.clone(),
                 endpoints: vec![self.mirror.clone()],
-                skip_fallback: self.skip_fallback,
+                skip_fallback: self.skips_fallback(r),
             })
             .collect();
         let mut configs = BTreeMap::new();

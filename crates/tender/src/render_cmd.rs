@@ -19,7 +19,8 @@ use tender_render::golden::render_catalog;
 use tender_render::k8s::{render_pool, PoolFormat};
 use tender_render::registries::RegistriesRequest;
 use tender_render::state::ClusterState;
-use tender_render::talos::{render_registries, TalosVersion, DEFAULT_TALOS_VERSION};
+use tender_render::talos::{TalosVersion, DEFAULT_TALOS_VERSION};
+use tender_render::verification::{guard, render_talos, ImageVerification};
 
 use crate::exit::Failure;
 
@@ -219,6 +220,14 @@ struct RegistriesArgs {
     /// DIR/tender-containerd.toml, the config.toml drop-in that release needs
     #[arg(long, value_name = "VERSION")]
     containerd_version: Option<String>,
+    /// tender's config (or a Talos ImageVerificationConfig document): the registries its
+    /// imageVerification refuses images of do not fall back, and Talos 1.13+ gets the policy
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// With --config: leave out the ImageVerificationConfig document (nodes that cannot reach
+    /// Sigstore's TUF repository cannot check keyless rules); the fallback stays off
+    #[arg(long, requires = "config")]
+    no_node_policy: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -359,7 +368,20 @@ fn registries(a: RegistriesArgs) -> anyhow::Result<ExitCode> {
         username: a.username.clone(),
         password,
     };
-    let plan = request.validate().map_err(|r| Failure::usage(r.to_string()))?;
+    let mut plan = request.validate().map_err(|r| Failure::usage(r.to_string()))?;
+    // Issue 34: no fallback around a refusal of tender's signature policy.
+    let policy = match &a.config {
+        Some(path) => {
+            let what = format!("--config {}", path.display());
+            let policy = ImageVerification::read(&what, &read_input("--config", path)?).map_err(classify)?;
+            if policy.as_ref().is_none_or(ImageVerification::is_empty) {
+                eprintln!("tender: note: {what} has no imageVerification rules: every registry keeps its fallback");
+            }
+            policy
+        }
+        None => None,
+    };
+    let mut notes = policy.as_ref().map(|p| guard(&mut plan, p)).unwrap_or_default();
     match a.format {
         RegistriesFormat::Talos => {
             if a.out.is_some() {
@@ -375,7 +397,10 @@ fn registries(a: RegistriesArgs) -> anyhow::Result<ExitCode> {
             }
             let version =
                 TalosVersion::parse("--talos-version", &a.talos_version).map_err(|r| Failure::usage(r.to_string()))?;
-            print(&render_registries(&plan, version).map_err(classify)?)
+            let out = render_talos(&plan, version, policy.as_ref(), !a.no_node_policy).map_err(classify)?;
+            notes.extend(out.notes);
+            notes.iter().for_each(|n| eprintln!("tender: note: {n}"));
+            print(&out.text)
         }
         RegistriesFormat::Containerd => {
             let Some(dir) = a.out else {
@@ -383,6 +408,13 @@ fn registries(a: RegistriesArgs) -> anyhow::Result<ExitCode> {
                     "--format containerd writes <DIR>/<host>/hosts.toml: pass --out DIR (containerd's config_path, e.g. /etc/containerd/certs.d)",
                 ).into());
             };
+            if a.no_node_policy {
+                return Err(Failure::usage(
+                    "--no-node-policy is for --format talos: containerd nodes get no ImageVerificationConfig",
+                )
+                .into());
+            }
+            notes.iter().for_each(|n| eprintln!("tender: note: {n}"));
             let mut files = hosts_files(&plan).map_err(classify)?;
             if let Some(v) = &a.containerd_version {
                 let version =
@@ -488,6 +520,7 @@ fn cozystack(a: CozystackArgs) -> anyhow::Result<ExitCode> {
         version: a.version,
         target: Some(target),
         state: cluster_state(a.cluster_state.as_ref())?,
+        config_name: Some(a.config.display().to_string()),
     };
     // Every refusal here is about the flags or the config (exit 2), but for G-9: the cluster
     // holds goldens the Package patch would re-point (exit 1, with the safe sequence).

@@ -454,3 +454,76 @@ fn should_exit_2_for_a_bad_mirror_or_resource_name_and_accept_ipv6() {
         assert!(stderr(&o).contains(says), "{}", stderr(&o));
     }
 }
+
+/// Issue 34, item 4: `render registries --config` reads tender's `imageVerification`: the
+/// namespaces a refusing rule covers lose the upstream fallback, and Talos nodes get the policy
+/// as an `ImageVerificationConfig` document.
+#[test]
+fn should_skip_the_fallback_under_a_refusing_rule_and_write_the_node_policy() {
+    const KEY: &str = include_str!("../../../testdata/sigstore/keyed/cosign.pub");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        dir.path(),
+        "tender.yaml",
+        &format!(
+            "listen: 0.0.0.0:5000\nimageVerification:\n  rules:\n  - image: ghcr.io/siderolabs/*\n    publicKey:\n      key: {KEY:?}\n  - image: '*'\n    skip: true\n"
+        ),
+    );
+    let base =
+        ["render", "registries", "--mirror", "http://tender:5000", "--registry", "ghcr.io", "--registry", "quay.io"];
+    let run = |extra: &[&str]| tender(&[&base[..], extra].concat(), None);
+    let o = run(&["--config", &config]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert_eq!(kinds(&out), ["RegistryMirrorConfig", "RegistryMirrorConfig", "ImageVerificationConfig"], "{out}");
+    assert!(out.contains("name: ghcr.io\nskipFallback: true\n"), "{out}");
+    assert!(out.contains("- url: https://quay.io\n"), "{out}");
+    assert!(out.contains("certificate: |\n      -----BEGIN PUBLIC KEY-----\n"), "{out}");
+    assert!(stderr(&o).contains("tender: note: ghcr.io: "), "{}", stderr(&o));
+    // --no-node-policy: the fallback stays off, no document
+    let o = run(&["--config", &config, "--no-node-policy"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(kinds(&stdout(&o)), ["RegistryMirrorConfig", "RegistryMirrorConfig"]);
+    assert!(stdout(&o).contains("skipFallback: true"));
+    // containerd: ghcr.io goes to tender alone
+    let certs = dir.path().join("certs.d");
+    let o = run(&["--config", &config, "--format", "containerd", "--out", certs.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let ghcr: toml::Table =
+        toml::from_str(&std::fs::read_to_string(certs.join("ghcr.io/hosts.toml")).unwrap()).unwrap();
+    assert_eq!(ghcr["server"].as_str(), Some("http://tender:5000"));
+    let quay: toml::Table =
+        toml::from_str(&std::fs::read_to_string(certs.join("quay.io/hosts.toml")).unwrap()).unwrap();
+    assert_eq!(quay["server"].as_str(), Some("https://quay.io"));
+    // a Talos ImageVerificationConfig document works as well
+    let doc = write(
+        dir.path(),
+        "ivc.yaml",
+        "apiVersion: v1alpha1\nkind: ImageVerificationConfig\nrules:\n  - image: quay.io/*\n    deny: true\n",
+    );
+    let o = run(&["--config", &doc]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("name: quay.io\nskipFallback: true\n"), "{}", stdout(&o));
+    // a config without imageVerification changes nothing, and says so
+    let plain = write(dir.path(), "plain.yaml", "listen: 0.0.0.0:5000\n");
+    let o = run(&["--config", &plain]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o), stdout(&run(&[])));
+    assert!(stderr(&o).contains("no imageVerification"), "{}", stderr(&o));
+    // usage errors, exit 2
+    let bad =
+        write(dir.path(), "bad.yaml", "imageVerification:\n  rules:\n  - image: x/*\n    publicKey: {key: nope}\n");
+    let missing = dir.path().join("missing.yaml");
+    let certs = certs.to_str().unwrap();
+    for args in [
+        vec!["--config", bad.as_str()],
+        vec!["--config", missing.to_str().unwrap()],
+        vec!["--no-node-policy"],
+        vec!["--config", config.as_str(), "--no-node-policy", "--format", "containerd", "--out", certs],
+    ] {
+        let o = run(&args);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+        assert!(stdout(&o).is_empty(), "{args:?}");
+    }
+    assert!(stderr(&run(&["--config", bad.as_str()])).contains("imageVerification.rules[0].publicKey.key"));
+}
