@@ -8,8 +8,9 @@ use std::collections::HashMap;
 
 use tender_oci::{media, Digest, RepoName};
 use tender_store::{Store, VerdictRecord};
+use tender_verify::bundle::{self, bundle_layers, is_referrer, subject_of};
 use tender_verify::cosign::{self, SignatureLayer};
-use tender_verify::{bundle, Action, Candidate, Policy};
+use tender_verify::{Action, Candidate, Policy};
 
 /// A named image of the bundle, as the import planned it.
 pub struct Entry<'a> {
@@ -131,50 +132,4 @@ fn read_bounded(store: &Store, d: &Digest, max: u64) -> Result<Vec<u8>, String> 
         Ok(None) => Err(format!("{d}, named by the bundle's signatures, is neither in the bundle nor stored")),
         Err(e) => Err(e.to_string()),
     }
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Probe {
-    artifact_type: Option<String>,
-    subject: Option<Subject>,
-    #[serde(default)]
-    layers: Vec<Layer>,
-}
-
-#[derive(serde::Deserialize)]
-struct Subject {
-    digest: String,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Layer {
-    media_type: String,
-    digest: String,
-    size: u64,
-}
-
-/// A manifest with a `subject`: a referrer (a signature, an attestation, an SBOM).
-fn is_referrer(manifest: &[u8]) -> bool {
-    serde_json::from_slice::<Probe>(manifest).is_ok_and(|p| p.subject.is_some())
-}
-
-fn subject_of(manifest: &[u8]) -> Option<Digest> {
-    let p: Probe = serde_json::from_slice(manifest).ok()?;
-    let bundle_type = p.artifact_type.as_deref().is_some_and(|t| t.starts_with(bundle::BUNDLE_MEDIA_TYPE_PREFIX))
-        || p.layers.iter().any(|l| l.media_type.starts_with(bundle::BUNDLE_MEDIA_TYPE_PREFIX));
-    if !bundle_type {
-        return None;
-    }
-    p.subject?.digest.parse().ok()
-}
-
-fn bundle_layers(manifest: &[u8]) -> Vec<Digest> {
-    let Ok(p) = serde_json::from_slice::<Probe>(manifest) else { return Vec::new() };
-    p.layers
-        .into_iter()
-        .filter(|l| l.media_type.starts_with(bundle::BUNDLE_MEDIA_TYPE_PREFIX) && l.size <= bundle::MAX_BUNDLE)
-        .filter_map(|l| l.digest.parse().ok())
-        .collect()
 }

@@ -10,7 +10,7 @@ use futures::FutureExt as _;
 use http::{HeaderMap, Method};
 use tender_oci::{media, Digest, Reference, RepoName};
 use tender_store::VerdictRecord;
-use tender_verify::bundle;
+use tender_verify::bundle::{self, bundle_layers, bundle_referrers};
 use tender_verify::cosign::{self, SignatureLayer};
 use tender_verify::{Candidate, Failure, Policy, Rule};
 
@@ -337,49 +337,4 @@ impl Mirror {
         }
         Ok(body)
     }
-}
-
-/// The referrers in an index (a referrers answer or the fallback tag's) whose artifact type is
-/// a Sigstore bundle.
-fn bundle_referrers(index: &[u8]) -> Vec<Digest> {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Entry {
-        digest: String,
-        artifact_type: Option<String>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Index {
-        manifests: Vec<Entry>,
-    }
-    let Ok(index) = serde_json::from_slice::<Index>(index) else { return Vec::new() };
-    index
-        .manifests
-        .into_iter()
-        .filter(|e| e.artifact_type.as_deref().is_some_and(|t| t.starts_with(bundle::BUNDLE_MEDIA_TYPE_PREFIX)))
-        .filter_map(|e| e.digest.parse().ok())
-        .collect()
-}
-
-/// The layers of a referrer manifest that are Sigstore bundles.
-fn bundle_layers(manifest: &[u8]) -> Vec<Digest> {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Layer {
-        media_type: String,
-        digest: String,
-        size: u64,
-    }
-    #[derive(serde::Deserialize)]
-    struct Manifest {
-        #[serde(default)]
-        layers: Vec<Layer>,
-    }
-    let Ok(m) = serde_json::from_slice::<Manifest>(manifest) else { return Vec::new() };
-    m.layers
-        .into_iter()
-        .filter(|l| l.media_type.starts_with(bundle::BUNDLE_MEDIA_TYPE_PREFIX) && l.size <= bundle::MAX_BUNDLE)
-        .filter_map(|l| l.digest.parse().ok())
-        .take(bundle::MAX_BUNDLES)
-        .collect()
 }

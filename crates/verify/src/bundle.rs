@@ -348,3 +348,78 @@ fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
     out.extend_from_slice(payload);
     out
 }
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Probe {
+    artifact_type: Option<String>,
+    subject: Option<ProbeSubject>,
+    #[serde(default)]
+    layers: Vec<ProbeLayer>,
+    #[serde(default)]
+    manifests: Vec<ProbeEntry>,
+}
+
+#[derive(Deserialize)]
+struct ProbeSubject {
+    digest: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProbeLayer {
+    media_type: String,
+    digest: String,
+    size: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProbeEntry {
+    digest: String,
+    artifact_type: Option<String>,
+}
+
+fn is_bundle_type(t: &str) -> bool {
+    t.starts_with(BUNDLE_MEDIA_TYPE_PREFIX)
+}
+
+/// The referrers an index lists (a referrers answer, or the `sha256-<hex>` fallback tag's
+/// index) whose artifact type is a Sigstore bundle.
+pub fn bundle_referrers(index: &[u8]) -> Vec<Digest> {
+    let Ok(p) = serde_json::from_slice::<Probe>(index) else { return Vec::new() };
+    p.manifests
+        .into_iter()
+        .filter(|e| e.artifact_type.as_deref().is_some_and(is_bundle_type))
+        .filter_map(|e| e.digest.parse().ok())
+        .collect()
+}
+
+/// The layers of a referrer manifest that are Sigstore bundles (of at most [`MAX_BUNDLE`]
+/// bytes, at most [`MAX_BUNDLES`]).
+pub fn bundle_layers(manifest: &[u8]) -> Vec<Digest> {
+    let Ok(p) = serde_json::from_slice::<Probe>(manifest) else { return Vec::new() };
+    p.layers
+        .into_iter()
+        .filter(|l| is_bundle_type(&l.media_type) && l.size <= MAX_BUNDLE)
+        .filter_map(|l| l.digest.parse().ok())
+        .take(MAX_BUNDLES)
+        .collect()
+}
+
+/// A manifest with a `subject`: a referrer (a signature, an attestation, an SBOM).
+pub fn is_referrer(manifest: &[u8]) -> bool {
+    serde_json::from_slice::<Probe>(manifest).is_ok_and(|p| p.subject.is_some())
+}
+
+/// The digest a Sigstore bundle referrer names as its subject (none for other manifests).
+/// Unsigned: it only finds the bundle; what the bundle signs is checked by [`verify`].
+pub fn subject_of(manifest: &[u8]) -> Option<Digest> {
+    let p: Probe = serde_json::from_slice(manifest).ok()?;
+    let bundle = p.artifact_type.as_deref().is_some_and(is_bundle_type)
+        || p.layers.iter().any(|l| is_bundle_type(&l.media_type));
+    if !bundle {
+        return None;
+    }
+    p.subject?.digest.parse().ok()
+}

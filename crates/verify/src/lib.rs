@@ -70,6 +70,26 @@ pub struct Verdict {
     pub signed_at: Option<u64>,
 }
 
+impl Verdict {
+    fn of(
+        rule: &Rule,
+        method: &'static str,
+        identity: String,
+        issuer: Option<String>,
+        signed_at: Option<u64>,
+    ) -> Verdict {
+        Verdict {
+            rule: rule.index,
+            image: rule.image.clone(),
+            fingerprint: rule.fingerprint.clone(),
+            method,
+            identity,
+            issuer,
+            signed_at,
+        }
+    }
+}
+
 /// One signature of the digest: a signature layer and its payload, fetched.
 pub struct Candidate<'a> {
     pub layer: &'a SignatureLayer,
@@ -119,15 +139,7 @@ fn verify_bundle(
     json: &[u8],
 ) -> Result<Verdict, Failure> {
     let bad = Failure::DoesNotVerify;
-    let verdict = |method, identity, issuer, signed_at| Verdict {
-        rule: rule.index,
-        image: rule.image.clone(),
-        fingerprint: rule.fingerprint.clone(),
-        method,
-        identity,
-        issuer,
-        signed_at,
-    };
+    let verdict = |method, identity, issuer, signed_at| Verdict::of(rule, method, identity, issuer, signed_at);
     match &rule.action {
         Action::Key(key) => {
             bundle::verify(bundle::Trust::Key(key), json, digest, manifest).map_err(bad)?;
@@ -170,15 +182,7 @@ fn verify_one(policy: &Policy, rule: &Rule, digest: &Digest, c: &Candidate<'_>) 
         return Err(bad("the payload is not the layer's digest".into()));
     }
     let signature = keyless::decode_signature(&c.layer.signature).map_err(bad)?;
-    let verdict = |method, identity, issuer, signed_at| Verdict {
-        rule: rule.index,
-        image: rule.image.clone(),
-        fingerprint: rule.fingerprint.clone(),
-        method,
-        identity,
-        issuer,
-        signed_at,
-    };
+    let verdict = |method, identity, issuer, signed_at| Verdict::of(rule, method, identity, issuer, signed_at);
     match &rule.action {
         Action::Key(key) => {
             if !key.verify(c.payload, &signature) {
