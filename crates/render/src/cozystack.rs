@@ -386,11 +386,7 @@ impl Capabilities<'_> {
     fn talos(&mut self, config: &ConfigFile, mirror: &crate::url::HttpUrl) -> Result<Map<String, Value>, Error> {
         let shown = mirror.to_string();
         let mut mirrors = Map::new();
-        let named = config
-            .upstreams
-            .iter()
-            .map(|u| Registry::parse("upstreams[].name", &u.name.to_ascii_lowercase()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let named = upstream_registries(config)?;
         for registry in &named {
             let mut entry = json!({"endpoints": [shown]});
             // Issue 34: a worker that fell back would pull what tender refuses from the registry.
@@ -632,11 +628,7 @@ fn policy_notes(
     if !mirrored {
         return Ok(());
     }
-    let named = config
-        .upstreams
-        .iter()
-        .map(|u| Registry::parse("upstreams[].name", &u.name.to_ascii_lowercase()))
-        .collect::<Result<Vec<_>, _>>()?;
+    let named = upstream_registries(config)?;
     for registry in &named {
         if let Some(why) = policy.fallback_reason(registry, &named) {
             warnings.push(format!(
@@ -1378,4 +1370,11 @@ pub fn check(pools: &[PoolInput], catalog: Option<&Value>, state: &ClusterState)
     }
     report.ok = report.findings.is_empty();
     Ok(report)
+}
+
+/// The registries tender's config mirrors (its upstreams' names), as render names them.
+fn upstream_registries(config: &ConfigFile) -> Result<Vec<Registry>, Error> {
+    let named: Result<Vec<_>, _> =
+        config.upstreams.iter().map(|u| Registry::parse("upstreams[].name", &u.name.to_ascii_lowercase())).collect();
+    Ok(named?)
 }
