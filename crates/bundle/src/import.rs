@@ -35,7 +35,7 @@ use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 use tender_catalog::asset::AssetPath;
 use tender_oci::{media, Algorithm, Digest, ImageRef, Reference, RepoName};
-use tender_store::{ManifestMeta, Store, StoreError, TagRecord, TrustRecord};
+use tender_store::{ImportEntry, ImportRecord, ManifestMeta, Store, StoreError, TagRecord, TrustRecord, BUNDLE_PIN};
 
 use crate::layout::{self, Descriptor, Document, INDEX_FILE, LAYOUT_FILE, MAX_DOCUMENT_BYTES};
 
@@ -71,6 +71,10 @@ pub struct ImportOptions {
     /// `--allow-public`: register an image the exporting site served only to authenticated
     /// clients under an upstream that is not private here.
     pub allow_public: bool,
+    /// Who imports (kept in the import record): `admin token`, `user root`.
+    pub identity: String,
+    /// Where the bundle was read from, when known (kept in the import record).
+    pub source: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +113,9 @@ pub struct ImportReport {
     pub unnamed: Vec<String>,
     /// Members that are not part of an OCI layout, skipped.
     pub ignored: Vec<String>,
+    /// The digest of the bundle's declared content (`export --spec`), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -1125,6 +1132,41 @@ fn register(
         verifier.visit(roots, &mut marks, |o| known.push((verifier.objects[o as usize], *upstream)));
     }
     let pins = if options.pin { verifier.objects.clone() } else { Vec::new() };
+    // What each entry holds, kept so that retiring the bundle (or one of its tags) releases
+    // exactly its objects. Written before the pins and tags: a crash between them leaves a
+    // record that holds more than is pinned, never pins no record accounts for.
+    let mut entries = Vec::with_capacity(planned.len());
+    let mut graphs: BTreeMap<Digest, Vec<Digest>> = BTreeMap::new();
+    for p in planned {
+        graphs.entry(p.digest).or_insert_with(|| {
+            let mut objects = Vec::new();
+            verifier.visit(&[p.node], &mut marks, |o| objects.push(verifier.objects[o as usize]));
+            objects.sort();
+            objects
+        });
+        let (kind, name, upstream, repository, tag) = match &p.what {
+            Kind::Image { name, upstream, repository, tag } => {
+                ("image", name.clone(), Some(upstream.clone()), Some(repository.to_string()), tag.clone())
+            }
+            Kind::Asset { asset, .. } => ("asset", asset.path(), None, None, None),
+            Kind::Unnamed => ("unnamed", p.digest.to_string(), None, None, None),
+        };
+        entries.push(ImportEntry { kind: kind.into(), name, upstream, repository, tag, digest: p.digest });
+    }
+    let record = ImportRecord {
+        index: report.index_digest.parse().map_err(|e| refused(format!("index digest: {e}")))?,
+        imported_at: now,
+        identity: options.identity.clone(),
+        source: options.source.clone(),
+        delta_of: report.delta_of.clone(),
+        pinned: options.pin,
+        blobs: report.blobs,
+        bytes: report.bytes,
+        spec: report.spec.as_deref().and_then(|s| s.parse().ok()),
+        entries,
+        graphs,
+    };
+    store.import_put(&record)?;
     let mut tags = Vec::new();
     for p in planned {
         if let Kind::Image { upstream, repository, tag: Some(tag), .. } = &p.what {
@@ -1140,7 +1182,7 @@ fn register(
             });
         }
     }
-    store.put_records(&metas, &known, &pins, "import", &tags)?;
+    store.put_records(&metas, &known, &pins, BUNDLE_PIN, &tags)?;
 
     let mut objects: HashMap<usize, usize> = HashMap::new();
     for p in planned {

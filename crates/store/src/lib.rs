@@ -9,8 +9,13 @@
 //! known/<alg>/ab/<hex>.json  upstreams the object is known to exist in (none: no record)
 //! tags/ab/<key>.json      tag -> digest records (upstream, repository, tag, fetched time)
 //! trust/<key>.json        first verified sha256 of each OS image asset (never evicted)
-//! pins/<hex>.json         sha256 objects kept out of eviction (prefetch --pin);
+//! pins/<hex>.json         sha256 objects kept out of eviction (prefetch --pin, reason
+//!                         `prefetch`; an import, reason `bundle`);
 //!                         pins/sha512/<hex>.json for sha512 objects
+//! imports/<alg>/<hex>.json  each imported bundle (by index digest): when, by whom, and the
+//!                         objects each of its entries holds (`tender bundle rm` releases them)
+//! retired/<alg>/<hex>     objects a retired release left without a holder: gc frees them
+//!                         unless a pin, a tag or another bundle still holds them
 //! spool/<key>.part        fills in progress (key: upstream and digest, or asset key);
 //!                         resumed or removed after a crash
 //! quarantine/             objects fsck found corrupt (moved aside, never deleted):
@@ -23,6 +28,8 @@
 
 mod budget;
 mod fsutil;
+mod imports;
+mod inventory;
 mod layout;
 mod maintenance;
 mod memory;
@@ -34,6 +41,8 @@ mod types;
 
 pub use budget::{Reservation, RoomPolicy};
 pub use fsutil::write_atomic;
+pub use imports::{ImportEntry, ImportRecord, Released, BUNDLE_PIN};
+pub use inventory::InventoryItem;
 pub use layout::{OpenMode, Store, StoreError, Stored, FORMAT_VERSION};
 pub use maintenance::{FsckReport, GcPlan, GcReport};
 pub use memory::MemoryLimit;

@@ -1,5 +1,6 @@
 //! fsck (re-verify every object, quarantine mismatches) and GC (LRU eviction to a cap).
 
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -49,6 +50,15 @@ pub struct GcPlan {
     /// Objects over the cap that could not be evicted (in use, pinned, goldens, trusted).
     pub protected_bytes: u64,
     pub orphans: Vec<PathBuf>,
+    /// Of `evict`: objects a retired release left without a holder (`tender bundle rm`,
+    /// `tender tag rm`), freed whatever the cap.
+    #[serde(default)]
+    pub retired: usize,
+    #[serde(default)]
+    pub retired_bytes: u64,
+    /// Retired objects kept: another bundle, a pin or a tag still holds them (or they are gone).
+    #[serde(default)]
+    pub retired_kept: Vec<Digest>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -125,9 +135,33 @@ impl Store {
         let total: u64 = objects.iter().map(|o| o.size).sum();
         self.room.counted(total);
         let mut plan = GcPlan { total_bytes: total, cap_bytes: cap, ..GcPlan::default() };
+        let mut remaining = total;
+        let retired = self.retired()?;
+        if !retired.is_empty() {
+            // A retired release: what nothing else pins, tags or holds goes first, at any size.
+            let tagged = self.tagged_objects()?;
+            let held: HashSet<Digest> = self.imports()?.iter().flat_map(|r| r.objects()).collect();
+            let retired: HashSet<Digest> = retired.into_iter().collect();
+            objects.retain(|o| {
+                if !retired.contains(&o.digest) {
+                    return true;
+                }
+                if protected(&o.digest) || tagged.contains(&o.digest) || held.contains(&o.digest) {
+                    return true;
+                }
+                remaining -= o.size;
+                plan.retired += 1;
+                plan.retired_bytes += o.size;
+                plan.evict_bytes += o.size;
+                plan.evict.push(o.clone());
+                false
+            });
+            let freed: HashSet<Digest> = plan.evict.iter().map(|o| o.digest).collect();
+            plan.retired_kept = retired.into_iter().filter(|d| !freed.contains(d)).collect();
+            plan.retired_kept.sort();
+        }
         if let Some(cap) = cap {
             objects.sort_by_key(|o| o.last_used);
-            let mut remaining = total;
             for o in objects {
                 if remaining <= cap {
                     break;
@@ -161,10 +195,21 @@ impl Store {
     /// Carry out a plan made by [`Store::gc_plan`].
     pub fn gc_apply(&self, plan: &GcPlan) -> Result<GcReport, StoreError> {
         let mut report = GcReport::default();
-        for o in &plan.evict {
+        for (i, o) in plan.evict.iter().enumerate() {
+            // Retired objects come first in a plan; one pinned again since (an import) stays.
+            if i < plan.retired && self.is_pinned(&o.digest) {
+                self.clear_retired(&o.digest)?;
+                continue;
+            }
             self.remove_object(&o.digest)?;
+            if i < plan.retired {
+                self.clear_retired(&o.digest)?;
+            }
             report.freed_bytes += o.size;
             report.evicted += 1;
+        }
+        for d in &plan.retired_kept {
+            self.clear_retired(d)?;
         }
         for p in &plan.orphans {
             if fs::remove_file(p).is_ok() {

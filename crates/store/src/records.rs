@@ -131,7 +131,7 @@ impl Store {
     }
 
     /// `pins/<hex>.json` for sha256 (where format 2 always kept them), `pins/sha512/<hex>.json`.
-    fn pin_path(&self, digest: &Digest) -> PathBuf {
+    pub(crate) fn pin_path(&self, digest: &Digest) -> PathBuf {
         self.pins_dir(digest.algorithm()).join(format!("{}.json", digest.hex()))
     }
 
