@@ -83,6 +83,33 @@ pub enum BundleCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Retire an imported bundle: release its pins and the tags only it registered; the next
+    /// `tender gc` frees what no other bundle, pin or tag holds
+    Rm {
+        /// The bundle's index digest, as `tender export` and `tender import` printed it
+        #[arg(value_name = "INDEX_DIGEST")]
+        index: tender_oci::Digest,
+        #[command(flatten)]
+        target: Target,
+        /// Say what would be retired and how much gc would free; change nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the report as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// What changed between two bundles, by name and by bytes
+    Diff {
+        /// The older bundle: a directory or a tar
+        #[arg(value_name = "OLD")]
+        old: PathBuf,
+        /// The newer bundle
+        #[arg(value_name = "NEW")]
+        new: PathBuf,
+        /// Print the changes as JSON
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -139,6 +166,8 @@ pub fn run_import(args: ImportArgs) -> Result<ExitCode> {
         pin: !args.no_pin,
         expect_index,
         allow_public: args.allow_public,
+        identity: crate::inventory::local_identity(),
+        source: args.path.file_name().map(|n| n.to_string_lossy().into_owned()),
     };
     let t = &args.target;
     let report = match server_or_env(&t.server, t.data.is_some()) {
@@ -295,6 +324,10 @@ fn pack(path: &Path, tx: tokio::sync::mpsc::Sender<io::Result<Bytes>>) -> io::Re
 
 pub fn run_bundle(args: BundleArgs) -> Result<ExitCode> {
     match args.command {
+        BundleCommand::Rm { index, target, dry_run, json } => {
+            crate::inventory::run_bundle_rm(&index, &target, dry_run, json)
+        }
+        BundleCommand::Diff { old, new, json } => crate::inventory::run_bundle_diff(&old, &new, json),
         BundleCommand::Ls { path, json } => {
             let l = tender_bundle::list::list(&path)
                 .map_err(|e| Failure::problem(format!("{}: not a readable bundle: {e}", path.display())))?;
@@ -381,8 +414,8 @@ pub fn run_tag(args: TagArgs) -> Result<ExitCode> {
             let mut missing = 0;
             for name in &args.names {
                 match tender_server::import::remove(&mirror, name) {
-                    Ok(true) => println!("removed   {name}"),
-                    Ok(false) => {
+                    Ok(Some(released)) => println!("removed   {name}{}", released_note(&released)),
+                    Ok(None) => {
                         println!("no tag    {name}");
                         missing += 1;
                     }
@@ -392,6 +425,20 @@ pub fn run_tag(args: TagArgs) -> Result<ExitCode> {
             tag_verdict(missing)
         }
     }
+}
+
+/// What removing a tag released of the bundles that registered it.
+fn released_note(r: &tender_fetch::service::Released) -> String {
+    if r.entries.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (released from {} bundle entr{}: {} object(s), {} retired for the next gc)",
+        r.entries.len(),
+        if r.entries.len() == 1 { "y" } else { "ies" },
+        r.retired.len(),
+        HumanBytes(r.retired_bytes)
+    )
 }
 
 fn tag_verdict(missing: usize) -> Result<ExitCode> {

@@ -6,7 +6,8 @@
 //!
 //! - [`prefetch`] warms the cache; [`export`] writes prefetch's selection to a bundle;
 //!   [`import`] registers a bundle (and holds `bundle ls` and `tag rm`); [`bundlesig`] signs
-//!   a bundle's index digest and checks that signature.
+//!   a bundle's index digest and checks that signature; [`inventory`] is `images`,
+//!   `bundle rm` and `bundle diff`: what a site holds, and retiring a release.
 //! - [`probe`] says whether a mirror is usable from here; [`stats`] reads the served statistics.
 //! - [`maint`] is `fsck` and `gc`; [`catalog`] is `catalog sync`, `ls`, `rm`, `refs`, `trust`.
 //! - [`http`]: the client options every command shares and the HTTP client they build.
@@ -27,6 +28,7 @@ pub mod exit;
 pub mod export;
 pub mod http;
 pub mod import;
+pub mod inventory;
 pub mod local;
 pub mod maint;
 pub mod prefetch;

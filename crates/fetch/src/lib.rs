@@ -29,6 +29,7 @@ pub mod expect;
 pub mod fills;
 pub mod flight;
 pub mod health;
+pub mod imported_tags;
 pub mod metrics;
 pub mod mirror;
 pub mod records;

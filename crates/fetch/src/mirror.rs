@@ -913,11 +913,36 @@ impl Mirror {
                 return Err(e);
             }
             Err(e) if e.is_unreachable() => {
+                // Tags imported bundles registered answer for an upstream that cannot.
+                let imported = match kind {
+                    ListingKind::Tags => {
+                        crate::imported_tags::imported(&store, up.name(), repo.as_str()).map_err(|e| local(up, e))?
+                    }
+                    ListingKind::Referrers(_) => Vec::new(),
+                };
+                let from_imports = || {
+                    let (body, link) = crate::imported_tags::page(&imported, query, client_name, ns);
+                    let cache = CacheResult::Stale;
+                    Listing {
+                        content_type: "application/json".into(),
+                        link,
+                        filters_applied: None,
+                        body,
+                        cache,
+                        stale_age: None,
+                    }
+                };
                 let Some(r) = store.listing_get(up.name(), &request).map_err(|e| local(up, e))? else {
+                    if !imported.is_empty() {
+                        return Ok(from_imports());
+                    }
                     return Err(e);
                 };
                 let (age, limit) = (r.age_secs(), self.stale_limit(up));
                 let offline = e.kind == FetchErrorKind::Offline;
+                if !imported.is_empty() && (r.not_found || (!offline && !limit.allows(age))) {
+                    return Ok(from_imports());
+                }
                 if !offline && !limit.allows(age) {
                     let mut e = e;
                     e.message =
@@ -938,7 +963,9 @@ impl Mirror {
                     .with_status(404));
                 }
                 stale_age = (!offline).then_some(age);
-                (r.content_type, r.link, r.filters_applied, Bytes::from(r.body), CacheResult::Stale)
+                let body = Bytes::from(r.body);
+                let body = if imported.is_empty() { body } else { crate::imported_tags::merge(body, &imported, query) };
+                (r.content_type, r.link, r.filters_applied, body, CacheResult::Stale)
             }
             Err(e) => return Err(e),
         };

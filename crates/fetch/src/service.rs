@@ -4,11 +4,12 @@
 //! these (and objects only through [`crate::entry`]); its crate does not depend on
 //! `tender-store` or `tender-bucket` at all.
 
+use std::collections::BTreeSet;
 use std::time::SystemTime;
 
-use tender_oci::{ImageRef, Reference};
+use tender_oci::{Digest, ImageRef, Reference};
 
-pub use tender_store::{now_secs, FsckReport, GcPlan, GcReport};
+pub use tender_store::{now_secs, FsckReport, GcPlan, GcReport, ImportRecord, InventoryItem, Released};
 
 use crate::error::{FetchError, FetchErrorKind};
 use crate::fills::FillsView;
@@ -160,15 +161,58 @@ impl Mirror {
         self.flights().store().fsck(repair).map_err(|e| local(&e))
     }
 
+    /// The imported bundles, oldest first. Blocking.
+    pub fn imports(&self) -> Result<Vec<ImportRecord>, FetchError> {
+        self.flights().store().imports().map_err(|e| local(&e))
+    }
+
+    /// Retire the imported bundle `index` (`tender bundle rm`); `None`: none was imported.
+    /// Blocking.
+    pub fn remove_bundle(&self, index: &Digest, dry_run: bool) -> Result<Option<Released>, FetchError> {
+        self.flights().store().import_remove(index, dry_run).map_err(|e| local(&e))
+    }
+
+    /// Every image and imported OS image held (`tender images`). Blocking.
+    pub fn inventory(&self) -> Result<Vec<InventoryItem>, FetchError> {
+        self.flights().store().inventory().map_err(|e| local(&e))
+    }
+
+    /// Every object digest held, sorted: the have-list of `export --since-digests`. Blocking.
+    pub fn held_digests(&self) -> Result<BTreeSet<Digest>, FetchError> {
+        let objects = self.flights().store().list_objects().map_err(|e| local(&e))?;
+        Ok(objects.into_iter().map(|o| o.digest).collect())
+    }
+
+    /// `(upstream, repository)` of every repository a tag record or an import names. Blocking.
+    pub fn repositories(&self) -> Result<BTreeSet<(String, String)>, FetchError> {
+        let store = self.flights().store();
+        let mut out = BTreeSet::new();
+        for t in store.tag_records().map_err(|e| local(&e))? {
+            out.insert((t.upstream, t.repository));
+        }
+        for r in store.imports().map_err(|e| local(&e))? {
+            for e in r.entries {
+                if let (Some(u), Some(repo)) = (e.upstream, e.repository) {
+                    out.insert((u, repo));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Forget what the tag `name` (`ghcr.io/siderolabs/kubelet:v1.35.0`) points to, in the
-    /// upstream its pull would reach. `Ok(false)`: there was no record.
-    pub fn remove_tag(&self, name: &str) -> Result<bool, FetchError> {
+    /// upstream its pull would reach, and release the pins imported bundles hold under it
+    /// (retired: the next gc frees what nothing else holds). `Ok(None)`: there was no record.
+    pub fn remove_tag(&self, name: &str) -> Result<Option<Released>, FetchError> {
         let refused = |m: String| FetchError::new(FetchErrorKind::NotFound, "tag", m);
         let image = ImageRef::parse(name).map_err(refused)?;
         let Reference::Tag(tag) = &image.reference else {
             return Err(refused(format!("{name}: name a tag, not a digest")));
         };
         let (up, repo) = self.route(Some(&image.registry), &image.repository).map_err(|e| refused(e.to_string()))?;
-        self.flights().store().tag_remove(up.name(), repo.as_str(), tag.as_str()).map_err(|e| local(&e))
+        let store = self.flights().store();
+        let had = store.tag_remove(up.name(), repo.as_str(), tag.as_str()).map_err(|e| local(&e))?;
+        let released = store.import_release_tag(up.name(), repo.as_str(), tag.as_str()).map_err(|e| local(&e))?;
+        Ok((had || !released.entries.is_empty()).then_some(released))
     }
 }

@@ -34,6 +34,8 @@ pub struct ImportQuery {
     /// `--allow-public`: register images that were private where they were exported under
     /// upstreams that are not private here.
     allow_public: Option<bool>,
+    /// The bundle's file name on the client (kept in the import record).
+    source: Option<String>,
 }
 
 /// `POST /api/v1/admin/import[?registry=NAME][&pin=false][&expectIndex=DIGEST][&allowPublic=true]`: the body is a bundle as a tar
@@ -70,6 +72,9 @@ pub async fn import(
         pin: q.pin.unwrap_or(true),
         expect_index,
         allow_public: q.allow_public.unwrap_or(false),
+        identity: "admin token".to_string(),
+        // Printable, bounded: it is shown on the status page.
+        source: q.source.map(|s| s.chars().filter(|c| !c.is_control()).take(256).collect()),
     };
     let reader = tokio_util::io::StreamReader::new(body.into_data_stream().map_err(io::Error::other));
     let handle = tokio::runtime::Handle::current();
@@ -108,13 +113,16 @@ pub async fn remove_tag(State(app): State<Arc<AppState>>, headers: HeaderMap, Qu
         return refused;
     }
     match remove(&app.mirror(), &q.name) {
-        Ok(true) => (StatusCode::OK, Json(serde_json::json!({ "removed": q.name }))).into_response(),
-        Ok(false) => error(StatusCode::NOT_FOUND, format!("no tag record for {}", q.name)),
+        Ok(Some(released)) => {
+            (StatusCode::OK, Json(serde_json::json!({ "removed": q.name, "released": released }))).into_response()
+        }
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("no tag record for {}", q.name)),
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }
 }
 
-/// Remove the tag record `name` routes to. `Ok(false)`: there was none.
-pub fn remove(mirror: &Mirror, name: &str) -> Result<bool, String> {
+/// Remove the tag record `name` routes to, and the pins imported bundles hold under it.
+/// `Ok(None)`: there was none.
+pub fn remove(mirror: &Mirror, name: &str) -> Result<Option<tender_fetch::service::Released>, String> {
     mirror.remove_tag(name).map_err(|e| e.message)
 }

@@ -10,6 +10,7 @@ mod conns;
 pub mod error;
 mod image;
 pub mod import;
+mod inventory;
 pub mod limits;
 pub mod listen;
 pub mod metrics;
@@ -234,6 +235,7 @@ pub fn router_for(app: Arc<AppState>, surface: Surface) -> Router {
             .route("/", get(status::page))
             .route("/api/v1/served", get(served_handler))
             .route("/api/v1/fills", get(fills_handler))
+            .route("/api/v1/imports", get(inventory::imports))
             .route("/api/v1/health", get(health_handler));
         if app.security.admin.is_some() {
             r = r
@@ -243,7 +245,10 @@ pub fn router_for(app: Arc<AppState>, surface: Surface) -> Router {
                 .route("/api/v1/admin/fsck", axum::routing::post(admin::fsck))
                 .route("/api/v1/admin/fills/{id}", axum::routing::delete(admin::cancel_fill))
                 .route("/api/v1/admin/import", axum::routing::post(import::import))
-                .route("/api/v1/admin/tags", axum::routing::delete(import::remove_tag));
+                .route("/api/v1/admin/tags", axum::routing::delete(import::remove_tag))
+                .route("/api/v1/admin/images", get(inventory::images))
+                .route("/api/v1/admin/digests", get(inventory::digests))
+                .route("/api/v1/admin/bundles/{index}", axum::routing::delete(inventory::remove_bundle));
         }
     }
     let front = access::Front { app: app.clone(), auth: surface != Surface::Admin };

@@ -49,6 +49,12 @@ fn with_info(mut resp: Response, info: AccessInfo) -> Response {
 /// Entry point for everything under `/v2`.
 pub async fn handle(State(app): State<Arc<AppState>>, req: Request) -> Response {
     let (parts, _body) = req.into_parts();
+    if parts.uri.path() == "/v2/_catalog" && (parts.method == Method::GET || parts.method == Method::HEAD) {
+        let identity = parts.extensions.get::<Identity>();
+        let mut resp = crate::inventory::catalog(&app, identity, parts.uri.query()).await;
+        resp.headers_mut().insert("docker-distribution-api-version", HeaderValue::from_static(API_VERSION));
+        return with_info(resp, AccessInfo { route: "catalog", ..AccessInfo::default() });
+    }
     let mut info = AccessInfo { route: "other", ..AccessInfo::default() };
     let result = dispatch(&app, &parts, &mut info).await;
     let uri = &parts.uri;

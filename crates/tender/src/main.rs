@@ -21,7 +21,7 @@ mod serve;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tender_client::{catalog, export, import, maint, prefetch, probe, stats};
+use tender_client::{catalog, export, import, inventory, maint, prefetch, probe, stats};
 
 /// `tender --version`: the package version, the commit and its date (build.rs).
 const VERSION: &str =
@@ -60,10 +60,12 @@ enum Command {
     Export(Box<export::ExportArgs>),
     /// Verify a bundle and register its images and OS images (tags authoritative) in a tender
     Import(Box<import::ImportArgs>),
-    /// Bundles: ls
+    /// Bundles: ls, rm (retire an imported release), diff
     Bundle(import::BundleArgs),
-    /// Tags: rm (an imported tag stops being authoritative)
+    /// Tags: rm (an imported tag stops being authoritative; its pins are released)
     Tag(import::TagArgs),
+    /// Every image this tender holds: name, platforms, size, pinned, source, last served, signature
+    Images(inventory::ImagesArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     Completions(docs_cmd::CompletionsArgs),
     /// Print the man page, or write one per command into a directory
@@ -106,6 +108,7 @@ fn main() -> ExitCode {
         Command::Import(args) => client(import::run_import(*args)),
         Command::Bundle(args) => client(import::run_bundle(args)),
         Command::Tag(args) => client(import::run_tag(args)),
+        Command::Images(args) => client(inventory::run_images(args)),
         Command::Completions(args) => docs_cmd::completions(&args),
         Command::Man(args) => docs_cmd::man(&args),
     };
