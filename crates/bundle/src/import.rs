@@ -1222,6 +1222,7 @@ fn finish(intake: Read1<'_>, router: &dyn Router, options: &ImportOptions) -> Re
         new_blobs: intake.new_blobs,
         bytes: intake.verified.values().sum(),
         ignored: intake.ignored.clone(),
+        spec: index.annotations.get(layout::SPEC).map(|t| Algorithm::Sha256.digest(t.as_bytes()).to_string()),
         ..ImportReport::default()
     };
     // The site's signature policy, before anything is registered.

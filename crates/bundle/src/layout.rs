@@ -31,6 +31,8 @@ pub const TRUST_SHA256: &str = "dev.tender.trust.sha256";
 pub const PRIVATE: &str = "dev.tender.private";
 /// On a delta's index: the index digest of the bundle it builds on.
 pub const SINCE: &str = "dev.tender.bundle.since";
+/// On a bundle's index: the text of the spec it was exported from (`export --spec`).
+pub const SPEC: &str = "dev.tender.bundle.spec";
 /// `artifactType` of an OS image asset's manifest.
 pub const OS_IMAGE_ARTIFACT: &str = "application/vnd.dev.tender.os-image.v1";
 /// The empty config of an artifact manifest, and its content.

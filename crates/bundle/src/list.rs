@@ -23,6 +23,9 @@ pub struct Listing {
     pub entries: Vec<Entry>,
     pub blobs: u64,
     pub bytes: u64,
+    /// The spec it was exported from (`export --spec`), as written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -214,5 +217,6 @@ pub fn list(path: &Path) -> io::Result<Listing> {
         entries,
         blobs: contents.sizes.len() as u64,
         bytes: contents.sizes.values().sum(),
+        spec: index.annotations.get(layout::SPEC).cloned(),
     })
 }

@@ -36,12 +36,20 @@ pub struct ExportArgs {
     #[arg(long, value_name = "PATH")]
     pub out: PathBuf,
     /// An earlier bundle (directory or tar): write only the blobs it lacks, plus a complete index
-    #[arg(long, value_name = "OLD_BUNDLE")]
+    #[arg(long, value_name = "OLD_BUNDLE", conflicts_with = "since_digests")]
     pub since: Option<PathBuf>,
+    /// The far side's have-list (`tender images --output digests` there): write only the blobs
+    /// it lacks, plus a complete index
+    #[arg(long, value_name = "FILE")]
+    pub since_digests: Option<PathBuf>,
     /// Sign the bundle's index digest with this PKCS#8 PEM ECDSA P-256 private key: writes
     /// PATH.digest and PATH.sig (a cosign-compatible blob signature of PATH.digest)
     #[arg(long, value_name = "FILE")]
     pub sign_key: Option<PathBuf>,
+    /// A file declaring what the bundle carries (images, platforms, Talos sets, OS images, OCI
+    /// Helm charts), added to the selection and kept in the bundle's index.json
+    #[arg(long, value_name = "FILE")]
+    pub spec: Option<PathBuf>,
     /// What to export: exactly `tender prefetch`'s selection and options
     #[command(flatten)]
     pub select: PrefetchArgs,
@@ -58,7 +66,15 @@ struct Counts {
     assets: usize,
 }
 
-pub fn run(args: ExportArgs) -> Result<ExitCode> {
+pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
+    let spec = match &args.spec {
+        Some(path) => {
+            let (text, spec) = crate::spec::read(path)?;
+            crate::spec::apply(&spec, &mut args.select)?;
+            Some(text)
+        }
+        None => None,
+    };
     if std::fs::symlink_metadata(&args.out).is_ok() {
         return Err(Failure::usage(format!("--out {}: exists; name a new path", args.out.display())));
     }
@@ -69,7 +85,10 @@ pub fn run(args: ExportArgs) -> Result<ExitCode> {
             let blobs = tender_bundle::blobs_of(old).with_context(|| format!("reading --since {}", old.display()))?;
             (blobs, Some(listing.index_digest))
         }
-        None => (HashSet::new(), None),
+        None => match &args.since_digests {
+            Some(file) => (read_have_list(file)?, None),
+            None => (HashSet::new(), None),
+        },
     };
     // A key that cannot sign is found before anything is fetched.
     let sign_key = args.sign_key.as_deref().map(crate::bundlesig::SigningKey::load).transpose()?;
@@ -146,12 +165,18 @@ pub fn run(args: ExportArgs) -> Result<ExitCode> {
     if let Some(d) = &since_digest {
         annotations.insert(layout::SINCE.to_string(), d.clone());
     }
+    if let Some(text) = spec {
+        annotations.insert(layout::SPEC.to_string(), text);
+    }
     let written = writer
         .finish(&Document::index(entries, annotations))
         .with_context(|| format!("finishing the bundle {}", args.out.display()))?;
-    let delta = match (&args.since, &since_digest) {
-        (Some(old), Some(d)) => {
+    let delta = match (&args.since, &since_digest, &args.since_digests) {
+        (Some(old), Some(d), _) => {
             format!("; a delta on {} ({d}): {} blob(s) it holds left out", old.display(), written.skipped)
+        }
+        (_, _, Some(have)) => {
+            format!("; a delta on the have-list {}: {} blob(s) left out", have.display(), written.skipped)
         }
         _ => String::new(),
     };
@@ -174,6 +199,31 @@ pub fn run(args: ExportArgs) -> Result<ExitCode> {
         return Err(Failure::problem("the bundle has no index digest to sign"));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Largest have-list read (a million digests take 72 MB).
+const MAX_HAVE_LIST: u64 = 128 << 20;
+
+/// A have-list: one digest per line (blank lines and `#` comments allowed).
+fn read_have_list(path: &std::path::Path) -> Result<HashSet<Digest>> {
+    let shown = path.display();
+    let len = std::fs::metadata(path).map_err(|e| Failure::usage(format!("--since-digests {shown}: {e}")))?.len();
+    if len > MAX_HAVE_LIST {
+        return Err(Failure::usage(format!("--since-digests {shown}: larger than {MAX_HAVE_LIST} bytes")));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| Failure::usage(format!("--since-digests {shown}: {e}")))?;
+    let mut out = HashSet::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let d: Digest = line.parse().map_err(|e| {
+            Failure::usage(format!("--since-digests {shown}:{}: {line:?} is not a digest ({e})", n + 1))
+        })?;
+        out.insert(d);
+    }
+    Ok(out)
 }
 
 /// Copy one blob into the bundle: from the store (verified when it was committed), or through

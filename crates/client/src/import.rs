@@ -349,6 +349,15 @@ pub fn run_bundle(args: BundleArgs) -> Result<ExitCode> {
                     e.digest
                 );
             }
+            if let Some(spec) = &l.spec {
+                let _ = writeln!(out, "spec (as exported with --spec):");
+                for line in spec.lines() {
+                    // The bundle's text: no control character reaches the terminal.
+                    let line: String =
+                        line.chars().map(|c| if c.is_control() && c != '\t' { '\u{fffd}' } else { c }).collect();
+                    let _ = writeln!(out, "  {line}");
+                }
+            }
             let delta = l.delta_of.as_ref().map(|d| format!("; a delta on {d}")).unwrap_or_default();
             let _ = writeln!(
                 out,

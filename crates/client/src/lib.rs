@@ -34,6 +34,7 @@ pub mod maint;
 pub mod prefetch;
 pub mod probe;
 mod progress;
+pub mod spec;
 pub mod stats;
 
 pub use exit::{Class, Failure, Result};

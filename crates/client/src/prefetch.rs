@@ -118,6 +118,39 @@ pub struct PrefetchArgs {
     pub progress_interval: Duration,
     #[command(flatten)]
     pub client: ClientArgs,
+    /// Further Talos sets (`export --spec`): each selects what `--talos`/`--kubernetes` would.
+    #[arg(skip)]
+    pub talos_sets: Vec<PrefetchArgs>,
+}
+
+impl PrefetchArgs {
+    /// A copy carrying only the preset options (for one more Talos set).
+    pub(crate) fn preset_only(&self) -> PrefetchArgs {
+        PrefetchArgs {
+            images: Vec::new(),
+            files: Vec::new(),
+            talos: None,
+            kubernetes: None,
+            schematic: self.schematic.clone(),
+            installer_repository: self.installer_repository.clone(),
+            os_platform: self.os_platform.clone(),
+            arch: self.arch.clone(),
+            format: self.format.clone(),
+            os_images: Vec::new(),
+            platforms: self.platforms.clone(),
+            pin: false,
+            server: None,
+            data: None,
+            config: None,
+            jobs: self.jobs,
+            retries: self.retries,
+            timeout: self.timeout,
+            quiet: self.quiet,
+            progress_interval: self.progress_interval,
+            client: ClientArgs::default(),
+            talos_sets: Vec::new(),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -275,6 +308,9 @@ fn collect_items(args: &PrefetchArgs, platforms: &[Platform]) -> Result<Vec<Item
         items.push(Item::OsImage(a));
     }
     items.extend(preset_items(args, platforms)?);
+    for set in &args.talos_sets {
+        items.extend(preset_items(set, platforms)?);
+    }
     let mut seen = HashSet::new();
     items.retain(|i| seen.insert(i.to_string()));
     if items.is_empty() {

@@ -74,14 +74,14 @@ pub async fn page(
 ) -> impl IntoResponse {
     let viewer = crate::Viewer::of(&app, identity.as_deref());
     let mirror = app.mirror();
-    let (bytes, objects, catalog) = {
+    let (bytes, objects, catalog, imports) = {
         let app = app.clone();
         tokio::task::spawn_blocking(move || {
             let size = app.sizes.get(&app.mirror());
-            (size.bytes, size.objects, app.catalog_html())
+            (size.bytes, size.objects, app.catalog_html(), crate::inventory::imports_of(&app, viewer))
         })
         .await
-        .unwrap_or((0, 0, None))
+        .unwrap_or((0, 0, None, Vec::new()))
     };
     app.tick_savings();
     let served = &app.metrics().served;
@@ -168,6 +168,7 @@ pub async fn page(
     let fills = crate::fills_of(&app, viewer);
     h.push_str(&fills_section(&fills, now));
     h.push_str(&verifications_section(&fills, now));
+    h.push_str(&imports_section(&imports, now));
     if let Some(c) = catalog {
         h.push_str(&c);
     }
@@ -383,6 +384,43 @@ pub(crate) fn verifications_section(view: &tender_fetch::fills::FillsView, now: 
             esc(&v.result),
             esc(&v.rule),
             ago(now, v.at),
+        );
+    }
+    h.push_str("</table>");
+    h
+}
+
+/// The imported bundles, newest first: index, when, by whom, what they named.
+pub(crate) fn imports_section(imports: &[crate::inventory::ImportView], now: u64) -> String {
+    if imports.is_empty() {
+        return String::new();
+    }
+    let mut h = String::from(
+        "<h2>Imported bundles</h2><table id=\"imports\"><tr><th>index</th><th>imported</th><th>by</th>\
+         <th class=\"num\">blobs</th><th class=\"num\">bytes</th><th>names</th></tr>",
+    );
+    for i in imports.iter().rev().take(50) {
+        let mut names: Vec<String> = i.names.iter().take(8).map(|n| esc(n)).collect();
+        if i.names.len() > 8 {
+            names.push(format!("… {} more", i.names.len() - 8));
+        }
+        if i.hidden > 0 {
+            names.push(format!("{} private", i.hidden));
+        }
+        let delta = i
+            .delta_of
+            .as_deref()
+            .map(|d| format!("<br>delta on <code>{}</code>", esc(&short_object(d))))
+            .unwrap_or_default();
+        let _ = write!(
+            h,
+            "<tr><td><code>{}</code>{delta}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            esc(&short_object(&i.index.to_string())),
+            ago(now, i.imported_at),
+            esc(&i.identity),
+            i.blobs,
+            human(i.bytes),
+            names.join("<br>"),
         );
     }
     h.push_str("</table>");
