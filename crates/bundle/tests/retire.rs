@@ -23,7 +23,9 @@ impl Router for Ghcr {
 }
 
 /// An image: (bytes, media type) of its layer, config and manifest, the manifest last.
-fn image(seed: &str) -> Vec<(Vec<u8>, &'static str)> {
+type Image = Vec<(Vec<u8>, &'static str)>;
+
+fn image(seed: &str) -> Image {
     let layer = format!("layer of {seed}").repeat(500).into_bytes();
     let config = format!(r#"{{"architecture":"amd64","os":"linux","seed":"{seed}"}}"#).into_bytes();
     let d = |b: &[u8], t: &str| Descriptor::new(t, &Algorithm::Sha256.digest(b), b.len() as u64);
@@ -40,7 +42,7 @@ fn digests(img: &[(Vec<u8>, &str)]) -> BTreeSet<Digest> {
 }
 
 /// A bundle of `images` (name, image); a delta leaves out what `since` holds.
-fn bundle(path: &Path, images: &[(&str, &Vec<(Vec<u8>, &'static str)>)], since: Option<&Path>) -> Digest {
+fn bundle(path: &Path, images: &[(&str, &Image)], since: Option<&Path>) -> Digest {
     let skip = since.map(|p| blobs_of(p).unwrap()).unwrap_or_default();
     let mut w = BundleWriter::create(path, skip).unwrap();
     let mut entries = Vec::new();

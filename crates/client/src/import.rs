@@ -85,19 +85,7 @@ pub enum BundleCommand {
     },
     /// Retire an imported bundle: release its pins and the tags only it registered; the next
     /// `tender gc` frees what no other bundle, pin or tag holds
-    Rm {
-        /// The bundle's index digest, as `tender export` and `tender import` printed it
-        #[arg(value_name = "INDEX_DIGEST")]
-        index: tender_oci::Digest,
-        #[command(flatten)]
-        target: Target,
-        /// Say what would be retired and how much gc would free; change nothing
-        #[arg(long)]
-        dry_run: bool,
-        /// Print the report as JSON
-        #[arg(long)]
-        json: bool,
-    },
+    Rm(Box<BundleRmArgs>),
     /// What changed between two bundles, by name and by bytes
     Diff {
         /// The older bundle: a directory or a tar
@@ -110,6 +98,21 @@ pub enum BundleCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BundleRmArgs {
+    /// The bundle's index digest, as `tender export` and `tender import` printed it
+    #[arg(value_name = "INDEX_DIGEST")]
+    pub index: tender_oci::Digest,
+    #[command(flatten)]
+    pub target: Target,
+    /// Say what would be retired and how much gc would free; change nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -324,9 +327,7 @@ fn pack(path: &Path, tx: tokio::sync::mpsc::Sender<io::Result<Bytes>>) -> io::Re
 
 pub fn run_bundle(args: BundleArgs) -> Result<ExitCode> {
     match args.command {
-        BundleCommand::Rm { index, target, dry_run, json } => {
-            crate::inventory::run_bundle_rm(&index, &target, dry_run, json)
-        }
+        BundleCommand::Rm(a) => crate::inventory::run_bundle_rm(&a.index, &a.target, a.dry_run, a.json),
         BundleCommand::Diff { old, new, json } => crate::inventory::run_bundle_diff(&old, &new, json),
         BundleCommand::Ls { path, json } => {
             let l = tender_bundle::list::list(&path)

@@ -15,10 +15,12 @@ pub fn imported(store: &Store, upstream: &str, repository: &str) -> Result<Vec<S
     for r in store.imports()? {
         for e in r.entries {
             let (Some(u), Some(repo), Some(tag)) = (e.upstream, e.repository, e.tag) else { continue };
-            if u == upstream && repo == repository && !tags.contains(&tag) {
-                if store.tag_get(upstream, repository, &tag)?.is_some_and(|t| t.imported) {
-                    tags.push(tag);
-                }
+            if u == upstream
+                && repo == repository
+                && !tags.contains(&tag)
+                && store.tag_get(upstream, repository, &tag)?.is_some_and(|t| t.imported)
+            {
+                tags.push(tag);
             }
         }
     }

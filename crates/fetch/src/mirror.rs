@@ -916,7 +916,7 @@ impl Mirror {
                 // Tags imported bundles registered answer for an upstream that cannot.
                 let imported = match kind {
                     ListingKind::Tags => {
-                        crate::imported_tags::imported(&store, up.name(), repo.as_str()).map_err(|e| local(up, e))?
+                        crate::imported_tags::imported(store, up.name(), repo.as_str()).map_err(|e| local(up, e))?
                     }
                     ListingKind::Referrers(_) => Vec::new(),
                 };

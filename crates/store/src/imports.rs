@@ -162,7 +162,7 @@ impl Store {
                 }
             }
         }
-        out.sort_by(|a, b| (a.imported_at, a.index).cmp(&(b.imported_at, b.index)));
+        out.sort_by_key(|r| (r.imported_at, r.index));
         Ok(out)
     }
 
