@@ -138,6 +138,16 @@ pub fn close(data: &Path, goldens: &[std::path::PathBuf]) -> Vec<String> {
     problems
 }
 
+/// Who runs a `--data` command, as an import record names it.
+pub fn local_identity() -> String {
+    let uid = rustix::process::getuid().as_raw();
+    let name = std::env::var("SUDO_USER").ok().filter(|u| !u.is_empty() && uid == 0);
+    match name.or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty())) {
+        Some(user) => format!("user {user} (uid {uid})"),
+        None => format!("uid {uid}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]

@@ -67,55 +67,6 @@ pub struct Target {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct BundleArgs {
-    #[command(subcommand)]
-    pub command: BundleCommand,
-}
-
-#[derive(Debug, clap::Subcommand)]
-pub enum BundleCommand {
-    /// List what a bundle holds: names, platforms, OS images, sizes
-    Ls {
-        /// The bundle: a directory or a tar
-        #[arg(value_name = "PATH")]
-        path: PathBuf,
-        /// Print the listing as JSON
-        #[arg(long)]
-        json: bool,
-    },
-    /// Retire an imported bundle: release its pins and the tags only it registered; the next
-    /// `tender gc` frees what no other bundle, pin or tag holds
-    Rm(Box<BundleRmArgs>),
-    /// What changed between two bundles, by name and by bytes
-    Diff {
-        /// The older bundle: a directory or a tar
-        #[arg(value_name = "OLD")]
-        old: PathBuf,
-        /// The newer bundle
-        #[arg(value_name = "NEW")]
-        new: PathBuf,
-        /// Print the changes as JSON
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Debug, clap::Args)]
-pub struct BundleRmArgs {
-    /// The bundle's index digest, as `tender export` and `tender import` printed it
-    #[arg(value_name = "INDEX_DIGEST")]
-    pub index: tender_oci::Digest,
-    #[command(flatten)]
-    pub target: Target,
-    /// Say what would be retired and how much gc would free; change nothing
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Print the report as JSON
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Debug, clap::Args)]
 pub struct TagArgs {
     #[command(subcommand)]
     pub command: TagCommand,
@@ -169,7 +120,7 @@ pub fn run_import(args: ImportArgs) -> Result<ExitCode> {
         pin: !args.no_pin,
         expect_index,
         allow_public: args.allow_public,
-        identity: crate::inventory::local_identity(),
+        identity: crate::datadir::local_identity(),
         source: args.path.file_name().map(|n| n.to_string_lossy().into_owned()),
     };
     let t = &args.target;
@@ -325,53 +276,47 @@ fn pack(path: &Path, tx: tokio::sync::mpsc::Sender<io::Result<Bytes>>) -> io::Re
     }
 }
 
-pub fn run_bundle(args: BundleArgs) -> Result<ExitCode> {
-    match args.command {
-        BundleCommand::Rm(a) => crate::inventory::run_bundle_rm(&a.index, &a.target, a.dry_run, a.json),
-        BundleCommand::Diff { old, new, json } => crate::inventory::run_bundle_diff(&old, &new, json),
-        BundleCommand::Ls { path, json } => {
-            let l = tender_bundle::list::list(&path)
-                .map_err(|e| Failure::problem(format!("{}: not a readable bundle: {e}", path.display())))?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&l)?);
-                return Ok(ExitCode::SUCCESS);
-            }
-            let mut out = io::stdout().lock();
-            let _ = writeln!(out, "{:<64} {:<9} {:<24} {:>10}  DIGEST", "NAME", "KIND", "PLATFORMS", "SIZE");
-            for e in &l.entries {
-                let platforms = if e.platforms.is_empty() { "-".to_string() } else { e.platforms.join(",") };
-                let _ = writeln!(
-                    out,
-                    "{:<64} {:<9} {:<24} {:>10}  {}",
-                    e.name,
-                    e.kind,
-                    platforms,
-                    HumanBytes(e.bytes).to_string(),
-                    e.digest
-                );
-            }
-            if let Some(spec) = &l.spec {
-                let _ = writeln!(out, "spec (as exported with --spec):");
-                for line in spec.lines() {
-                    // The bundle's text: no control character reaches the terminal.
-                    let line: String =
-                        line.chars().map(|c| if c.is_control() && c != '\t' { '\u{fffd}' } else { c }).collect();
-                    let _ = writeln!(out, "  {line}");
-                }
-            }
-            let delta = l.delta_of.as_ref().map(|d| format!("; a delta on {d}")).unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "{} entr{}, {} blob(s), {}; index {}{delta}",
-                l.entries.len(),
-                if l.entries.len() == 1 { "y" } else { "ies" },
-                l.blobs,
-                HumanBytes(l.bytes),
-                l.index_digest
-            );
-            Ok(ExitCode::SUCCESS)
+/// `tender bundle ls`.
+pub fn run_bundle_ls(path: PathBuf, json: bool) -> Result<ExitCode> {
+    let l = tender_bundle::list::list(&path)
+        .map_err(|e| Failure::problem(format!("{}: not a readable bundle: {e}", path.display())))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&l)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut out = io::stdout().lock();
+    let _ = writeln!(out, "{:<64} {:<9} {:<24} {:>10}  DIGEST", "NAME", "KIND", "PLATFORMS", "SIZE");
+    for e in &l.entries {
+        let platforms = if e.platforms.is_empty() { "-".to_string() } else { e.platforms.join(",") };
+        let _ = writeln!(
+            out,
+            "{:<64} {:<9} {:<24} {:>10}  {}",
+            e.name,
+            e.kind,
+            platforms,
+            HumanBytes(e.bytes).to_string(),
+            e.digest
+        );
+    }
+    if let Some(spec) = &l.spec {
+        let _ = writeln!(out, "spec (as exported with --spec):");
+        for line in spec.lines() {
+            // The bundle's text: no control character reaches the terminal.
+            let line: String = line.chars().map(|c| if c.is_control() && c != '\t' { '\u{fffd}' } else { c }).collect();
+            let _ = writeln!(out, "  {line}");
         }
     }
+    let delta = l.delta_of.as_ref().map(|d| format!("; a delta on {d}")).unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "{} entr{}, {} blob(s), {}; index {}{delta}",
+        l.entries.len(),
+        if l.entries.len() == 1 { "y" } else { "ies" },
+        l.blobs,
+        HumanBytes(l.bytes),
+        l.index_digest
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn run_tag(args: TagArgs) -> Result<ExitCode> {

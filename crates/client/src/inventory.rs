@@ -16,6 +16,64 @@ use crate::exit::{Failure, Result};
 use crate::http::{join, parse_base_url, server_or_env, ClientArgs, ClientOptions};
 use crate::import::Target;
 
+#[derive(Debug, clap::Args)]
+pub struct BundleArgs {
+    #[command(subcommand)]
+    pub command: BundleCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BundleCommand {
+    /// List what a bundle holds: names, platforms, OS images, sizes
+    Ls {
+        /// The bundle: a directory or a tar
+        #[arg(value_name = "PATH")]
+        path: PathBuf,
+        /// Print the listing as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Retire an imported bundle: release its pins and the tags only it registered; the next
+    /// `tender gc` frees what no other bundle, pin or tag holds
+    Rm(Box<BundleRmArgs>),
+    /// What changed between two bundles, by name and by bytes
+    Diff {
+        /// The older bundle: a directory or a tar
+        #[arg(value_name = "OLD")]
+        old: PathBuf,
+        /// The newer bundle
+        #[arg(value_name = "NEW")]
+        new: PathBuf,
+        /// Print the changes as JSON
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BundleRmArgs {
+    /// The bundle's index digest, as `tender export` and `tender import` printed it
+    #[arg(value_name = "INDEX_DIGEST")]
+    pub index: tender_oci::Digest,
+    #[command(flatten)]
+    pub target: Target,
+    /// Say what would be retired and how much gc would free; change nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tender bundle ls|rm|diff`.
+pub fn run_bundle(args: BundleArgs) -> Result<ExitCode> {
+    match args.command {
+        BundleCommand::Ls { path, json } => crate::import::run_bundle_ls(path, json),
+        BundleCommand::Rm(a) => run_bundle_rm(&a.index, &a.target, a.dry_run, a.json),
+        BundleCommand::Diff { old, new, json } => run_bundle_diff(&old, &new, json),
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
     /// One line per image
@@ -33,16 +91,6 @@ pub struct ImagesArgs {
     /// How to print it
     #[arg(long, short = 'o', value_enum, default_value = "table")]
     pub output: Output,
-}
-
-/// Who runs a `--data` command, as an import record names it.
-pub fn local_identity() -> String {
-    let uid = rustix::process::getuid().as_raw();
-    let name = std::env::var("SUDO_USER").ok().filter(|u| !u.is_empty() && uid == 0);
-    match name.or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty())) {
-        Some(user) => format!("user {user} (uid {uid})"),
-        None => format!("uid {uid}"),
-    }
 }
 
 /// A stopped tender's store, read without its lock (a running one's is read as well: nothing

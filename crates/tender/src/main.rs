@@ -61,7 +61,7 @@ enum Command {
     /// Verify a bundle and register its images and OS images (tags authoritative) in a tender
     Import(Box<import::ImportArgs>),
     /// Bundles: ls, rm (retire an imported release), diff
-    Bundle(import::BundleArgs),
+    Bundle(inventory::BundleArgs),
     /// Tags: rm (an imported tag stops being authoritative; its pins are released)
     Tag(import::TagArgs),
     /// Every image this tender holds: name, platforms, size, pinned, source, last served, signature
@@ -106,7 +106,7 @@ fn main() -> ExitCode {
             client(export::run(*args))
         }
         Command::Import(args) => client(import::run_import(*args)),
-        Command::Bundle(args) => client(import::run_bundle(args)),
+        Command::Bundle(args) => client(inventory::run_bundle(args)),
         Command::Tag(args) => client(import::run_tag(args)),
         Command::Images(args) => client(inventory::run_images(args)),
         Command::Completions(args) => docs_cmd::completions(&args),
