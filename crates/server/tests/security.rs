@@ -638,3 +638,40 @@ async fn should_never_let_an_import_grant_a_private_image_to_a_public_route() {
         .unwrap();
     assert_eq!(r.bytes().await.unwrap(), layer);
 }
+
+/// Issue 35 (1): `GET /v2/_catalog` answers an authenticated client only, with the repositories
+/// tender holds a tag of, page by page (`n`, `last`, a `Link` to the next page).
+#[tokio::test]
+async fn should_list_the_catalog_only_to_authenticated_clients_page_by_page() {
+    let fake = FakeUpstream::start().await;
+    let tender = secured(&fake, auth_security(true)).await;
+    for repo in ["a/z", "a/x", "a/y"] {
+        tender
+            .store
+            .tag_put(&tender_store::TagRecord {
+                upstream: "ghcr.io".into(),
+                repository: repo.into(),
+                tag: "v1".into(),
+                digest: format!("sha256:{}", "ab".repeat(32)).parse().unwrap(),
+                media_type: "application/vnd.oci.image.manifest.v1+json".into(),
+                size: 10,
+                fetched_at: 1,
+                imported: true,
+            })
+            .unwrap();
+    }
+    let anonymous = client().get(tender.url("/v2/_catalog")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401, "anonymous pulls allowed, the catalog is not");
+    let page = client().get(tender.url("/v2/_catalog?n=2")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let link = page.headers()["link"].to_str().unwrap().to_string();
+    assert_eq!(link, "</v2/_catalog?n=2&last=ghcr.io%2Fa%2Fy>; rel=\"next\"");
+    let body: serde_json::Value = page.json().await.unwrap();
+    assert_eq!(body["repositories"], serde_json::json!(["ghcr.io/a/x", "ghcr.io/a/y"]));
+    let next =
+        client().get(tender.url("/v2/_catalog?n=2&last=ghcr.io%2Fa%2Fy")).bearer_auth(TOKEN).send().await.unwrap();
+    assert!(next.headers().get("link").is_none(), "the last page links nowhere");
+    let body: serde_json::Value = next.json().await.unwrap();
+    assert_eq!(body["repositories"], serde_json::json!(["ghcr.io/a/z"]));
+    assert_eq!(fake.requests(), 0, "the catalog asks no upstream");
+}
