@@ -307,16 +307,19 @@ fn print_gc(plan: &GcPlan, report: Option<&GcReport>, json: bool) -> Result<()> 
                 println!("would remove orphan {}", o.display());
             }
             println!(
-                "would free {} bytes from {} objects; store holds {} bytes",
+                "would free {} bytes from {} objects ({} of them, {} bytes, retired by bundle rm or tag rm); store holds {} bytes",
                 plan.evict_bytes,
                 plan.evict.len(),
+                plan.retired,
+                plan.retired_bytes,
                 plan.total_bytes
             );
         }
         Some(r) => println!(
-            "freed {} bytes: {} objects evicted, {} orphans removed; store holds {} bytes",
+            "freed {} bytes: {} objects evicted ({} retired), {} orphans removed; store holds {} bytes",
             r.freed_bytes,
             r.evicted,
+            plan.retired,
             r.orphans_removed,
             plan.total_bytes - r.freed_bytes
         ),
