@@ -301,8 +301,9 @@ fn import_through(url: &str, args: &ImportArgs, options: &ImportOptions) -> Resu
             .send()
             .await;
         let packed = packer.await.context("packing the bundle")?;
-        let resp = resp.map_err(|e| Failure::transient(format!("{target}: {e}")))?;
+        // A bundle that failed to read (a wrong part) explains the request it broke.
         packed.with_context(|| format!("reading {}", args.path.display()))?;
+        let resp = resp.map_err(|e| Failure::transient(format!("{target}: {e}")))?;
         let status = resp.status();
         let text = resp.text().await.map_err(|e| Failure::transient(format!("{target}: {e}")))?;
         let message = || {
