@@ -38,6 +38,7 @@ use tender_oci::{media, Algorithm, Digest, ImageRef, Reference, RepoName};
 use tender_store::{ImportEntry, ImportRecord, ManifestMeta, Store, StoreError, TagRecord, TrustRecord, BUNDLE_PIN};
 
 use crate::layout::{self, Descriptor, Document, INDEX_FILE, LAYOUT_FILE, MAX_DOCUMENT_BYTES};
+use crate::packing::{OnBytes, Packed};
 
 /// Where an image name is served from: the upstream a client's request for it routes to.
 pub trait Router {
@@ -1273,17 +1274,49 @@ pub fn import_tar(
     import_with(store, router, options, |intake| read_tar(reader, intake))
 }
 
-/// Import a bundle at `path`: a directory, or a tar file.
+/// Import a bundle at `path`: a directory, a tar file (zstd-compressed or not) or a part set
+/// ([`crate::packing::open`]).
 pub fn import_path(
     path: &Path,
     store: &Store,
     router: &dyn Router,
     options: &ImportOptions,
 ) -> Result<ImportReport, ImportError> {
-    if path.is_dir() {
-        import_dir(path, store, router, options)
-    } else {
-        let mut f = io::BufReader::with_capacity(1 << 20, File::open(path)?);
-        import_tar(&mut f, store, router, options)
+    let packed = crate::packing::open(path).map_err(opened)?;
+    import_packed(&packed, store, router, options, None)
+}
+
+/// A bundle that cannot be opened: a part set that is wrong or incomplete is refused.
+pub fn opened(e: io::Error) -> ImportError {
+    match e.kind() {
+        io::ErrorKind::InvalidData => refused(e.to_string()),
+        _ => ImportError::Io(e),
+    }
+}
+
+/// Import a bundle found by [`crate::packing::open`]; `progress` counts the bytes read from a
+/// tar file or the parts. A tar stream is read to its end before anything is registered, so
+/// every part is verified (and zstd's checksum checked) first; a failure that a wrong part
+/// explains is reported as that part's.
+pub fn import_packed(
+    packed: &Packed,
+    store: &Store,
+    router: &dyn Router,
+    options: &ImportOptions,
+    progress: Option<OnBytes>,
+) -> Result<ImportReport, ImportError> {
+    if packed.is_dir() {
+        return import_dir(packed.base(), store, router, options);
+    }
+    let mut reader = packed.tar_reader(progress)?;
+    let result = import_with(store, router, options, |intake| {
+        read_tar(&mut reader, intake)?;
+        io::copy(&mut reader, &mut io::sink())
+            .map_err(|e| refused(format!("the tar is truncated or damaged after its end: {e}")))?;
+        Ok(())
+    });
+    match result {
+        Err(e) => Err(reader.diagnose().map_or(e, refused)),
+        ok => ok,
     }
 }

@@ -1,4 +1,4 @@
-//! `tender bundle ls`: what a bundle holds, read from the bundle alone (nothing verified or
+//! `tender bundle ls`: what a bundle holds (a directory, a tar, compressed or split), read from the bundle alone (nothing verified or
 //! stored; `tender import` does that).
 
 use std::collections::{HashMap, HashSet};
@@ -91,7 +91,8 @@ fn open_regular(path: &Path) -> io::Result<File> {
 
 fn read_contents(path: &Path) -> io::Result<(Vec<u8>, Contents)> {
     let mut sizes = HashMap::new();
-    if path.is_dir() {
+    let packed = crate::packing::open(path)?;
+    if packed.is_dir() {
         let mut index = Vec::new();
         open_regular(&path.join(INDEX_FILE))?.take(MAX_DOCUMENT_BYTES).read_to_end(&mut index)?;
         for alg in fs::read_dir(path.join("blobs"))? {
@@ -112,7 +113,7 @@ fn read_contents(path: &Path) -> io::Result<(Vec<u8>, Contents)> {
     let mut kept = HashMap::new();
     let mut kept_bytes = 0u64;
     let mut index = None;
-    let mut archive = tar::Archive::new(io::BufReader::new(File::open(path)?));
+    let mut archive = tar::Archive::new(packed.tar_reader(None)?);
     for entry in archive.entries()? {
         let mut entry = entry?;
         let name = entry.path()?.to_string_lossy().into_owned();

@@ -1,6 +1,7 @@
-//! Writing a bundle: a directory, or one tar file when the path ends in `.tar`. Everything goes
-//! to `<path>.partial` first and is renamed into place only when the index is written, so a
-//! bundle that exists is complete.
+//! Writing a bundle: a directory, or one tar file when the path ends in `.tar`, compressed or
+//! split into parts as [`Packing`] says. Everything goes to `<path>.partial` (parts:
+//! `<path>.partial.000`, …) first and is renamed into place only when the index is written, so
+//! a bundle that exists is complete.
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use tender_oci::{Algorithm, Digest};
 
 use crate::layout::{self, Document, INDEX_FILE, LAYOUT_FILE};
+use crate::packing::{self, OnBytes, Packing, Sink, Sunk};
 
 /// Where the bytes go.
 enum Out {
@@ -20,8 +22,9 @@ enum Out {
         unsynced: Vec<PathBuf>,
     },
     Tar {
-        builder: tar::Builder<BufWriter<File>>,
+        builder: Box<tar::Builder<BufWriter<Sink>>>,
         partial: PathBuf,
+        packing: Packing,
     },
 }
 
@@ -44,6 +47,8 @@ pub struct BundleWriter {
     skip: HashSet<Digest>,
     written: HashSet<Digest>,
     summary: Written,
+    /// A directory bundle's progress (a tar counts in its [`Sink`]).
+    progress: Option<OnBytes>,
 }
 
 /// Whether `path` names a tar bundle.
@@ -77,13 +82,33 @@ impl Read for Hashing<'_> {
     }
 }
 
+/// The paths a bundle written at `dest` with `packing` occupies: `dest`, or a part set's
+/// manifest and first part.
+pub fn occupied(dest: &Path, packing: Packing) -> Vec<PathBuf> {
+    match packing.split {
+        Some(_) => vec![
+            dest.to_path_buf(),
+            packing::with_suffix(dest, packing::PARTS_SUFFIX),
+            packing::with_suffix(dest, ".000"),
+        ],
+        None => vec![dest.to_path_buf()],
+    }
+}
+
 impl BundleWriter {
-    /// Start a bundle at `dest` (which must not exist). `skip`: blobs to leave out (`--since`).
+    /// Start a bundle at `dest` (which must not exist): a directory, or a tar when the name
+    /// ends in `.tar` (`.tar.zst`: compressed). `skip`: blobs to leave out (`--since`).
     pub fn create(dest: &Path, skip: HashSet<Digest>) -> io::Result<BundleWriter> {
-        if fs::symlink_metadata(dest).is_ok() {
+        BundleWriter::create_packed(dest, skip, Packing::for_name(dest))
+    }
+
+    /// Start a bundle at `dest` packed as `packing` says: compressed or split, it is a tar
+    /// whatever its name; a split of less than [`packing::MIN_PART`] is `InvalidInput`.
+    pub fn create_packed(dest: &Path, skip: HashSet<Digest>, packing: Packing) -> io::Result<BundleWriter> {
+        if let Some(taken) = occupied(dest, packing).into_iter().find(|p| fs::symlink_metadata(p).is_ok()) {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
-                format!("{} exists; name a new path", dest.display()),
+                format!("{} exists; name a new path", taken.display()),
             ));
         }
         let partial = partial_path(dest);
@@ -92,16 +117,18 @@ impl BundleWriter {
         } else if partial.exists() {
             fs::remove_file(&partial)?;
         }
-        let out = if is_tar(dest) {
-            let file = File::create(&partial)?;
-            let mut builder = tar::Builder::new(BufWriter::with_capacity(1 << 20, file));
+        packing::remove_partial_parts(&partial)?;
+        let out = if packing.is_stream(dest) {
+            let sink = Sink::create(&partial, dest, packing)?;
+            let mut builder = Box::new(tar::Builder::new(BufWriter::with_capacity(1 << 20, sink)));
             builder.mode(tar::HeaderMode::Deterministic);
             let mut w = BundleWriter {
-                out: Out::Tar { builder, partial },
+                out: Out::Tar { builder, partial, packing },
                 dest: dest.to_path_buf(),
                 skip,
                 written: HashSet::new(),
                 summary: Written::default(),
+                progress: None,
             };
             w.put_member(LAYOUT_FILE, &layout::layout_file())?;
             return Ok(w);
@@ -109,7 +136,23 @@ impl BundleWriter {
             fs::create_dir_all(partial.join("blobs"))?;
             Out::Dir { partial, unsynced: Vec::new() }
         };
-        Ok(BundleWriter { out, dest: dest.to_path_buf(), skip, written: HashSet::new(), summary: Written::default() })
+        Ok(BundleWriter {
+            out,
+            dest: dest.to_path_buf(),
+            skip,
+            written: HashSet::new(),
+            summary: Written::default(),
+            progress: None,
+        })
+    }
+
+    /// Count the bytes put into the bundle (a tar's as they are written, before compression;
+    /// a directory's blob by blob).
+    pub fn on_progress(&mut self, progress: OnBytes) {
+        match &mut self.out {
+            Out::Tar { builder, .. } => builder.get_mut().get_mut().set_progress(progress),
+            Out::Dir { .. } => self.progress = Some(progress),
+        }
     }
 
     /// Whether the bundle still needs `digest` (not written yet, not in the older bundle).
@@ -137,6 +180,9 @@ impl BundleWriter {
     }
 
     fn note(&mut self, digest: &Digest, len: u64) {
+        if let Some(p) = &self.progress {
+            p(len);
+        }
         self.written.insert(*digest);
         self.summary.blobs += 1;
         self.summary.bytes += len;
@@ -236,14 +282,21 @@ impl BundleWriter {
         let bytes = serde_json::to_vec_pretty(index).map_err(io::Error::other)?;
         self.summary.index_digest = Some(Algorithm::Sha256.digest(&bytes));
         match self.out {
-            Out::Tar { mut builder, partial } => {
+            Out::Tar { mut builder, partial, packing } => {
                 let mut header = member_header(bytes.len() as u64);
                 builder.append_data(&mut header, INDEX_FILE, bytes.as_slice())?;
-                let mut w = builder.into_inner()?;
+                let mut w = (*builder).into_inner()?;
                 w.flush()?;
-                let file = w.into_inner().map_err(|e| e.into_error())?;
-                file.sync_all()?;
-                fs::rename(&partial, &self.dest)?;
+                let sink = w.into_inner().map_err(|e| e.into_error())?;
+                match sink.finish(&partial)? {
+                    Sunk::File(file) => fs::rename(&file, &self.dest)?,
+                    Sunk::Parts(parts) => packing::place_parts(
+                        &self.dest,
+                        packing.compress.kind(),
+                        parts,
+                        self.summary.index_digest.as_ref(),
+                    )?,
+                }
             }
             Out::Dir { ref partial, .. } => {
                 let partial = partial.clone();
@@ -279,11 +332,12 @@ fn member_header(size: u64) -> tar::Header {
     h
 }
 
-/// The blobs a bundle holds (directory or tar), for `--since`: read from its file names (a tar
-/// is read through, its contents skipped).
+/// The blobs a bundle holds (directory, tar, compressed tar or part set), for `--since`: read
+/// from its file names (a tar is read through, its contents skipped).
 pub fn blobs_of(path: &Path) -> io::Result<HashSet<Digest>> {
     let mut out = HashSet::new();
-    if path.is_dir() {
+    let packed = packing::open(path)?;
+    if packed.is_dir() {
         for alg in fs::read_dir(path.join("blobs"))? {
             let alg = alg?;
             let Some(a) = alg.file_name().to_str().map(str::to_string) else { continue };
@@ -299,7 +353,7 @@ pub fn blobs_of(path: &Path) -> io::Result<HashSet<Digest>> {
         }
         return Ok(out);
     }
-    let mut archive = tar::Archive::new(io::BufReader::new(File::open(path)?));
+    let mut archive = tar::Archive::new(packed.tar_reader(None)?);
     for entry in archive.entries()? {
         let entry = entry?;
         let name = entry.path()?.to_string_lossy().into_owned();

@@ -153,6 +153,53 @@ mod tests {
         assert!(verify(&bundle, &public).unwrap_err().to_string().contains("is not a signature"));
     }
 
+    /// Issue 35 (3): a split, compressed bundle is signed under its name `PATH`; the signature
+    /// is found from the manifest, the first part or `PATH`, and the import accepts only the
+    /// index it signs.
+    #[test]
+    fn should_verify_a_signed_part_set_from_any_of_its_names() {
+        use tender_bundle::packing::{self, Compress, Packing, MIN_PART};
+        let dir = tempfile::tempdir().unwrap();
+        let (key, public) = keys(dir.path(), "site");
+        let bundle = dir.path().join("r.tar.zst");
+        let packing = Packing { compress: Compress::Zstd, split: Some(MIN_PART) };
+        let mut w = tender_bundle::BundleWriter::create_packed(&bundle, Default::default(), packing).unwrap();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let noise: Vec<u8> = (0..(3 << 20))
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        w.add_bytes(&tender_oci::Algorithm::Sha256.digest(&noise), &noise).unwrap();
+        let index = w.finish(&tender_bundle::Document::index(vec![], Default::default())).unwrap();
+        let index = index.index_digest.unwrap();
+        SigningKey::load(&key).unwrap().sign(&bundle, &index).unwrap();
+        for name in ["r.tar.zst.parts.json", "r.tar.zst.000", "r.tar.zst"] {
+            let packed = packing::open(&dir.path().join(name)).unwrap();
+            assert_eq!(packed.base(), bundle.as_path(), "{name}");
+            assert_eq!(verify(packed.base(), &public).unwrap(), index, "{name}");
+        }
+
+        struct NoUpstream;
+        impl tender_bundle::Router for NoUpstream {
+            fn route(&self, _: &tender_oci::ImageRef) -> std::result::Result<(String, tender_oci::RepoName), String> {
+                Err("none".into())
+            }
+        }
+        let store = tender_store::Store::open(&dir.path().join("data"), tender_store::OpenMode::Exclusive).unwrap();
+        let packed = packing::open(&bundle).unwrap();
+        let other = tender_oci::Algorithm::Sha256.digest(b"another index");
+        let wrong = tender_bundle::ImportOptions { expect_index: Some(other), ..Default::default() };
+        let e = tender_bundle::import_packed(&packed, &store, &NoUpstream, &wrong, None).unwrap_err();
+        assert!(e.to_string().contains("not the expected"), "{e}");
+        let right = tender_bundle::ImportOptions { expect_index: Some(index), ..Default::default() };
+        let r = tender_bundle::import_packed(&packed, &store, &NoUpstream, &right, None).unwrap();
+        assert_eq!(r.index_digest, index.to_string());
+    }
+
     #[test]
     fn should_refuse_a_public_key_as_the_signing_key() {
         let dir = tempfile::tempdir().unwrap();

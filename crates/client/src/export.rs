@@ -9,6 +9,7 @@
 //! or the tag schemes (`sha256-<hex>`, cosign's `.sig` / `.att`) come along. An OS image is an
 //! OCI artifact (one layer, the asset) carrying its Image Factory path and its trust digest.
 //! `--since OLD` leaves out the blobs OLD holds: a delta, importable on top of OLD.
+//! `--compress zstd` and `--split SIZE` pack the tar for media ([`tender_bundle::packing`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::io;
@@ -20,6 +21,7 @@ use futures::TryStreamExt as _;
 use indicatif::HumanBytes;
 use reqwest::StatusCode;
 use tender_bundle::layout::{self, Descriptor, Document};
+use tender_bundle::packing::{self, Compress, Packing};
 use tender_bundle::BundleWriter;
 use tender_catalog::asset::AssetPath;
 use tender_fetch::mirror::ListingKind;
@@ -50,9 +52,78 @@ pub struct ExportArgs {
     /// Helm charts), added to the selection and kept in the bundle's index.json
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
+    /// Compress the bundle as one tar (zstd: multi-threaded, level 3); an --out ending in
+    /// .tar.zst is compressed without it
+    #[arg(long, value_enum, value_name = "ALGORITHM")]
+    pub compress: Option<CompressArg>,
+    /// Split the tar into parts of at most SIZE (e.g. 4GiB; at least 1MiB): PATH.000, PATH.001,
+    /// … and PATH.parts.json, their sizes and sha256
+    #[arg(long, value_name = "SIZE", value_parser = parse_split)]
+    pub split: Option<u64>,
     /// What to export: exactly `tender prefetch`'s selection and options
     #[command(flatten)]
     pub select: PrefetchArgs,
+}
+
+/// `--compress`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompressArg {
+    /// No compression (a plain tar or directory)
+    None,
+    /// zstd, multi-threaded
+    Zstd,
+}
+
+/// `--split SIZE`: a size of at least [`packing::MIN_PART`].
+fn parse_split(s: &str) -> std::result::Result<u64, String> {
+    let n = tender_config::parse_size(s).ok_or_else(|| format!("{s:?} is not a size; write it like 4GiB or 700MiB"))?;
+    if n < packing::MIN_PART {
+        return Err(format!("{s} is smaller than a part may be (1MiB); write it like 4GiB"));
+    }
+    Ok(n)
+}
+
+/// How `--out`, `--compress` and `--split` pack the bundle.
+fn packing_of(args: &ExportArgs) -> Result<Packing> {
+    let named = packing::compress_of_name(&args.out);
+    let compress = match args.compress {
+        None => named,
+        Some(CompressArg::Zstd) => Compress::Zstd,
+        Some(CompressArg::None) if named == Compress::Zstd => {
+            return Err(Failure::usage(format!(
+                "--out {} names a compressed tar, and --compress none asks for none; drop the .zst or the flag",
+                args.out.display()
+            )));
+        }
+        Some(CompressArg::None) => Compress::None,
+    };
+    Ok(Packing { compress, split: args.split })
+}
+
+/// Bytes the bundle will hold, as far as the walk knows them (referrers are found later).
+fn bytes_to_write(outcomes: &[(Item, std::result::Result<prefetch::Done, Failed>)], skip: &HashSet<Digest>) -> u64 {
+    let mut seen = HashSet::new();
+    let mut total = 0u64;
+    for (item, outcome) in outcomes {
+        let Ok(done) = outcome else { continue };
+        match (item, &done.graph) {
+            (Item::Image(_), Some(graph)) => {
+                for m in std::iter::once(&graph.top).chain(graph.children.iter()) {
+                    if seen.insert(m.digest) {
+                        total += m.bytes.len() as u64;
+                    }
+                }
+                for b in &graph.blobs {
+                    if !skip.contains(&b.digest) && seen.insert(b.digest) {
+                        total += b.size;
+                    }
+                }
+            }
+            (Item::OsImage(_), _) => total += done.bytes,
+            _ => {}
+        }
+    }
+    total
 }
 
 /// Deepest nesting of referrer indexes followed.
@@ -75,8 +146,15 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    if std::fs::symlink_metadata(&args.out).is_ok() {
-        return Err(Failure::usage(format!("--out {}: exists; name a new path", args.out.display())));
+    let packing = packing_of(&args)?;
+    for taken in tender_bundle::write::occupied(&args.out, packing) {
+        if std::fs::symlink_metadata(&taken).is_ok() {
+            return Err(Failure::usage(format!(
+                "--out {}: {} exists; name a new path",
+                args.out.display(),
+                taken.display()
+            )));
+        }
     }
     let (skip, since_digest) = match &args.since {
         Some(old) => {
@@ -99,8 +177,19 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
     let show = Show::choose(args.select.quiet);
     let totals = Totals::new("export", None);
     let progress = Progress::new(None, "bundle".into(), show, totals);
-    let mut writer =
-        BundleWriter::create(&args.out, skip).with_context(|| format!("creating the bundle {}", args.out.display()))?;
+    let multi = show.multi();
+    let writing = Totals::new("export: writing", multi.as_ref());
+    writing.set_prefix("writing");
+    writing.add_bytes_known(bytes_to_write(&outcomes, &skip));
+    if show == Show::Lines {
+        writing.spawn_ticker(args.select.progress_interval);
+    }
+    let mut writer = BundleWriter::create_packed(&args.out, skip, packing)
+        .with_context(|| format!("creating the bundle {}", args.out.display()))?;
+    if show != Show::Quiet {
+        let w = writing.clone();
+        writer.on_progress(std::sync::Arc::new(move |n| w.add_bytes_done(n)));
+    }
     let mut entries = Vec::new();
     let mut counts = Counts::default();
     for (item, outcome) in &outcomes {
@@ -168,9 +257,9 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
     if let Some(text) = spec {
         annotations.insert(layout::SPEC.to_string(), text);
     }
-    let written = writer
-        .finish(&Document::index(entries, annotations))
-        .with_context(|| format!("finishing the bundle {}", args.out.display()))?;
+    let written = writer.finish(&Document::index(entries, annotations));
+    writing.finish(show);
+    let written = written.with_context(|| format!("finishing the bundle {}", args.out.display()))?;
     let delta = match (&args.since, &since_digest, &args.since_digests) {
         (Some(old), Some(d), _) => {
             format!("; a delta on {} ({d}): {} blob(s) it holds left out", old.display(), written.skipped)
@@ -182,7 +271,7 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
     };
     println!(
         "export: wrote {}: {} image(s), {} referrer(s), {} OS image(s); {} blob(s), {}{delta}",
-        args.out.display(),
+        written_where(&args.out, packing),
         counts.images,
         counts.referrers,
         counts.assets,
@@ -224,6 +313,16 @@ fn read_have_list(path: &std::path::Path) -> Result<HashSet<Digest>> {
         out.insert(d);
     }
     Ok(out)
+}
+
+/// What `--out` became: the path, or a part set's manifest and parts.
+fn written_where(out: &std::path::Path, packing: Packing) -> String {
+    let Some(_) = packing.split else { return out.display().to_string() };
+    let manifest = tender_bundle::write::occupied(out, packing).into_iter().nth(1).unwrap_or_default();
+    match packing::open(&manifest) {
+        Ok(p) => format!("{} ({}, {})", manifest.display(), p.describe(), HumanBytes(p.input_len())),
+        Err(_) => manifest.display().to_string(),
+    }
 }
 
 /// Copy one blob into the bundle: from the store (verified when it was committed), or through

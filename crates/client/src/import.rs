@@ -3,7 +3,8 @@
 //! `import` verifies a bundle with tender-bundle's rules (every blob hashed, every reference
 //! resolved, names routed) and only then registers its tags, trust records and pins: into the
 //! data directory of a stopped tender (`--data`), or through a running one
-//! (`--server`, `POST /api/v1/admin/import`, a directory streamed as a tar).
+//! (`--server`, `POST /api/v1/admin/import`, a directory streamed as a tar; a compressed tar
+//! or a part set decompressed and joined on the way, every part verified).
 
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
@@ -13,16 +14,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use indicatif::HumanBytes;
+use tender_bundle::packing::{OnBytes, Packed};
 use tender_bundle::{ImportError, ImportOptions, ImportReport};
 use tender_store::{OpenMode, Store};
 
 use crate::exit::{Context as _, Failure, Result};
 use crate::http::{join, parse_base_url, server_or_env, ClientArgs, ClientOptions};
+use crate::progress::{Show, Totals};
 
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {
     /// The bundle: an OCI image layout directory, or a tar of one (tender export, skopeo
-    /// copy oci:, Talos' image cache)
+    /// copy oci:, Talos' image cache), zstd-compressed or not, or a part set (PATH.parts.json,
+    /// its first part PATH.000, or PATH)
     #[arg(value_name = "PATH")]
     pub path: PathBuf,
     #[command(flatten)]
@@ -98,14 +102,66 @@ fn open_local(data: &Path, cfg: Option<&Path>) -> Result<Arc<tender_fetch::Mirro
     crate::local::mirror(&settings, Arc::new(store))
 }
 
-pub fn run_import(args: ImportArgs) -> Result<ExitCode> {
-    if !args.path.exists() {
-        return Err(Failure::usage(format!("{}: no such bundle", args.path.display())));
+/// Find the bundle at `path` (a part set's parts all there, of their sizes).
+fn open_bundle(path: &Path) -> Result<Packed> {
+    tender_bundle::packing::open(path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => Failure::usage(format!("{}: no such bundle", path.display())),
+        io::ErrorKind::InvalidData => Failure::problem(format!("bundle refused: {e}")),
+        _ => Failure::problem(format!("{}: {e}", path.display())),
+    })
+}
+
+/// How often plain progress lines are printed while a bundle is read.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// Progress of reading a tar bundle (not a directory) from its media: a bar with bytes, rate
+/// and ETA on a terminal, a plain line every [`PROGRESS_EVERY`] otherwise.
+struct Reading {
+    totals: Arc<Totals>,
+    show: Show,
+    _multi: Option<indicatif::MultiProgress>,
+}
+
+impl Reading {
+    fn start(packed: &Packed) -> Option<Reading> {
+        let show = Show::choose(false);
+        if packed.is_dir() || show == Show::Quiet {
+            return None;
+        }
+        let multi = show.multi();
+        let totals = Totals::new("import: reading", multi.as_ref());
+        totals.set_prefix("reading");
+        totals.add_bytes_known(packed.input_len());
+        if show == Show::Lines {
+            eprintln!(
+                "import: reading {} ({}, {})",
+                packed.base().display(),
+                packed.describe(),
+                HumanBytes(packed.input_len())
+            );
+            totals.spawn_ticker(PROGRESS_EVERY);
+        }
+        Some(Reading { totals, show, _multi: multi })
     }
+
+    fn on_bytes(&self) -> OnBytes {
+        let t = self.totals.clone();
+        Arc::new(move |n| t.add_bytes_done(n))
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.totals.finish(self.show);
+    }
+}
+
+pub fn run_import(args: ImportArgs) -> Result<ExitCode> {
+    let packed = open_bundle(&args.path)?;
     // A signed bundle: its signature first, before any of it is read.
     let mut expect_index = args.expect_index;
     if let Some(key) = &args.verify_key {
-        let signed = crate::bundlesig::verify(&args.path, key)?;
+        let signed = crate::bundlesig::verify(packed.base(), key)?;
         if expect_index.is_some_and(|want| want != signed) {
             return Err(Failure::problem(format!(
                 "bundle refused: it is signed for index {signed}, not the expected {}",
@@ -138,7 +194,12 @@ pub fn run_import(args: ImportArgs) -> Result<ExitCode> {
                 .build()?
                 .block_on(async { open_local(data, t.config.as_deref()) })?;
             let store = mirror.flights().store().clone();
-            match tender_bundle::import_path(&args.path, &store, &tender_server::import::Routes(&mirror), &options) {
+            let reading = Reading::start(&packed);
+            let on_bytes = reading.as_ref().map(Reading::on_bytes);
+            let routes = tender_server::import::Routes(&mirror);
+            let imported = tender_bundle::import_packed(&packed, &store, &routes, &options, on_bytes);
+            drop(reading);
+            match imported {
                 Ok(r) => r,
                 Err(e @ (ImportError::Refused(_) | ImportError::TooLarge(_))) => {
                     return Err(Failure::problem(e.to_string()))
@@ -223,8 +284,9 @@ fn import_through(url: &str, args: &ImportArgs, options: &ImportOptions) -> Resu
             .send()
             .await;
         let packed = packer.await.context("packing the bundle")?;
-        let resp = resp.map_err(|e| Failure::transient(format!("{target}: {e}")))?;
+        // A bundle that failed to read (a wrong part) explains the request it broke.
         packed.with_context(|| format!("reading {}", args.path.display()))?;
+        let resp = resp.map_err(|e| Failure::transient(format!("{target}: {e}")))?;
         let status = resp.status();
         let text = resp.text().await.map_err(|e| Failure::transient(format!("{target}: {e}")))?;
         let message = || {
@@ -263,6 +325,7 @@ fn pack(path: &Path, tx: tokio::sync::mpsc::Sender<io::Result<Bytes>>) -> io::Re
             Ok(())
         }
     }
+    let error_tx = tx.clone();
     let out = io::BufWriter::with_capacity(1 << 20, Chunks(tx));
     if path.is_dir() {
         let mut builder = tar::Builder::new(out);
@@ -270,8 +333,21 @@ fn pack(path: &Path, tx: tokio::sync::mpsc::Sender<io::Result<Bytes>>) -> io::Re
         builder.append_dir_all(".", path)?;
         builder.into_inner()?.flush()
     } else {
+        // a tar as it is; a compressed tar or a part set as the plain tar, every part verified
+        // before the tar's last bytes go out
         let mut out = out;
-        io::copy(&mut std::fs::File::open(path)?, &mut out)?;
+        let copied = tender_bundle::packing::open(path).and_then(|packed| {
+            let reading = Reading::start(&packed);
+            let mut reader = packed.tar_reader(reading.as_ref().map(Reading::on_bytes))?;
+            io::copy(&mut reader, &mut out)
+        });
+        if let Err(e) = copied {
+            // The body must end in an error, not cleanly: a tar cut at a member's end reads as
+            // complete to the server. (What is still buffered is dropped, not sent after it.)
+            drop(out.into_parts());
+            let _ = error_tx.blocking_send(Err(io::Error::new(e.kind(), e.to_string())));
+            return Err(e);
+        }
         out.flush()
     }
 }
@@ -401,4 +477,68 @@ fn tag_verdict(missing: usize) -> Result<ExitCode> {
         return Err(Failure::problem(format!("{missing} tag(s) had no record")));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+    use super::*;
+    use tender_bundle::packing::{Compress, Packing, MIN_PART};
+
+    fn bundle(path: &Path, packing: Packing) {
+        let mut w = tender_bundle::BundleWriter::create_packed(path, Default::default(), packing).unwrap();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let noise: Vec<u8> = (0..(3 << 20))
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        w.add_bytes(&tender_oci::Algorithm::Sha256.digest(&noise), &noise).unwrap();
+        w.finish(&tender_bundle::Document::index(vec![], Default::default())).unwrap();
+    }
+
+    /// What `pack` sends: the body's chunks, and whether it ended in an error.
+    fn packed(path: &Path) -> (Vec<u8>, Option<String>) {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<io::Result<Bytes>>(8);
+        let path = path.to_path_buf();
+        let packer = std::thread::spawn(move || pack(&path, tx));
+        let (mut body, mut error) = (Vec::new(), None);
+        while let Some(item) = rx.blocking_recv() {
+            match item {
+                Ok(b) => body.extend_from_slice(&b),
+                Err(e) => error = Some(e.to_string()),
+            }
+        }
+        let _ = packer.join().unwrap();
+        (body, error)
+    }
+
+    /// `import --server` streams a split, compressed bundle as the plain tar; a wrong last part
+    /// ends the body in an error before the tar's end went out.
+    #[test]
+    fn should_stream_a_part_set_as_the_plain_tar_and_fail_the_body_on_a_wrong_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain.tar");
+        bundle(&plain, Packing::default());
+        let split = dir.path().join("r.tar.zst");
+        bundle(&split, Packing { compress: Compress::Zstd, split: Some(MIN_PART) });
+        let (body, error) = packed(&split);
+        assert_eq!(error, None);
+        let want = std::fs::read(&plain).unwrap();
+        assert!(body == want, "{} bytes sent, the plain tar is {}", body.len(), want.len());
+
+        let set = tender_bundle::packing::open(&split).unwrap();
+        let last = dir.path().join(format!("r.tar.zst.{:03}", set.input_len() / MIN_PART));
+        let mut bytes = std::fs::read(&last).unwrap();
+        let end = bytes.len() - 1;
+        bytes[end] ^= 1;
+        std::fs::write(&last, bytes).unwrap();
+        let (body, error) = packed(&split);
+        let error = error.expect("the body ends in an error");
+        assert!(error.contains(&last.file_name().unwrap().to_string_lossy().to_string()), "{error}");
+        assert!(body.len() + 1024 <= want.len(), "{} of {} bytes sent", body.len(), want.len());
+    }
 }

@@ -26,7 +26,7 @@ pub struct BundleArgs {
 pub enum BundleCommand {
     /// List what a bundle holds: names, platforms, OS images, sizes
     Ls {
-        /// The bundle: a directory or a tar
+        /// The bundle: a directory, a tar (zstd-compressed or not) or a part set
         #[arg(value_name = "PATH")]
         path: PathBuf,
         /// Print the listing as JSON

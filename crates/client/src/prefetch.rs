@@ -371,7 +371,7 @@ impl Failed {
 pub(crate) struct Done {
     /// Manifests and blobs (or the OS image) now in the cache.
     objects: usize,
-    bytes: u64,
+    pub(crate) bytes: u64,
     /// Of those, already stored before this run (known with --data only).
     already: usize,
     pub(crate) platforms: Vec<String>,

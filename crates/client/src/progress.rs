@@ -112,7 +112,23 @@ impl Totals {
         }
     }
 
+    /// The bar's label (`total` unless set).
+    pub fn set_prefix(&self, prefix: &'static str) {
+        if let Some(b) = &self.bar {
+            b.set_prefix(prefix);
+        }
+    }
+
+    /// Object counts, when any are known (a run of bytes only has none).
+    fn objects(&self) -> Option<String> {
+        let known = self.objects_known.load(Ordering::Relaxed);
+        (known > 0).then(|| format!("{}/{known} objects", self.objects_done.load(Ordering::Relaxed)))
+    }
+
     fn redraw(&self) {
+        if self.objects_known.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         if let Some(b) = &self.bar {
             b.set_message(format!(
                 "{}/{} objects",
@@ -133,11 +149,10 @@ impl Totals {
         } else {
             String::new()
         };
+        let objects = self.objects().map(|o| format!("{o}, ")).unwrap_or_default();
         format!(
-            "{}: {}/{} objects, {} of {}, {}/s{eta}",
+            "{}: {objects}{} of {}, {}/s{eta}",
             self.what,
-            self.objects_done.load(Ordering::Relaxed),
-            self.objects_known.load(Ordering::Relaxed),
             HumanBytes(done),
             HumanBytes(known),
             HumanBytes(rate as u64),
