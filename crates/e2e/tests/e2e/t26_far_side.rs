@@ -1,5 +1,6 @@
 //! Issue 35, "done when": the far side of an air gap for years. A connected tender in front of
-//! docker-registry exports release A (the kubelet index and the installer), signed; the
+//! docker-registry exports release A (the kubelet index and the installer), compressed, split
+//! into parts and signed; the
 //! offline tender imports it through its admin endpoint and shows what it holds (`tender
 //! images`, `/api/v1/imports`); skopeo lists the imported tags although the upstream is
 //! offline. The far side writes its have-list, the near side exports release B (the kubelet
@@ -122,8 +123,10 @@ fn should_run_the_far_side_import_inventory_list_delta_retire_and_free() {
     // Release A, declared in a spec kept in the bundle.
     let spec = bed.path("release-a.yaml");
     std::fs::write(&spec, format!("kind: Bundle\nname: release-a\nimages:\n  - {KUBELET}\n  - {INSTALLER}\n")).unwrap();
-    let a = bed.path("release-a.tar");
-    let out = export(&a, &["--spec", spec.to_str().unwrap()]);
+    // Sized for media: compressed, in parts of 1 MiB, signed.
+    let a = bed.path("release-a");
+    let out = export(&a, &["--spec", spec.to_str().unwrap(), "--compress", "zstd", "--split", "1MiB"]);
+    assert!(bed.path("release-a.parts.json").is_file() && bed.path("release-a.001").is_file(), "{out}");
     let a_index = out.lines().find_map(|l| l.strip_prefix("index: ")).expect("export prints the index").to_string();
     let ls = ok(&["bundle", "ls", a.to_str().unwrap()]);
     assert!(ls.contains("name: release-a"), "bundle ls shows the spec: {ls}");
