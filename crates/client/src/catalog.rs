@@ -132,7 +132,7 @@ pub fn run(args: CatalogArgs, init_logging: InitLogging) -> Result<ExitCode> {
 // ---- helpers ----
 
 fn open_exclusive(settings: &Settings, what: &str) -> Result<Store> {
-    crate::datadir::own_files();
+    crate::datadir::own_files(&settings.data)?;
     let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| match e {
         StoreError::Locked { dir, holder } => {
             Failure::problem(format!("data directory {} is held by a running tender{holder}; {what}", dir.display()))
@@ -147,7 +147,7 @@ fn open_exclusive(settings: &Settings, what: &str) -> Result<Store> {
 
 fn require_data_dir(settings: &Settings) -> Result<()> {
     if settings.data.join("tender-data.json").exists() {
-        Ok(())
+        crate::datadir::require_owner(&settings.data)
     } else {
         Err(Failure::usage(format!("{} is not a tender data directory; check --data", settings.data.display())))
     }

@@ -111,7 +111,7 @@ pub struct TagRmArgs {
 fn open_local(data: &Path, cfg: Option<&Path>) -> Result<Arc<tender_fetch::Mirror>> {
     let settings = crate::local::settings(cfg, Some(data.to_path_buf()))?;
     crate::datadir::check(&settings.data).map_err(Failure::problem)?;
-    crate::datadir::own_files();
+    crate::datadir::own_files(&settings.data)?;
     let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
     crate::datadir::close_logged(&settings.data, &settings.catalog);
     crate::local::mirror(&settings, Arc::new(store))

@@ -111,7 +111,7 @@ fn open(dir: &std::path::Path, mode: OpenMode) -> Result<Store> {
     if !dir.join("tender-data.json").exists() {
         return Err(Failure::usage(format!("{} is not a tender data directory; check --data", dir.display())));
     }
-    crate::datadir::own_files();
+    crate::datadir::own_files(dir)?;
     Store::open(dir, mode).map_err(|e| Failure::problem(e.to_string()))
 }
 

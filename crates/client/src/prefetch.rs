@@ -923,7 +923,7 @@ async fn warm(
 fn local_backend(args: &PrefetchArgs) -> Result<Backend> {
     let settings = crate::local::settings(args.config.as_deref(), args.data.clone())?;
     crate::datadir::check(&settings.data).map_err(Failure::problem)?;
-    crate::datadir::own_files();
+    crate::datadir::own_files(&settings.data)?;
     let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
     for p in crate::datadir::close(&settings.data, &crate::datadir::golden_dirs(&settings.catalog)) {
         eprintln!("tender: warning: {p}");

@@ -72,6 +72,7 @@ pub fn run(args: StatsArgs) -> Result<ExitCode> {
             if !dir.join("tender-data.json").exists() {
                 return Err(Failure::usage(format!("{} is not a tender data directory; check --data", dir.display())));
             }
+            crate::datadir::require_owner(&dir)?;
             let served = tender_server::served::Served::default();
             served.load(&dir.join(crate::datadir::SERVED_FILE)).map_err(|e| Failure::problem(e.to_string()))?;
             served.snapshot()

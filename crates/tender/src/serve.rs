@@ -271,7 +271,7 @@ fn runtime_builder(cpus: usize) -> tokio::runtime::Builder {
 
 async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCode> {
     datadir::check(&settings.data).map_err(Failure::problem)?;
-    datadir::own_files();
+    datadir::own_files(&settings.data)?;
     let store = Store::open(&settings.data, OpenMode::Exclusive)
         .map_err(|e| Failure::problem(e.to_string()))?
         .with_memory(settings.memory);
