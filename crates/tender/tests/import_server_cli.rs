@@ -126,6 +126,7 @@ fn should_learn_the_servers_answer_before_streaming_and_exit_by_its_class() {
     // The refusals came from the question, not from a streamed body: the server saw no POST
     // before the one bundle it was allowed to receive (`not a bundle`).
     let log = with_admin.log();
+    assert!(log.contains(&format!("tender serving on {a} (offline upstreams: ghcr.io)")), "{log}");
     let posts = log.lines().filter(|l| l.contains("POST") && l.contains("/api/v1/admin/import")).count();
     assert!(posts <= 1, "the refused bundles were streamed anyway:\n{log}");
 }
