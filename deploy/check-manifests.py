@@ -13,7 +13,8 @@ RuntimeDefault seccomp profile, no service-account token. Replicas and their Pod
 must agree with the config: several replicas only on a shared bucket (storage.s3), each with a
 data directory of its own, and a budget that neither blocks drains nor lets every replica go; the
 bucket's key files must come from a Secret mounted read-only, and the NetworkPolicy must let
-tender reach the bucket's port. Run by deploy/test.sh.
+tender reach the bucket's port. A data claim must be in the render and in the pod's namespace.
+Run by deploy/test.sh.
 """
 
 import copy
@@ -46,6 +47,11 @@ def selects(selector, labels):
     """A matchLabels selector (all this repo uses) picks a pod with these labels."""
     match = (selector or {}).get("matchLabels") or {}
     return bool(match) and all(labels.get(k) == v for k, v in match.items())
+
+
+def namespace_of(obj):
+    """The namespace an object lands in; None (the current namespace at apply time) when unset."""
+    return (obj.get("metadata") or {}).get("namespace")
 
 
 def port_matches(port, container_port):
@@ -109,7 +115,9 @@ def check(docs):
     workloads = [d for d in docs if d.get("kind") in WORKLOAD_KINDS] + objects(docs, "Pod")
     need(len(workloads) == 1, f"expected exactly one workload, found {len(workloads)}")
     configmaps = {c["metadata"]["name"]: c for c in objects(docs, "ConfigMap")}
-    claims = {c["metadata"]["name"] for c in objects(docs, "PersistentVolumeClaim")}
+    # A claim is found by name in the pod's own namespace: one rendered into another namespace
+    # (an overlay without `namespace:`) leaves the pod Pending, unbound.
+    claims = {(namespace_of(c), c["metadata"]["name"]) for c in objects(docs, "PersistentVolumeClaim")}
 
     for w in workloads:
         wname = f"{w['kind']}/{w['metadata'].get('name')}"
@@ -196,7 +204,11 @@ def check(docs):
                 pass
             elif kinds == ["persistentVolumeClaim"]:
                 claim = vol["persistentVolumeClaim"].get("claimName")
-                need(claim in claims, f"{wname}: data claim {claim} is not in the render")
+                ns = namespace_of(w)
+                elsewhere = sorted(n or "no namespace" for n, c in claims if c == claim and n != ns)
+                need((ns, claim) in claims,
+                     f"{wname}: data claim {claim} is not in the render in the pod's namespace {ns}"
+                     + (f" (it is in {', '.join(elsewhere)})" if elsewhere else ""))
             else:
                 errs.append(f"{wname}: {DATA_MOUNT} must be an emptyDir or a PersistentVolumeClaim (is {kinds})")
             need(replicas <= 1 or kinds != ["persistentVolumeClaim"],
@@ -344,12 +356,26 @@ MUTATIONS = {
     "PDB blocks drains": lambda d: _pdb(d).update(maxUnavailable=0),
 }
 
+
+def _claims(docs):
+    return objects(docs, "PersistentVolumeClaim")
+
+
+def _uses_a_claim(docs):
+    return any("persistentVolumeClaim" in v for v in _pod(docs)["spec"].get("volumes") or [])
+
 # Weakenings that exist only for some renders: (applies to these docs, mutate).
 CONDITIONAL_MUTATIONS = {
     "two replicas without storage.s3": (lambda d: _s3(d) is None, lambda d: _workload(d)["spec"].update(replicas=2)),
     "PDB lets every replica go": (lambda d: replica_count(_workload(d)) > 1,
                                   lambda d: _pdb(d).update(maxUnavailable=replica_count(_workload(d)))),
     "replicas share one claim": (lambda d: replica_count(_workload(d)) > 1, _data_on_shared_claim),
+    "the data claim in another namespace than the pod": (
+        lambda d: _uses_a_claim(d) and bool(_claims(d)),
+        lambda d: [c["metadata"].update(namespace="default") for c in _claims(d)]),
+    "the data claim without a namespace": (
+        lambda d: _uses_a_claim(d) and bool(_claims(d)) and namespace_of(_workload(d)) is not None,
+        lambda d: [c["metadata"].pop("namespace", None) for c in _claims(d)]),
     "s3 key Secret not mounted": (lambda d: bool(_s3(d) and _key_mounts(d)),
                                   lambda d: [_container(d)["volumeMounts"].remove(m) for m in _key_mounts(d)]),
     "s3 key Secret optional": (lambda d: bool(_s3(d) and _key_mounts(d)),

@@ -4,7 +4,8 @@
 #   2. validate every object against the Kubernetes $K8S_VERSION schemas (kubernetes-validate --strict);
 #   3. check the security context and wiring (deploy/check-manifests.py), and that each known
 #      weakening is caught (in memory, and end to end: readOnlyRootFilesystem deleted from a copy
-#      of the base must fail the check in the base and in every overlay rendered from that copy);
+#      of the base must fail the check in the base and in every overlay rendered from that copy,
+#      and the pvc overlay without its namespace must fail it: claim and pod apart);
 #   4. start the real tender on each render's ConfigMap config (listen and data overridden to a
 #      loopback port and a temporary directory), require /readyz, stop it with SIGTERM, exit 0;
 #      and require that an unknown key in that config makes tender exit 2. A config with
@@ -126,6 +127,16 @@ for dir in "$WORK/weakened/base" "$WORK"/weakened/overlays/*/; do
 done
 [ "${#WEAKENED[@]}" -eq "${#RENDERED[@]}" ] || die "rendered ${#RENDERED[@]} directories, weakened ${#WEAKENED[@]}"
 log "a base without readOnlyRootFilesystem fails the check in every render (${WEAKENED[*]}), as it must"
+# And the pvc overlay without its namespace: the claim lands elsewhere than the pod.
+cp -r deploy "$WORK/nons"
+sed -i '/^namespace: /d' "$WORK/nons/overlays/pvc/kustomization.yaml"
+"$KUBECTL" kustomize "$WORK/nons/overlays/pvc" >"$WORK/nons-pvc.yaml"
+if "$VENV/bin/python" deploy/check-manifests.py "$WORK/nons-pvc.yaml" 2>"$WORK/nons-pvc.err"; then
+  die "the pvc overlay without namespace: passed deploy/check-manifests.py"
+fi
+grep -q "not in the render in the pod's namespace" "$WORK/nons-pvc.err" \
+  || die "the pvc overlay without namespace failed for another reason: $(cat "$WORK/nons-pvc.err")"
+log "the pvc overlay without namespace: fails the check (claim and pod in different namespaces), as it must"
 
 # --- 4. the ConfigMap's config, with the real binary --------------------------------------------
 # wait_for_listen LOG PID: print the port tender logged, within 30 s, or fail if it exited.

@@ -8,6 +8,7 @@
 #   4. benchmark smoke:                 SMOKE=1 bench/run.sh on the debug binary        (budget < 4 min)
 #   5. stand-alone clone:               scripts/test-clone.sh: HEAD cloned alone, stage 1 there and
 #                                       one e2e test through this script               (budget < 10 min)
+#   6. no process left:                 scripts/leftovers.sh: nothing the tests started still runs
 # Installs the peer packages first when any is missing (Debian 12, as root). Every stage always
 # runs; the exit status is non-zero if any failed. See docs/testing.md.
 # env: SKIP_E2E=1 runs stage 1 only; E2E_FILTER=name runs only the e2e tests matching it;
@@ -16,6 +17,35 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
+# Everything the tests start inherits this mark; what still runs with it at the end was left
+# behind (scripts/leftovers.sh, the last check). A run inside this one (stage 5) has its own.
+TENDER_TEST_RUN=$$-$(date +%s%N)
+export TENDER_TEST_RUN
+
+# free_port_base N: a base port B, chosen at random below the ephemeral range, with B .. B+N-1
+# free on 127.0.0.1 at this moment (for the peers that take a port number and not 0).
+free_port_base() {
+  python3 - "$1" <<'PY'
+import random, socket, sys
+n = int(sys.argv[1])
+for _ in range(500):
+    base = random.randrange(10000, 32000 - n)
+    held = []
+    try:
+        for p in range(base, base + n):
+            s = socket.socket()
+            held.append(s)
+            s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        for s in held:
+            s.close()
+    print(base)
+    sys.exit(0)
+sys.exit(1)
+PY
+}
 
 PACKAGES="systemd docker-registry skopeo containerd nginx-light curl jq openssl xfsprogs nbdkit zstd xz-utils chromium qemu-utils umoci apache2-utils python3-yaml prometheus"
 
@@ -121,8 +151,9 @@ fi
 if [ -z "${SKIP_E2E:-}" ] && [ -z "${SKIP_BENCH:-}" ] && [ -z "${E2E_FILTER:-}" ]; then
   if cargo build --bin tender; then
     bench_dir=$(mktemp -d /tmp/tender-bench-smoke.XXXXXX)
+    # bench/run.sh takes PORT_BASE .. PORT_BASE+7: a free range, not its fixed default
     stage "bench smoke" 240 timeout -k 10 480 env SMOKE=1 TENDER_BIN="$ROOT/target/debug/tender" \
-      bench/run.sh "$bench_dir" || failed="$failed bench-smoke"
+      PORT_BASE="$(free_port_base 8)" bench/run.sh "$bench_dir" || failed="$failed bench-smoke"
     rm -rf "$bench_dir"
   else
     failed="$failed bench-build"
@@ -134,6 +165,9 @@ fi
 if [ -z "${SKIP_E2E:-}" ] && [ -z "${SKIP_CLONE:-}" ] && [ -z "${E2E_FILTER:-}" ]; then
   stage "stand-alone clone" 600 timeout -k 10 1200 scripts/test-clone.sh || failed="$failed clone"
 fi
+
+# Last: no process the tests started may outlive them (listed, then ended by its pid).
+stage "no process left" 10 bash scripts/leftovers.sh "$TENDER_TEST_RUN" || failed="$failed leftovers"
 
 if [ -n "$failed" ]; then
   echo "test.sh: FAILED:$failed" >&2

@@ -737,6 +737,8 @@ struct Verifier<'a> {
     nodes: Vec<Node>,
     /// (object, declared media type, scope) → node.
     walked: HashMap<(u32, String, String), usize>,
+    /// A delta's base: the index digest of the bundle it was made against (`layout::SINCE`).
+    since: Option<String>,
 }
 
 impl<'a> Verifier<'a> {
@@ -748,6 +750,7 @@ impl<'a> Verifier<'a> {
             numbers: HashMap::new(),
             nodes: Vec::new(),
             walked: HashMap::new(),
+            since: None,
         }
     }
 
@@ -795,7 +798,7 @@ impl<'a> Verifier<'a> {
             desc.digest.parse().map_err(|e| refused(format!("{context}: bad digest {:?}: {e}", desc.digest)))?;
         if !self.available(&d, desc.size, context, scope)? {
             if required {
-                return Err(missing(context, &desc.media_type, &d, scope));
+                return Err(missing(context, &desc.media_type, &d, scope, self.since.as_deref()));
             }
             return Ok(None);
         }
@@ -847,7 +850,7 @@ impl<'a> Verifier<'a> {
             if present == 0 && !doc.manifests.is_empty() {
                 return Err(refused(format!(
                     "{inner}: none of the index's manifests is there: not in the bundle{}",
-                    delta_hint(scope)
+                    delta_hint(scope, self.since.as_deref())
                 )));
             }
         } else {
@@ -927,17 +930,26 @@ impl Marks {
 
 /// The refusal for content a descriptor needs and the bundle does not provide: the same words
 /// whether or not this store holds it.
-fn missing(context: &str, media_type: &str, d: &Digest, scope: Scope<'_>) -> ImportError {
+fn missing(context: &str, media_type: &str, d: &Digest, scope: Scope<'_>, since: Option<&str>) -> ImportError {
     let what = if media_type.is_empty() { "content" } else { media_type };
-    refused(format!("{context}: {what} {d} is referenced but not in the bundle{}", delta_hint(scope)))
+    refused(format!("{context}: {what} {d} is referenced but not in the bundle{}", delta_hint(scope, since)))
 }
 
-fn delta_hint(scope: Scope<'_>) -> String {
-    match scope {
-        Scope::Upstream(upstream) => {
+/// What to do about content a bundle leaves out: a delta names its base (the bundle to import
+/// first, by its index digest, as `export` printed it and `bundle ls` shows it).
+fn delta_hint(scope: Scope<'_>, since: Option<&str>) -> String {
+    match (scope, since) {
+        (Scope::Upstream(upstream), Some(base)) => format!(
+            " (this bundle is a delta on the bundle with index {base}: import that one first; a delta may \
+             leave out only what an earlier bundle imported into {upstream})"
+        ),
+        (Scope::Upstream(upstream), None) => {
             format!(" (a delta may leave out only what an earlier bundle imported into {upstream})")
         }
-        Scope::TrustedAsset | Scope::Carried => String::new(),
+        (Scope::TrustedAsset, Some(base)) => {
+            format!(" (this bundle is a delta on the bundle with index {base}: import that one first)")
+        }
+        (Scope::TrustedAsset | Scope::Carried, _) => String::new(),
     }
 }
 
@@ -997,6 +1009,8 @@ fn plan<'a>(
         )));
     }
     let mut verifier = Verifier::new(intake.store, &intake.verified);
+    // Named in refusals only as what it must be: a digest (the annotation is the bundle's word).
+    verifier.since = index.annotations.get(layout::SINCE).filter(|s| s.parse::<Digest>().is_ok()).cloned();
     let mut out = Vec::new();
     for entry in &index.manifests {
         let context = entry
@@ -1084,7 +1098,7 @@ fn asset_kind(
         return Err(refused(format!("{path}: an OS image is addressed by sha256")));
     }
     if !verifier.available(&layer_digest, layer.size, path, scope)? {
-        return Err(missing(path, &layer.media_type, &layer_digest, scope));
+        return Err(missing(path, &layer.media_type, &layer_digest, scope, verifier.since.as_deref()));
     }
     if let Some(trust) = entry.annotation(layout::TRUST_SHA256).or(doc_trust.as_deref()) {
         if trust != layer_digest.to_string() {

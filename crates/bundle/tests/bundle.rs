@@ -223,6 +223,7 @@ fn should_import_a_delta_only_on_top_of_its_base() {
     let fresh = store(&dir.path().join("fresh"));
     let e = import_path(&delta, &fresh, &TwoUpstreams, &options()).unwrap_err().to_string();
     assert!(e.contains("not in the bundle"), "a delta alone: {e}");
+    assert!(e.contains(&format!("a delta on the bundle with index {base_digest}: import that one first")), "{e}");
     assert_invisible(&fresh, &two, "v2");
 
     let s = store(&dir.path().join("data"));

@@ -132,7 +132,7 @@ pub fn run(args: CatalogArgs, init_logging: InitLogging) -> Result<ExitCode> {
 // ---- helpers ----
 
 fn open_exclusive(settings: &Settings, what: &str) -> Result<Store> {
-    crate::datadir::own_files();
+    crate::datadir::own_files(&settings.data)?;
     let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| match e {
         StoreError::Locked { dir, holder } => {
             Failure::problem(format!("data directory {} is held by a running tender{holder}; {what}", dir.display()))
@@ -147,7 +147,7 @@ fn open_exclusive(settings: &Settings, what: &str) -> Result<Store> {
 
 fn require_data_dir(settings: &Settings) -> Result<()> {
     if settings.data.join("tender-data.json").exists() {
-        Ok(())
+        crate::datadir::require_owner(&settings.data)
     } else {
         Err(Failure::usage(format!("{} is not a tender data directory; check --data", settings.data.display())))
     }
@@ -392,27 +392,14 @@ async fn sync_remote(url: String, client: crate::http::TenderClient, retry_faile
     let post = format!("{url}/api/v1/admin/catalog/sync?retryFailed={retry_failed}");
     let post_url = url::Url::parse(&post).map_err(|e| Failure::usage(format!("--server {url}: {e}")))?;
     let resp = client
-        .request(reqwest::Method::POST, post_url)
+        .request(reqwest::Method::POST, post_url.clone())
         .send()
         .await
         .map_err(|e| Failure::transient(format!("{post}: {e}")))?;
-    match resp.status().as_u16() {
-        401 => {
-            return Err(Failure::usage(format!(
-                "{post}: 401: the admin token is missing or wrong; pass it with --token-file"
-            )))
-        }
-        404 => {
-            return Err(Failure::usage(format!(
-                "{post}: 404: this tender has no admin endpoints; start it with --admin-token-file"
-            )))
-        }
-        _ => {}
-    }
     if !resp.status().is_success() {
         let status = resp.status();
         let body = resp.text().await.unwrap_or_default();
-        return Err(Failure::problem(format!("{post}: {status}: {}", body.trim())));
+        return Err(crate::http::admin_failure(&post_url, status, &body));
     }
     let get = format!("{url}/api/v1/catalog");
     let mut counted = false;

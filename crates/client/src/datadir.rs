@@ -1,10 +1,12 @@
 //! What `serve` checks of its data directory before it opens it: no other user can write it,
 //! and nothing inside it is a symlink that leads out of it. The directory's own path may be a
-//! symlink (systemd's `StateDirectory` makes one). And how every command that writes it keeps
-//! it to itself.
+//! symlink (systemd's `StateDirectory` makes one). And how every command that works on it keeps
+//! it to itself: as its owner only, files owner-only.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt};
 use std::path::Path;
+
+use crate::exit::Failure;
 
 /// Where `serve` keeps the served statistics across restarts (`tender stats --data` reads them).
 pub const SERVED_FILE: &str = "served.json";
@@ -53,9 +55,63 @@ pub fn check(path: &Path) -> Result<(), String> {
 
 /// Everything tender creates from now on is its own: files 0600, directories 0700 (umask 077).
 /// Called before a command opens the data directory; what must be shared (goldens, their
-/// directories) gets its mode explicitly.
-pub fn own_files() {
+/// directories) gets its mode explicitly. Refused (exit 2) unless this process runs as the
+/// directory's owner ([`require_owner`]).
+pub fn own_files(data: &Path) -> Result<(), Failure> {
+    require_owner(data)?;
     rustix::process::umask(rustix::fs::Mode::from_bits_truncate(0o077));
+    Ok(())
+}
+
+/// Every command on a data directory runs as the directory's owner: another user (root, on a
+/// systemd host where the directory is the service user's) would leave files the service cannot
+/// read, or read what it must not. Refused with a usage error (exit 2) naming the same command
+/// line under `sudo -u <owner>`. A directory that does not exist yet passes: this user creates it.
+pub fn require_owner(data: &Path) -> Result<(), Failure> {
+    let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    match not_owner(data, rustix::process::geteuid().as_raw(), &args) {
+        Some(message) => Err(Failure::usage(message)),
+        None => Ok(()),
+    }
+}
+
+/// Why `euid` may not run `args` on `data`, or `None` when it may.
+fn not_owner(data: &Path, euid: u32, args: &[String]) -> Option<String> {
+    let owner = std::fs::metadata(data).ok()?.uid();
+    if owner == euid {
+        return None;
+    }
+    let name = user_name(owner).unwrap_or_else(|| format!("#{owner}"));
+    let line: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
+    Some(format!(
+        "data directory {} belongs to {name} (uid {owner}), not to this user (uid {euid}): run the command as \
+         its owner, so every file it writes stays readable by the service: sudo -u {} {}",
+        data.display(),
+        shell_quote(&name),
+        line.join(" ")
+    ))
+}
+
+/// The name of a user from /etc/passwd (no NSS: a host's service users are local).
+fn user_name(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let id = fields.nth(1)?.parse::<u32>().ok()?;
+        (id == uid && !name.is_empty()).then(|| name.to_string())
+    })
+}
+
+/// An argument as a POSIX shell reads it back: as it is when it holds only safe characters,
+/// else in single quotes.
+fn shell_quote(arg: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    if !arg.is_empty() && arg.chars().all(safe) {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', "'\\''"))
+    }
 }
 
 /// The directories goldens live in: `catalog.dir` (by default `<data>/goldens`) and each
@@ -171,6 +227,56 @@ mod tests {
         std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
         std::os::unix::fs::symlink("/etc", data.join("objects/ab/out")).unwrap();
         assert!(check(&data).unwrap_err().contains("leading out"));
+    }
+
+    /// Issue 35 (6): a command run by another user than the data directory's owner (root, on a
+    /// systemd host) is refused with the same command line under `sudo -u <owner>`, before it
+    /// writes anything.
+    #[test]
+    fn should_refuse_a_user_who_does_not_own_the_data_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let args: Vec<String> = ["tender", "import", "/media/usb/release 1.tar", "--data"]
+            .iter()
+            .map(|a| a.to_string())
+            .chain([data.display().to_string()])
+            .collect();
+        assert_eq!(not_owner(&data, 0, &args), None, "not there yet: this user creates it");
+        std::fs::create_dir(&data).unwrap();
+        let me = rustix::process::geteuid().as_raw();
+        assert_eq!(not_owner(&data, me, &args), None);
+        assert!(require_owner(&data).is_ok());
+        let refusal = not_owner(&data, me + 1, &args).unwrap();
+        let owner = user_name(me).unwrap_or_else(|| format!("'#{me}'"));
+        assert!(
+            refusal.ends_with(&format!(
+                "sudo -u {owner} tender import '/media/usb/release 1.tar' --data {}",
+                data.display()
+            )),
+            "{refusal}"
+        );
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote("#65534"), "'#65534'");
+    }
+
+    /// The same as root on a directory that belongs to `nobody` (the tests run as root): refused,
+    /// exit 2, and the umask is left alone.
+    #[test]
+    fn should_refuse_root_on_a_directory_of_nobody() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root to give a directory away");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        std::os::unix::fs::chown(&data, Some(65534), Some(65534)).unwrap();
+        let e = own_files(&data).unwrap_err();
+        assert_eq!(e.class, crate::exit::Class::Usage);
+        let name = user_name(65534).unwrap_or_else(|| "'#65534'".to_string());
+        assert!(e.message.contains(&format!("belongs to {name} (uid 65534)")), "{}", e.message);
+        assert!(e.message.contains(&format!("sudo -u {name} ")), "{}", e.message);
+        assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0);
     }
 
     fn mode(p: &Path) -> u32 {

@@ -247,10 +247,100 @@ pub fn join(base: &Url, path_and_query: &str) -> Url {
     url
 }
 
+/// The message in a tender's error answer: `{"error": …}` (the admin endpoints), the OCI
+/// `{"errors": [{"message": …}]}` (the registry and auth), else the body itself (cut at 500
+/// characters), or `None` when the body says nothing.
+pub fn server_message(body: &str) -> Option<String> {
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
+        if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+            return Some(e.to_string());
+        }
+        let messages: Vec<&str> = v
+            .get("errors")
+            .and_then(|e| e.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.get("message").and_then(|m| m.as_str()))
+            .collect();
+        if !messages.is_empty() {
+            return Some(messages.join("; "));
+        }
+    }
+    let text = body.trim();
+    if text.is_empty() {
+        return None;
+    }
+    Some(match text.char_indices().nth(500) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    })
+}
+
+/// A failed answer of an admin endpoint, with the server's message and what to do: 401, 403,
+/// 404 and 413 are usage errors (exit 2: the token, the address or a setting is wrong; trying
+/// again changes nothing), 5xx transient (exit 3), anything else (422: the request was refused)
+/// a problem (exit 1).
+pub fn admin_failure(url: &Url, status: reqwest::StatusCode, body: &str) -> Failure {
+    let said = server_message(body);
+    let message = |hint: &str| match (&said, hint) {
+        (Some(m), "") => format!("{url}: {status}: {m}"),
+        (Some(m), h) => format!("{url}: {status}: {m}; {h}"),
+        (None, "") => format!("{url}: {status}"),
+        (None, h) => format!("{url}: {status}: {h}"),
+    };
+    match status.as_u16() {
+        401 => Failure::usage(message("pass the admin token with --token-file (or TENDER_ADMIN_TOKEN_FILE)")),
+        403 => Failure::usage(message("this identity may not use the admin endpoints")),
+        404 if said.is_none() || body.contains("NAME_UNKNOWN") || body.contains("NOT_FOUND") => {
+            Failure::usage(message(
+                "this tender has no admin endpoints: start it with --admin-token-file (admin.tokenFile), and with \
+                 --admin-listen point --server at that address",
+            ))
+        }
+        404 => Failure::usage(message("")),
+        413 => Failure::usage(message("raise admin.maxImportSize on the server, or split the bundle")),
+        s if s >= 500 => Failure::transient(message("")),
+        _ => Failure::problem(message("")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
+
+    #[test]
+    fn should_print_the_servers_message_and_classify_admin_answers() {
+        let url = Url::parse("http://h:5000/api/v1/admin/import").unwrap();
+        let cases: &[(u16, &str, crate::exit::Class, &str)] = &[
+            (
+                401,
+                r#"{"errors":[{"code":"UNAUTHORIZED","message":"this endpoint needs the admin token (Bearer)"}]}"#,
+                crate::exit::Class::Usage,
+                "401 Unauthorized: this endpoint needs the admin token (Bearer); pass the admin token",
+            ),
+            (404, "", crate::exit::Class::Usage, "404 Not Found: this tender has no admin endpoints"),
+            (
+                413,
+                r#"{"error":"the bundle is larger"}"#,
+                crate::exit::Class::Usage,
+                "413 Payload Too Large: the bundle is larger; raise",
+            ),
+            (
+                422,
+                r#"{"error":"bundle refused: x"}"#,
+                crate::exit::Class::Problem,
+                "422 Unprocessable Entity: bundle refused: x",
+            ),
+            (503, "overloaded\n", crate::exit::Class::Transient, "503 Service Unavailable: overloaded"),
+            (500, "", crate::exit::Class::Transient, "500 Internal Server Error"),
+        ];
+        for (status, body, class, says) in cases {
+            let f = admin_failure(&url, reqwest::StatusCode::from_u16(*status).unwrap(), body);
+            assert_eq!(f.class, *class, "{status}: {}", f.message);
+            assert!(f.message.contains(says), "{status}: {}", f.message);
+        }
+    }
 
     #[test]
     fn should_join_paths_under_a_base_with_or_without_prefix() {

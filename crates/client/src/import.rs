@@ -19,7 +19,7 @@ use tender_bundle::{ImportError, ImportOptions, ImportReport};
 use tender_store::{OpenMode, Store};
 
 use crate::exit::{Context as _, Failure, Result};
-use crate::http::{join, parse_base_url, server_or_env, ClientArgs, ClientOptions};
+use crate::http::{admin_failure, join, parse_base_url, server_or_env, ClientArgs, ClientOptions};
 use crate::progress::{Show, Totals};
 
 #[derive(Debug, clap::Args)]
@@ -96,7 +96,7 @@ pub struct TagRmArgs {
 fn open_local(data: &Path, cfg: Option<&Path>) -> Result<Arc<tender_fetch::Mirror>> {
     let settings = crate::local::settings(cfg, Some(data.to_path_buf()))?;
     crate::datadir::check(&settings.data).map_err(Failure::problem)?;
-    crate::datadir::own_files();
+    crate::datadir::own_files(&settings.data)?;
     let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
     crate::datadir::close_logged(&settings.data, &settings.catalog);
     crate::local::mirror(&settings, Arc::new(store))
@@ -245,6 +245,9 @@ fn print_report(path: &Path, r: &ImportReport) {
 }
 
 /// Stream a bundle to a running tender: a tar file as it is, a directory packed on the way.
+/// The server is asked first (`GET` on the same path, with the size) whether it would take it,
+/// so a missing token, an address without admin endpoints or a bundle over
+/// `admin.maxImportSize` is told before a byte of it is sent.
 fn import_through(url: &str, args: &ImportArgs, options: &ImportOptions) -> Result<ImportReport> {
     let base = parse_base_url(url)?;
     let mut q = url::form_urlencoded::Serializer::new(String::new());
@@ -260,8 +263,18 @@ fn import_through(url: &str, args: &ImportArgs, options: &ImportOptions) -> Resu
     if let Some(d) = &options.expect_index {
         q.append_pair("expectIndex", &d.to_string());
     }
+    if let Some(source) = &options.source {
+        q.append_pair("source", source);
+    }
     let q = q.finish();
     let target = join(&base, &format!("/api/v1/admin/import{}{q}", if q.is_empty() { "" } else { "?" }));
+    let size = bundle_size(&args.path).with_context(|| format!("reading {}", args.path.display()))?;
+    let mut ask = url::form_urlencoded::Serializer::new(String::new());
+    ask.append_pair("size", &size.to_string());
+    if let Some(d) = &options.expect_index {
+        ask.append_pair("expectIndex", &d.to_string());
+    }
+    let preflight = join(&base, &format!("/api/v1/admin/import?{}", ask.finish()));
     let client = args.target.client.client(&ClientOptions {
         user_agent: concat!("tender-import/", env!("CARGO_PKG_VERSION")),
         headers: &[],
@@ -272,6 +285,7 @@ fn import_through(url: &str, args: &ImportArgs, options: &ImportOptions) -> Resu
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let path = args.path.clone();
     rt.block_on(async move {
+        ask_first(&client, &preflight).await?;
         let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<Bytes>>(8);
         let packer = tokio::task::spawn_blocking(move || pack(&path, tx));
         let body = reqwest::Body::wrap_stream(futures::stream::unfold(rx, |mut rx| async move {
@@ -284,31 +298,68 @@ fn import_through(url: &str, args: &ImportArgs, options: &ImportOptions) -> Resu
             .send()
             .await;
         let packed = packer.await.context("packing the bundle")?;
-        // A bundle that failed to read (a wrong part) explains the request it broke.
-        packed.with_context(|| format!("reading {}", args.path.display()))?;
-        let resp = resp.map_err(|e| Failure::transient(format!("{target}: {e}")))?;
+        // A bundle that could not be read (a wrong part) ends the body early: that is the cause
+        // then, whatever the request's fate. (The server stopping to read is not: its answer
+        // says why.)
+        if let Err(read) = &packed {
+            if read.kind() != io::ErrorKind::BrokenPipe {
+                return Err(Failure::problem(format!("reading {}: {read}", args.path.display())));
+            }
+        }
+        let resp = match resp {
+            Ok(resp) => resp,
+            Err(e) => return Err(Failure::transient(format!("{target}: {}", crate::exit::chain(&e)))),
+        };
         let status = resp.status();
         let text = resp.text().await.map_err(|e| Failure::transient(format!("{target}: {e}")))?;
-        let message = || {
-            serde_json::from_str::<serde_json::Value>(&text)
-                .ok()
-                .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
-                .unwrap_or_else(|| text.clone())
-        };
-        match status.as_u16() {
-            200 => serde_json::from_str(&text)
-                .map_err(|e| Failure::problem(format!("{target}: answer is not a report: {e}"))),
-            401 => Err(Failure::usage(format!(
-                "{target}: 401: the admin token is missing or wrong; pass it with --token-file"
-            ))),
-            404 => Err(Failure::usage(format!(
-                "{target}: 404: this tender has no admin endpoints; start it with --admin-token-file"
-            ))),
-            413 | 422 => Err(Failure::problem(message())),
-            s if s >= 500 => Err(Failure::transient(format!("{target}: {status}: {}", message()))),
-            _ => Err(Failure::problem(format!("{target}: {status}: {}", message()))),
+        if status.is_success() {
+            packed.with_context(|| format!("reading {}", args.path.display()))?;
+            return serde_json::from_str(&text)
+                .map_err(|e| Failure::problem(format!("{target}: answer is not a report: {e}")));
         }
+        // The server's answer says more than the broken pipe it may have left the packer with.
+        Err(admin_failure(&target, status, &text))
     })
+}
+
+/// Ask the admin endpoint whether it would take the bundle. A tender from before the question
+/// existed answers 405: then the answer to the `POST` is the only one.
+async fn ask_first(client: &crate::http::TenderClient, preflight: &url::Url) -> Result<()> {
+    let resp = client
+        .request(reqwest::Method::GET, preflight.clone())
+        .send()
+        .await
+        .map_err(|e| Failure::transient(format!("{preflight}: {}", crate::exit::chain(&e))))?;
+    let status = resp.status();
+    if status.is_success() || status == reqwest::StatusCode::METHOD_NOT_ALLOWED {
+        return Ok(());
+    }
+    let text = resp.text().await.unwrap_or_default();
+    Err(admin_failure(preflight, status, &text))
+}
+
+/// The bytes the server will receive: a tar file's size, or for a directory the sum of its
+/// regular files (the tar adds headers and padding, so the server's cap is compared with no more
+/// than what is sent).
+fn bundle_size(path: &Path) -> io::Result<u64> {
+    let meta = std::fs::symlink_metadata(path)?;
+    if !meta.is_dir() {
+        return Ok(meta.len());
+    }
+    let mut total = 0u64;
+    let mut dirs = vec![path.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if kind.is_file() {
+                total = total.saturating_add(entry.metadata()?.len());
+            }
+        }
+    }
+    Ok(total)
 }
 
 /// Write the bundle as a tar into `tx` (a tar file is sent as it is).
@@ -422,13 +473,10 @@ pub fn run_tag(args: TagArgs) -> Result<ExitCode> {
                         println!("no tag    {name}");
                         missing += 1;
                     }
-                    401 => {
-                        return Err(Failure::usage(format!("{target}: 401: pass the admin token with --token-file")))
-                    }
                     _ => {
                         let status = resp.status();
                         let text = rt.block_on(resp.text()).unwrap_or_default();
-                        return Err(Failure::problem(format!("{name}: {status}: {text}")));
+                        return Err(admin_failure(&target, status, &text)).context(name);
                     }
                 }
             }

@@ -103,6 +103,7 @@ fn read_store(data: &Path, config: Option<&Path>) -> Result<Store> {
             settings.data.display()
         )));
     }
+    crate::datadir::require_owner(&settings.data)?;
     Store::open(&settings.data, OpenMode::ReadOnly).map_err(|e| Failure::problem(e.to_string()))
 }
 
@@ -268,7 +269,7 @@ pub fn run_bundle_rm(index: &Digest, target: &Target, dry_run: bool, json: bool)
             }
             let settings = crate::local::settings(target.config.as_deref(), Some(data.clone()))?;
             crate::datadir::check(&settings.data).map_err(Failure::problem)?;
-            crate::datadir::own_files();
+            crate::datadir::own_files(&settings.data)?;
             let mode = if dry_run { OpenMode::ReadOnly } else { OpenMode::Exclusive };
             let store = Store::open(&settings.data, mode).map_err(|e| Failure::problem(e.to_string()))?;
             match store.import_remove(index, dry_run).map_err(|e| Failure::problem(e.to_string()))? {

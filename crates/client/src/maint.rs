@@ -7,7 +7,7 @@ use std::time::Duration;
 use tender_store::{GcPlan, GcReport, OpenMode, Store};
 
 use crate::exit::{Failure, Result};
-use crate::http::{join, parse_base_url, server_or_env, ClientArgs, ClientOptions};
+use crate::http::{admin_failure, join, parse_base_url, server_or_env, ClientArgs, ClientOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct FsckArgs {
@@ -85,19 +85,10 @@ fn admin_post(server: &str, client: &ClientArgs, path_and_query: &str) -> Result
             .map_err(|e| Failure::transient(format!("{url}: {e}")))?;
         let status = resp.status();
         let body = resp.text().await.map_err(|e| Failure::transient(format!("{url}: {e}")))?;
-        match status.as_u16() {
-            200..=299 => {
-                serde_json::from_str(&body).map_err(|e| Failure::problem(format!("{url}: answer is not JSON: {e}")))
-            }
-            401 => Err(Failure::usage(format!(
-                "{url}: 401: the admin token is missing or wrong; pass it with --token-file"
-            ))),
-            404 => Err(Failure::usage(format!(
-                "{url}: 404: this tender has no admin endpoints; start it with --admin-token-file \
-                 (and, with --admin-listen, point --server at that address)"
-            ))),
-            s if s >= 500 => Err(Failure::transient(format!("{url}: {status}: {body}"))),
-            _ => Err(Failure::problem(format!("{url}: {status}: {body}"))),
+        if status.is_success() {
+            serde_json::from_str(&body).map_err(|e| Failure::problem(format!("{url}: answer is not JSON: {e}")))
+        } else {
+            Err(admin_failure(&url, status, &body))
         }
     })
 }
@@ -111,7 +102,7 @@ fn open(dir: &std::path::Path, mode: OpenMode) -> Result<Store> {
     if !dir.join("tender-data.json").exists() {
         return Err(Failure::usage(format!("{} is not a tender data directory; check --data", dir.display())));
     }
-    crate::datadir::own_files();
+    crate::datadir::own_files(dir)?;
     Store::open(dir, mode).map_err(|e| Failure::problem(e.to_string()))
 }
 

@@ -345,8 +345,16 @@ impl Failed {
 
     /// A non-success status from the server.
     pub(crate) fn status(what: &str, status: StatusCode) -> Failed {
+        Failed::answered(what, status, None)
+    }
+
+    /// A non-success status from the server, with the message its body carried.
+    pub(crate) fn answered(what: &str, status: StatusCode, said: Option<&str>) -> Failed {
         let code = status.as_u16();
-        let message = format!("{what}: the server answered {status}");
+        let message = match said {
+            Some(m) => format!("{what}: the server answered {status}: {m}"),
+            None => format!("{what}: the server answered {status}"),
+        };
         if code >= 500 || code == 408 || code == 429 {
             Failed::transient(message)
         } else {
@@ -652,7 +660,9 @@ impl ServerBackend {
             .await
             .map_err(|e| Failed::transport(what, &e))?;
         if resp.status() != StatusCode::OK {
-            return Err(Failed::status(what, resp.status()));
+            let status = resp.status();
+            let said = http::server_message(&resp.text().await.unwrap_or_default());
+            return Err(Failed::answered(what, status, said.as_deref()));
         }
         Ok(resp)
     }
@@ -959,7 +969,7 @@ async fn warm(
 fn local_backend(args: &PrefetchArgs) -> Result<Backend> {
     let settings = crate::local::settings(args.config.as_deref(), args.data.clone())?;
     crate::datadir::check(&settings.data).map_err(Failure::problem)?;
-    crate::datadir::own_files();
+    crate::datadir::own_files(&settings.data)?;
     let store = Store::open(&settings.data, OpenMode::Exclusive).map_err(|e| Failure::problem(e.to_string()))?;
     for p in crate::datadir::close(&settings.data, &crate::datadir::golden_dirs(&settings.catalog)) {
         eprintln!("tender: warning: {p}");

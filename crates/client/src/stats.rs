@@ -51,15 +51,19 @@ pub fn run(args: StatsArgs) -> Result<ExitCode> {
                     .send()
                     .await
                     .map_err(|e| Failure::transient(format!("{url}: {e}")))?;
-                match resp.status().as_u16() {
-                    200..=299 => {}
-                    401 => {
-                        return Err(Failure::usage(format!(
-                            "{url}: 401: this tender needs credentials; pass --token-file (or TENDER_TOKEN_FILE) \
-                             or --username/--password-file"
-                        )))
-                    }
-                    _ => return Err(Failure::problem(format!("{url}: {}", resp.status()))),
+                let status = resp.status();
+                if !status.is_success() {
+                    let said = http::server_message(&resp.text().await.unwrap_or_default())
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default();
+                    return Err(match status.as_u16() {
+                        401 => Failure::usage(format!(
+                            "{url}: {status}{said}; this tender needs credentials: pass --token-file (or \
+                             TENDER_TOKEN_FILE) or --username/--password-file"
+                        )),
+                        s if s >= 500 => Failure::transient(format!("{url}: {status}{said}")),
+                        _ => Failure::problem(format!("{url}: {status}{said}")),
+                    });
                 }
                 resp.json().await.map_err(|e| Failure::problem(format!("{url}: not served statistics: {e}")))
             })?
@@ -72,6 +76,7 @@ pub fn run(args: StatsArgs) -> Result<ExitCode> {
             if !dir.join("tender-data.json").exists() {
                 return Err(Failure::usage(format!("{} is not a tender data directory; check --data", dir.display())));
             }
+            crate::datadir::require_owner(&dir)?;
             let served = tender_server::served::Served::default();
             served.load(&dir.join(crate::datadir::SERVED_FILE)).map_err(|e| Failure::problem(e.to_string()))?;
             served.snapshot()

@@ -8,6 +8,7 @@
 //!   `pub use layout::Store` in lib.rs, `crate::Store` uses `layout`). `super::` paths inside
 //!   a module's own tree do not count.
 //! - The binary's sources (`crates/tender/src`) stay within a line budget.
+//! - `docs/README.md`, the index of the documents, links every document in `docs/`.
 
 #![allow(clippy::expect_used, reason = "tests")]
 
@@ -280,6 +281,22 @@ fn should_keep_the_binary_within_its_line_budget() {
         lines <= BINARY_LINES_MAX,
         "crates/tender/src holds {lines} lines of Rust, over BINARY_LINES_MAX ({BINARY_LINES_MAX}): move code into the library crates"
     );
+}
+
+/// Issue 35 (7): a newcomer finds every document from one page.
+#[test]
+fn should_list_every_document_in_the_docs_index() {
+    let docs = repo().join("docs");
+    let index = fs::read_to_string(docs.join("README.md")).expect("docs/README.md, the index of the documents");
+    let mut missing = Vec::new();
+    for entry in fs::read_dir(&docs).expect("read docs/") {
+        let name = entry.expect("a docs/ entry").file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") && name != "README.md" && !index.contains(&format!("]({name})")) {
+            missing.push(name);
+        }
+    }
+    missing.sort();
+    assert!(missing.is_empty(), "docs/README.md does not list {missing:?}: add a line for each");
 }
 
 /// The checker itself: a loop through a root re-export and a grouped import is found, one

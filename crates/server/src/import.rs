@@ -1,5 +1,6 @@
 //! Bundles into a running tender: `POST /api/v1/admin/import` (a tar streamed in the body,
-//! verified with the same rules as `tender import --data`) and `DELETE /api/v1/admin/tags`
+//! verified with the same rules as `tender import --data`; `GET` on the same path asks first
+//! whether a bundle of that size would be taken) and `DELETE /api/v1/admin/tags`
 //! (`tender tag rm --server`).
 
 use std::io;
@@ -98,6 +99,40 @@ pub async fn import(
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("the import failed unexpectedly: {e}")),
     }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightQuery {
+    /// The bundle's size in bytes, or at least that many (a directory, packed on the way).
+    size: Option<u64>,
+    /// `--expect-index`, checked for its form.
+    expect_index: Option<String>,
+}
+
+/// `GET /api/v1/admin/import[?size=N][&expectIndex=DIGEST]`: whether a `POST` of a bundle of
+/// (at least) `size` bytes would be taken, answered before a byte of it is sent. `tender import
+/// --server` asks first, since its HTTP client cannot wait for `100 Continue`: 401 without the
+/// admin token, 413 over `admin.maxImportSize`, 400 for a malformed digest, else 200 with the cap.
+pub async fn preflight(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<PreflightQuery>,
+) -> Response {
+    if let Some(refused) = require_admin(&app, &headers) {
+        return refused;
+    }
+    let cap = app.security.admin.as_ref().map_or(0, |a| a.import_cap);
+    if let Some(size) = q.size.filter(|n| *n > cap) {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the bundle ({size} bytes) is larger than admin.maxImportSize ({cap} bytes)"),
+        );
+    }
+    if let Some(Err(e)) = q.expect_index.as_deref().map(str::parse::<tender_oci::Digest>) {
+        return error(StatusCode::BAD_REQUEST, format!("expectIndex: {e}"));
+    }
+    (StatusCode::OK, Json(serde_json::json!({ "maxImportSize": cap }))).into_response()
 }
 
 #[derive(serde::Deserialize)]

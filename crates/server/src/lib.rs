@@ -244,7 +244,7 @@ pub fn router_for(app: Arc<AppState>, surface: Surface) -> Router {
                 .route("/api/v1/admin/gc", axum::routing::post(admin::gc))
                 .route("/api/v1/admin/fsck", axum::routing::post(admin::fsck))
                 .route("/api/v1/admin/fills/{id}", axum::routing::delete(admin::cancel_fill))
-                .route("/api/v1/admin/import", axum::routing::post(import::import))
+                .route("/api/v1/admin/import", axum::routing::post(import::import).get(import::preflight))
                 .route("/api/v1/admin/tags", axum::routing::delete(import::remove_tag))
                 .route("/api/v1/admin/images", get(inventory::images))
                 .route("/api/v1/admin/digests", get(inventory::digests))

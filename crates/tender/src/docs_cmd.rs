@@ -28,19 +28,30 @@ pub struct ManArgs {
 
 pub fn completions(args: &CompletionsArgs) -> anyhow::Result<ExitCode> {
     let mut cmd = Cli::command();
-    let mut out = std::io::stdout().lock();
-    clap_complete::generate(args.shell, &mut cmd, "tender", &mut out);
-    out.flush().context("writing the completion script")?;
+    // Generated into memory: clap_complete panics when its writer fails.
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut cmd, "tender", &mut script);
+    write_out(&script).context("writing the completion script")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `bytes` to standard output. A reader that stopped reading (`tender completions bash | head`)
+/// is no error: what it wanted, it got.
+fn write_out(bytes: &[u8]) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
 }
 
 pub fn man(args: &ManArgs) -> anyhow::Result<ExitCode> {
     let cmd = Cli::command();
     match &args.out {
         None => {
-            let mut out = std::io::stdout().lock();
-            clap_mangen::Man::new(cmd).render(&mut out).context("writing the man page")?;
-            out.flush().context("writing the man page")?;
+            let mut page = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut page).context("writing the man page")?;
+            write_out(&page).context("writing the man page")?;
         }
         Some(dir) => {
             if !dir.is_dir() {

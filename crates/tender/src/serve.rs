@@ -269,9 +269,19 @@ fn runtime_builder(cpus: usize) -> tokio::runtime::Builder {
     }
 }
 
+/// What the start line says of offline upstreams: ` offline` when nothing is ever contacted
+/// (`offline: true`, `--offline`), the names when only some are.
+fn offline_mode(all: bool, upstreams: &[&str]) -> String {
+    match (all, upstreams) {
+        (true, _) => " offline (no upstream, the Image Factory included, is contacted)".to_string(),
+        (false, []) => String::new(),
+        (false, names) => format!(" (offline upstreams: {})", names.join(", ")),
+    }
+}
+
 async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCode> {
     datadir::check(&settings.data).map_err(Failure::problem)?;
-    datadir::own_files();
+    datadir::own_files(&settings.data)?;
     let store = Store::open(&settings.data, OpenMode::Exclusive)
         .map_err(|e| Failure::problem(e.to_string()))?
         .with_memory(settings.memory);
@@ -332,8 +342,11 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
         None => None,
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
+    let offline: Vec<&str> = settings.upstreams.iter().filter(|u| u.offline).map(|u| u.name.as_str()).collect();
     tracing::info!(
         listen = %local,
+        offline = settings.offline,
+        offline_upstreams = ?offline,
         data = %settings.data.display(),
         upstreams = ?settings.upstreams.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
         default_upstream = settings.default_upstream.as_deref().unwrap_or(""),
@@ -341,7 +354,8 @@ async fn serve(args: ServeArgs, mut settings: Settings) -> anyhow::Result<ExitCo
         mutual_tls = tls.as_ref().is_some_and(|t| t.mutual()),
         client_auth = settings.auth.is_some(),
         admin_endpoints = settings.admin.token.is_some(),
-        "tender serving on {scheme}://{local}"
+        "tender serving on {scheme}://{local}{}",
+        offline_mode(settings.offline, &offline)
     );
     warn_exposure(&settings, local, admin_listener.as_ref().and_then(|l| l.local_addr().ok()));
 
@@ -692,6 +706,14 @@ async fn shutdown_signal() {
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
+
+    /// Issue 35 (6): the start line says `offline` when it is.
+    #[test]
+    fn should_say_offline_on_the_start_line() {
+        assert_eq!(offline_mode(false, &[]), "");
+        assert!(offline_mode(true, &["ghcr.io"]).starts_with(" offline ("));
+        assert_eq!(offline_mode(false, &["ghcr.io", "quay.io"]), " (offline upstreams: ghcr.io, quay.io)");
+    }
 
     /// The runtime `serve` picks for one CPU answers 512 busy connections in turn: the client
     /// (its own thread and runtime) keeps one request in flight on each, and the slowest

@@ -33,3 +33,55 @@ fn should_keep_the_data_directory_to_itself_but_the_way_to_its_goldens() {
     }
     assert!(private >= 2, "the store's own files and directories were looked at");
 }
+
+mod cli_support;
+
+/// Issue 35 (6): every command on a data directory, run as root on one that belongs to another
+/// user (the service's, on a systemd host), refuses with exit 2 and the same command line under
+/// `sudo -u <owner>`, and leaves no file behind that the service could not read.
+#[test]
+fn should_refuse_every_data_command_of_another_user_than_the_owner() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to give a directory away");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let marker = data.join("tender-data.json");
+    std::fs::write(&marker, "{}").unwrap();
+    for p in [&data, &marker] {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    }
+    let bundle = dir.path().join("bundle");
+    std::fs::create_dir(&bundle).unwrap();
+    let d = data.to_str().unwrap();
+    let b = bundle.to_str().unwrap();
+    let out = dir.path().join("out.tar");
+    let o = out.to_str().unwrap();
+    let commands: &[&[&str]] = &[
+        &["import", b, "--data", d],
+        &["gc", "--data", d],
+        &["gc", "--dry-run", "--data", d],
+        &["fsck", "--data", d],
+        &["tag", "rm", "ghcr.io/a/b:v1", "--data", d],
+        &["prefetch", "ghcr.io/a/b:v1", "--data", d],
+        &["export", "ghcr.io/a/b:v1", "--out", o, "--data", d],
+        &["stats", "--data", d],
+        &["images", "--data", d],
+        &["bundle", "rm", "sha256:0000000000000000000000000000000000000000000000000000000000000000", "--data", d],
+        &["catalog", "ls", "--data", d],
+        &["serve", "--listen", "127.0.0.1:0", "--data", d],
+    ];
+    for args in commands {
+        let run = cli_support::tender(args, None);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {stderr}");
+        let line = args.join(" ");
+        assert!(stderr.contains("sudo -u nobody ") && stderr.contains(&line), "{args:?}: {stderr}");
+        let mut left: Vec<_> = std::fs::read_dir(&data).unwrap().map(|e| e.unwrap().file_name()).collect();
+        left.sort();
+        assert_eq!(left, ["tender-data.json"], "{args:?} left files behind");
+        assert!(!out.exists());
+    }
+}

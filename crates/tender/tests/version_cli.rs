@@ -46,3 +46,22 @@ fn should_print_completions_and_a_man_page() {
     assert_eq!(code, 0);
     assert!(man.contains(".TH tender 1") && man.contains("serve"), "{man:.300}");
 }
+
+/// Issue 35 (6): `tender completions bash | head` ends quietly when `head` stops reading (the
+/// script is larger than a pipe's buffer, so the write meets the closed pipe).
+#[test]
+fn should_end_quietly_when_the_reader_stops_reading() {
+    use std::io::Read as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tender"))
+        .args(["completions", "bash"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut head = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut head).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}

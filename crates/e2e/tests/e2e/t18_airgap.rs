@@ -50,10 +50,12 @@ fn ok(args: &[&str]) -> String {
 }
 
 /// The connected side: the registry with its images and a signature, the factory with an OS
-/// image, and the plain disk image the OS image decompresses to.
+/// image, and the plain disk image the OS image decompresses to. The factory comes before the
+/// bed: fields drop in order, and the factory's stop needs its pid file, in the bed's directory
+/// (the other way round the stand-in outlived the test, as scripts/leftovers.sh found).
 struct Connected {
-    bed: Bed,
     factory: Factory,
+    bed: Bed,
     disk: Vec<u8>,
     signature: String,
 }
