@@ -107,7 +107,7 @@ fn should_learn_the_servers_answer_before_streaming_and_exit_by_its_class() {
             "not a bundle",
             &["import", small, "--server", a, "--token-file", &token],
             1,
-            "/api/v1/admin/import: 422 Unprocessable Entity: bundle refused",
+            "/api/v1/admin/import?source=small.tar: 422 Unprocessable Entity: bundle refused",
         ),
         ("gc without a token", &["gc", "--server", a], 2, "this endpoint needs the admin token"),
         (
