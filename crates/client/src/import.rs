@@ -338,13 +338,14 @@ async fn ask_first(client: &crate::http::TenderClient, preflight: &url::Url) -> 
     Err(admin_failure(preflight, status, &text))
 }
 
-/// The bytes the server will receive: a tar file's size, or for a directory the sum of its
-/// regular files (the tar adds headers and padding, so the server's cap is compared with no more
-/// than what is sent).
+/// The bytes the server will receive, at least: a tar file's size, a compressed tar's or a part
+/// set's size on the media (the tar it becomes is larger: the server's cap still holds while it
+/// reads), or for a directory the sum of its regular files (the tar adds headers and padding,
+/// so the server's cap is compared with no more than what is sent).
 fn bundle_size(path: &Path) -> io::Result<u64> {
-    let meta = std::fs::symlink_metadata(path)?;
-    if !meta.is_dir() {
-        return Ok(meta.len());
+    let packed = tender_bundle::packing::open(path)?;
+    if !packed.is_dir() {
+        return Ok(packed.input_len());
     }
     let mut total = 0u64;
     let mut dirs = vec![path.to_path_buf()];
