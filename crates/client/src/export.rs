@@ -33,23 +33,30 @@ use crate::progress::{Show, Totals};
 #[derive(Debug, clap::Args)]
 pub struct ExportArgs {
     /// Where to write the bundle: a directory, or one tar file when PATH ends in .tar (must not exist)
-    #[arg(long, value_name = "PATH")]
-    pub out: PathBuf,
+    #[arg(long, value_name = "PATH", required_unless_present = "talos_image_cache")]
+    pub out: Option<PathBuf>,
     /// An earlier bundle (directory or tar): write only the blobs it lacks, plus a complete index
-    #[arg(long, value_name = "OLD_BUNDLE", conflicts_with = "since_digests")]
+    #[arg(long, value_name = "OLD_BUNDLE", conflicts_with = "since_digests", requires = "out")]
     pub since: Option<PathBuf>,
     /// The far side's have-list (`tender images --output digests` there): write only the blobs
     /// it lacks, plus a complete index
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", requires = "out")]
     pub since_digests: Option<PathBuf>,
     /// Sign the bundle's index digest with this PKCS#8 PEM ECDSA P-256 private key: writes
     /// PATH.digest and PATH.sig (a cosign-compatible blob signature of PATH.digest)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", requires = "out")]
     pub sign_key: Option<PathBuf>,
     /// A file declaring what the bundle carries (images, platforms, Talos sets, OS images, OCI
     /// Helm charts), added to the selection and kept in the bundle's index.json
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
+    /// Also (or, without --out, only) write the images as Talos' own image cache, the layout
+    /// `talosctl images cache-create` writes (must not exist; OS images are left out)
+    #[arg(long, value_name = "DIR")]
+    pub talos_image_cache: Option<PathBuf>,
+    /// The image cache's layout: oci (for imager --image-cache) or flat (what the node reads)
+    #[arg(long, value_name = "oci|flat", default_value = "oci")]
+    pub talos_image_cache_layout: tender_bundle::CacheLayout,
     /// What to export: exactly `tender prefetch`'s selection and options
     #[command(flatten)]
     pub select: PrefetchArgs,
@@ -75,8 +82,10 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    if std::fs::symlink_metadata(&args.out).is_ok() {
-        return Err(Failure::usage(format!("--out {}: exists; name a new path", args.out.display())));
+    for (flag, path) in [("--out", &args.out), ("--talos-image-cache", &args.talos_image_cache)] {
+        if let Some(path) = path.as_ref().filter(|p| std::fs::symlink_metadata(p).is_ok()) {
+            return Err(Failure::usage(format!("{flag} {}: exists; name a new path", path.display())));
+        }
     }
     let (skip, since_digest) = match &args.since {
         Some(old) => {
@@ -95,12 +104,16 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
     let run = prefetch::start(&args.select)?;
     let outcomes = prefetch::warm_all(&run, &args.select, "export");
     prefetch::verdict(&outcomes, "fetched; nothing written")?;
+    if let Some(dir) = &args.talos_image_cache {
+        crate::talos_cache::export(&run, &outcomes, dir, args.talos_image_cache_layout, args.select.quiet)?;
+    }
+    let Some(out) = &args.out else { return Ok(ExitCode::SUCCESS) };
 
     let show = Show::choose(args.select.quiet);
     let totals = Totals::new("export", None);
     let progress = Progress::new(None, "bundle".into(), show, totals);
     let mut writer =
-        BundleWriter::create(&args.out, skip).with_context(|| format!("creating the bundle {}", args.out.display()))?;
+        BundleWriter::create(out, skip).with_context(|| format!("creating the bundle {}", out.display()))?;
     let mut entries = Vec::new();
     let mut counts = Counts::default();
     for (item, outcome) in &outcomes {
@@ -170,7 +183,7 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
     }
     let written = writer
         .finish(&Document::index(entries, annotations))
-        .with_context(|| format!("finishing the bundle {}", args.out.display()))?;
+        .with_context(|| format!("finishing the bundle {}", out.display()))?;
     let delta = match (&args.since, &since_digest, &args.since_digests) {
         (Some(old), Some(d), _) => {
             format!("; a delta on {} ({d}): {} blob(s) it holds left out", old.display(), written.skipped)
@@ -182,7 +195,7 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
     };
     println!(
         "export: wrote {}: {} image(s), {} referrer(s), {} OS image(s); {} blob(s), {}{delta}",
-        args.out.display(),
+        out.display(),
         counts.images,
         counts.referrers,
         counts.assets,
@@ -192,7 +205,7 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
     if let Some(d) = written.index_digest {
         println!("index: {d}");
         if let Some(key) = &sign_key {
-            let sig = key.sign(&args.out, &d)?;
+            let sig = key.sign(out, &d)?;
             println!("signed: {}", sig.display());
         }
     } else if sign_key.is_some() {
