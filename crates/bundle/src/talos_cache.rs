@@ -151,7 +151,7 @@ enum Sink {
     /// Files in the partial directory, synced when finished.
     Flat { unsynced: Vec<PathBuf> },
     /// The flat tree as a tar, hashed while written; the directories already in it.
-    Oci { tar: tar::Builder<HashingWriter<BufWriter<File>>>, tar_path: PathBuf, dirs: HashSet<String> },
+    Oci { tar: Box<tar::Builder<HashingWriter<BufWriter<File>>>>, tar_path: PathBuf, dirs: HashSet<String> },
 }
 
 /// A Talos image cache being written.
@@ -218,7 +218,7 @@ impl TalosCacheWriter {
                 let hashing = HashingWriter { inner: file, hasher: Algorithm::Sha256.hasher(), len: 0 };
                 let mut tar = tar::Builder::new(hashing);
                 tar.mode(tar::HeaderMode::Deterministic);
-                Sink::Oci { tar, tar_path, dirs: HashSet::new() }
+                Sink::Oci { tar: Box::new(tar), tar_path, dirs: HashSet::new() }
             }
         };
         let platforms = if platforms.is_empty() { vec!["linux/amd64".to_string()] } else { platforms.to_vec() };
