@@ -2,7 +2,8 @@
 //! an air gap. `tender export` writes them ([`write`]), a tar compressed or split into parts
 //! for media ([`packing`]); `tender import` and
 //! `POST /api/v1/admin/import` verify everything in them before any of it becomes visible
-//! ([`import`]); `tender bundle ls` lists them ([`list`]).
+//! ([`import`]); `tender bundle ls` lists them ([`list`]). `tender export --talos-image-cache` writes Talos' own
+//! image cache instead of (or beside) a bundle ([`talos_cache`]).
 
 pub mod import;
 pub mod layout;
@@ -10,6 +11,7 @@ pub mod list;
 pub mod mirror;
 pub mod packing;
 pub mod signed;
+pub mod talos_cache;
 pub mod write;
 
 pub use import::{
@@ -18,4 +20,5 @@ pub use import::{
 pub use layout::{Descriptor, Document};
 pub use mirror::{import_into, Routes};
 pub use packing::{Compress, Packing};
+pub use talos_cache::{CacheLayout, CacheWritten, TalosCacheWriter};
 pub use write::{blobs_of, is_tar, BundleWriter, Written};

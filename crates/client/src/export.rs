@@ -35,19 +35,26 @@ use crate::progress::{Show, Totals};
 #[derive(Debug, clap::Args)]
 pub struct ExportArgs {
     /// Where to write the bundle: a directory, or one tar file when PATH ends in .tar (must not exist)
-    #[arg(long, value_name = "PATH")]
-    pub out: PathBuf,
+    #[arg(long, value_name = "PATH", required_unless_present = "talos_image_cache")]
+    pub out: Option<PathBuf>,
     /// An earlier bundle (directory or tar): write only the blobs it lacks, plus a complete index
-    #[arg(long, value_name = "OLD_BUNDLE", conflicts_with = "since_digests")]
+    #[arg(long, value_name = "OLD_BUNDLE", conflicts_with = "since_digests", requires = "out")]
     pub since: Option<PathBuf>,
     /// The far side's have-list (`tender images --output digests` there): write only the blobs
     /// it lacks, plus a complete index
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", requires = "out")]
     pub since_digests: Option<PathBuf>,
     /// Sign the bundle's index digest with this PKCS#8 PEM ECDSA P-256 private key: writes
     /// PATH.digest and PATH.sig (a cosign-compatible blob signature of PATH.digest)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", requires = "out")]
     pub sign_key: Option<PathBuf>,
+    /// Also (or, without --out, only) write the images as Talos' own image cache, the layout
+    /// `talosctl images cache-create` writes (must not exist; OS images are left out)
+    #[arg(long, value_name = "DIR")]
+    pub talos_image_cache: Option<PathBuf>,
+    /// The image cache's layout: oci (for imager --image-cache) or flat (what the node reads)
+    #[arg(long, value_name = "oci|flat", default_value = "oci")]
+    pub talos_image_cache_layout: tender_bundle::CacheLayout,
     /// A file declaring what the bundle carries (images, platforms, Talos sets, OS images, OCI
     /// Helm charts), added to the selection and kept in the bundle's index.json
     #[arg(long, value_name = "FILE")]
@@ -84,15 +91,15 @@ fn parse_split(s: &str) -> std::result::Result<u64, String> {
 }
 
 /// How `--out`, `--compress` and `--split` pack the bundle.
-fn packing_of(args: &ExportArgs) -> Result<Packing> {
-    let named = packing::compress_of_name(&args.out);
+fn packing_of(args: &ExportArgs, out: &std::path::Path) -> Result<Packing> {
+    let named = packing::compress_of_name(out);
     let compress = match args.compress {
         None => named,
         Some(CompressArg::Zstd) => Compress::Zstd,
         Some(CompressArg::None) if named == Compress::Zstd => {
             return Err(Failure::usage(format!(
                 "--out {} names a compressed tar, and --compress none asks for none; drop the .zst or the flag",
-                args.out.display()
+                out.display()
             )));
         }
         Some(CompressArg::None) => Compress::None,
@@ -146,15 +153,23 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    let packing = packing_of(&args)?;
-    for taken in tender_bundle::write::occupied(&args.out, packing) {
-        if std::fs::symlink_metadata(&taken).is_ok() {
-            return Err(Failure::usage(format!(
-                "--out {}: {} exists; name a new path",
-                args.out.display(),
-                taken.display()
-            )));
+    let packing = match &args.out {
+        Some(out) => packing_of(&args, out)?,
+        None => Packing::default(),
+    };
+    if let Some(out) = &args.out {
+        for taken in tender_bundle::write::occupied(out, packing) {
+            if std::fs::symlink_metadata(&taken).is_ok() {
+                return Err(Failure::usage(format!(
+                    "--out {}: {} exists; name a new path",
+                    out.display(),
+                    taken.display()
+                )));
+            }
         }
+    }
+    if let Some(dir) = args.talos_image_cache.as_ref().filter(|p| std::fs::symlink_metadata(p).is_ok()) {
+        return Err(Failure::usage(format!("--talos-image-cache {}: exists; name a new path", dir.display())));
     }
     let (skip, since_digest) = match &args.since {
         Some(old) => {
@@ -173,6 +188,10 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
     let run = prefetch::start(&args.select)?;
     let outcomes = prefetch::warm_all(&run, &args.select, "export");
     prefetch::verdict(&outcomes, "fetched; nothing written")?;
+    if let Some(dir) = &args.talos_image_cache {
+        crate::talos_cache::export(&run, &outcomes, dir, args.talos_image_cache_layout, args.select.quiet)?;
+    }
+    let Some(out) = &args.out else { return Ok(ExitCode::SUCCESS) };
 
     let show = Show::choose(args.select.quiet);
     let totals = Totals::new("export", None);
@@ -184,8 +203,8 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
     if show == Show::Lines {
         writing.spawn_ticker(args.select.progress_interval);
     }
-    let mut writer = BundleWriter::create_packed(&args.out, skip, packing)
-        .with_context(|| format!("creating the bundle {}", args.out.display()))?;
+    let mut writer = BundleWriter::create_packed(out, skip, packing)
+        .with_context(|| format!("creating the bundle {}", out.display()))?;
     if show != Show::Quiet {
         let w = writing.clone();
         writer.on_progress(std::sync::Arc::new(move |n| w.add_bytes_done(n)));
@@ -259,7 +278,7 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
     }
     let written = writer.finish(&Document::index(entries, annotations));
     writing.finish(show);
-    let written = written.with_context(|| format!("finishing the bundle {}", args.out.display()))?;
+    let written = written.with_context(|| format!("finishing the bundle {}", out.display()))?;
     let delta = match (&args.since, &since_digest, &args.since_digests) {
         (Some(old), Some(d), _) => {
             format!("; a delta on {} ({d}): {} blob(s) it holds left out", old.display(), written.skipped)
@@ -271,7 +290,7 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
     };
     println!(
         "export: wrote {}: {} image(s), {} referrer(s), {} OS image(s); {} blob(s), {}{delta}",
-        written_where(&args.out, packing),
+        written_where(out, packing),
         counts.images,
         counts.referrers,
         counts.assets,
@@ -281,7 +300,7 @@ pub fn run(mut args: ExportArgs) -> Result<ExitCode> {
     if let Some(d) = written.index_digest {
         println!("index: {d}");
         if let Some(key) = &sign_key {
-            let sig = key.sign(&args.out, &d)?;
+            let sig = key.sign(out, &d)?;
             println!("signed: {}", sig.display());
         }
     } else if sign_key.is_some() {

@@ -4,7 +4,8 @@
 //! and bundle code `tender serve` wires). Each command module holds its clap arguments and its
 //! `run`; the binary parses and dispatches.
 //!
-//! - [`prefetch`] warms the cache; [`export`] writes prefetch's selection to a bundle;
+//! - [`prefetch`] warms the cache; [`export`] writes prefetch's selection to a bundle (and,
+//!   through `talos_cache`, as Talos' own image cache);
 //!   [`import`] registers a bundle (and holds `bundle ls` and `tag rm`); [`bundlesig`] signs
 //!   a bundle's index digest and checks that signature; [`inventory`] is `images`,
 //!   `bundle rm` and `bundle diff`: what a site holds, and retiring a release.
@@ -36,6 +37,7 @@ pub mod probe;
 mod progress;
 pub mod spec;
 pub mod stats;
+mod talos_cache;
 
 pub use exit::{Class, Failure, Result};
 pub use http::{ClientArgs, ClientOptions, TenderClient};

@@ -269,7 +269,7 @@ fn table_value(w: &str) -> String {
         "ID" => sample("schematic"),
         "REF" | "IMAGE" => "ghcr.io/siderolabs/kubelet:v1.35.0".into(),
         "R" => "ghcr.io/siderolabs/kubelet".into(),
-        "DIGEST" => format!("sha256:{}", "0".repeat(64)),
+        "DIGEST" | "INDEX_DIGEST" => format!("sha256:{}", "0".repeat(64)),
         "P" | "W" | "NAME" | "USER" => "sample".into(),
         _ => w.into(),
     }
