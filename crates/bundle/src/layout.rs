@@ -11,7 +11,7 @@ pub const INDEX_FILE: &str = "index.json";
 pub const LAYOUT_VERSION: &str = "1.0.0";
 
 /// The full image name of an entry (`ghcr.io/siderolabs/kubelet:v1.35.0`); skopeo writes a
-/// bare tag here, Talos' image cache and tender the full name.
+/// bare tag here, containerd and tender the full name.
 pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
 /// containerd's name annotation (`ctr images export` / `import`): a full name, preferred.
 pub const CONTAINERD_NAME: &str = "io.containerd.image.name";

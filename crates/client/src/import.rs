@@ -25,7 +25,7 @@ use crate::progress::{Show, Totals};
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {
     /// The bundle: an OCI image layout directory, or a tar of one (tender export, skopeo
-    /// copy oci:, Talos' image cache), zstd-compressed or not, or a part set (PATH.parts.json,
+    /// copy oci:, ctr images export), zstd-compressed or not, or a part set (PATH.parts.json,
     /// its first part PATH.000, or PATH)
     #[arg(value_name = "PATH")]
     pub path: PathBuf,

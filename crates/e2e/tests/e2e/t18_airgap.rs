@@ -3,7 +3,7 @@
 //! signature (an OCI fallback-tag referrer) and an OS image; a second tender whose upstreams
 //! are offline (a silent listener, never contacted) imports the bundle and serves it to skopeo,
 //! containerd (`ctr --platform`) and `nbdkit curl` + `qemu-img`, byte-exact. The export is read
-//! by `skopeo copy oci:` and `umoci unpack`; a skopeo-made layout and a Talos image-cache layout
+//! by `skopeo copy oci:` and `umoci unpack`; a skopeo-made layout and one naming images in full
 //! import too. Bundles with a flipped byte, a truncated tar or a dangling reference are refused
 //! and nothing of them becomes visible; a `--since` delta imports on top of its base.
 
@@ -368,13 +368,12 @@ fn should_refuse_wrong_bundles_register_nothing_and_import_a_delta_on_its_base()
 }
 
 /// A layout other tools wrote, imported with `--data` into a stopped tender that then serves
-/// it: `skopeo copy docker://… oci:DIR:TAG` (a bare tag, named with --registry) and Talos' image
-/// cache layout (`talosctl images cache-create`: an OCI image
-/// layout whose index.json names each image by its full reference in
-/// `org.opencontainers.image.ref.name`, per Talos' "Image Cache" guide), built here from the
-/// test images.
+/// it: `skopeo copy docker://… oci:DIR:TAG` (a bare tag, named with --registry) and a layout
+/// whose index.json names each image by its full reference in `org.opencontainers.image.ref.name`
+/// (as `ctr images export` and tender write it), built here from the test images. (Talos' own
+/// image cache is another format: `export --talos-image-cache`, t27.)
 #[test]
-fn should_import_layouts_made_by_skopeo_and_by_talos_image_cache() {
+fn should_import_layouts_made_by_skopeo_and_naming_images_in_full() {
     let bed = Bed::new("airgap-layouts", Sizes::SMALL);
     let dir = TestDir::new("airgap-layouts-work");
     let skopeo_layout = dir.path().join("skopeo-layout");
@@ -387,7 +386,7 @@ fn should_import_layouts_made_by_skopeo_and_by_talos_image_cache() {
         &format!("oci:{}:v7", skopeo_layout.display()),
     ]));
 
-    // The Talos image cache: the installer's manifest, config and layers, named in full.
+    // A layout naming the installer in full: its manifest, config and layers.
     let talos = dir.path().join("image-cache.oci");
     let manifest = bed.images.var("INSTALLER_MANIFEST");
     std::fs::create_dir_all(talos.join("blobs/sha256")).unwrap();
