@@ -86,13 +86,18 @@ pub struct Packing {
 impl Packing {
     /// A tar (not a directory) is written: `PATH.tar`, `PATH.tar.zst`, or packed.
     pub fn is_stream(&self, dest: &Path) -> bool {
-        self.compress != Compress::None || self.split.is_some() || crate::write::is_tar(dest)
+        self.compress != Compress::None || self.split.is_some() || is_tar(dest)
     }
 
     /// What a path's name asks for: `.tar.zst` / `.tzst` is compressed.
     pub fn for_name(dest: &Path) -> Packing {
         Packing { compress: compress_of_name(dest), split: None }
     }
+}
+
+/// Whether `path` names a tar bundle.
+pub fn is_tar(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("tar"))
 }
 
 /// `Zstd` when the name ends in `.zst` or `.tzst`.

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use tender_oci::{Algorithm, Digest};
 
 use crate::layout::{self, Document, INDEX_FILE, LAYOUT_FILE};
+pub use crate::packing::is_tar;
 use crate::packing::{self, OnBytes, Packing, Sink, Sunk};
 
 /// Where the bytes go.
@@ -49,11 +50,6 @@ pub struct BundleWriter {
     summary: Written,
     /// A directory bundle's progress (a tar counts in its [`Sink`]).
     progress: Option<OnBytes>,
-}
-
-/// Whether `path` names a tar bundle.
-pub fn is_tar(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("tar"))
 }
 
 fn partial_path(dest: &Path) -> PathBuf {
