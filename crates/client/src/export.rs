@@ -360,11 +360,7 @@ fn copy_blob(run: &Run, writer: &mut BundleWriter, img: &ImageRef, blob: &Blob, 
             writer.add_verified_file(&blob.digest, &path).with_context(|| format!("{what}: copying"))?;
         }
         Mode::Server(server) => {
-            let path = format!("/v2/{}/blobs/{}?ns={}", img.repository, blob.digest, img.registry);
-            let resp = run.runtime.block_on(server.get(&what, &path, None)).map_err(failure)?;
-            let stream = resp.bytes_stream().map_err(io::Error::other);
-            let reader = tokio_util::io::StreamReader::new(stream);
-            let mut sync = tokio_util::io::SyncIoBridge::new_with_handle(reader, run.runtime.handle().clone());
+            let mut sync = server.blob_reader(&run.runtime, img, &blob.digest, &what).map_err(failure)?;
             writer.add_reader(&blob.digest, blob.size, &mut sync).with_context(|| format!("{what}: writing"))?;
         }
     }
@@ -372,11 +368,7 @@ fn copy_blob(run: &Run, writer: &mut BundleWriter, img: &ImageRef, blob: &Blob, 
 }
 
 fn failure(f: Failed) -> Failure {
-    if f.transient {
-        Failure::transient(f.message)
-    } else {
-        Failure::problem(f.message)
-    }
+    f.into_failure()
 }
 
 /// A referrer to carry along: the manifest, and the name it is found under.

@@ -330,6 +330,15 @@ pub(crate) struct Failed {
 }
 
 impl Failed {
+    /// As a command's failure: transient (exit 3) or a problem (exit 1).
+    pub(crate) fn into_failure(self) -> Failure {
+        if self.transient {
+            Failure::transient(self.message)
+        } else {
+            Failure::problem(self.message)
+        }
+    }
+
     pub(crate) fn definite(message: impl Into<String>) -> Failed {
         Failed { transient: false, message: message.into() }
     }
@@ -646,6 +655,22 @@ pub(crate) struct ServerBackend {
 }
 
 impl ServerBackend {
+    /// A blob's bytes from the server as a blocking reader on `runtime` (the writer that reads
+    /// them hashes them on the way: the server's bytes are not trusted here).
+    pub(crate) fn blob_reader(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        img: &ImageRef,
+        digest: &Digest,
+        what: &str,
+    ) -> std::result::Result<impl std::io::Read, Failed> {
+        use futures::TryStreamExt as _;
+        let path = format!("/v2/{}/blobs/{digest}?ns={}", img.repository, img.registry);
+        let resp = runtime.block_on(self.get(what, &path, None))?;
+        let reader = tokio_util::io::StreamReader::new(resp.bytes_stream().map_err(std::io::Error::other));
+        Ok(tokio_util::io::SyncIoBridge::new_with_handle(reader, runtime.handle().clone()))
+    }
+
     pub(crate) async fn get(&self, what: &str, path: &str, accept: Option<&str>) -> Result<reqwest::Response, Failed> {
         let url = http::join(&self.base, path);
         let mut headers = HeaderMap::new();

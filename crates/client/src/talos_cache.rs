@@ -6,10 +6,8 @@
 //! configs and layers. OS images are not part of Talos' image cache and are left out, said so.
 
 use std::fs::File;
-use std::io;
 use std::path::Path;
 
-use futures::TryStreamExt as _;
 use indicatif::HumanBytes;
 use tender_bundle::talos_cache::{CacheLayout, TalosCacheWriter};
 use tender_oci::{ImageRef, Reference};
@@ -82,7 +80,7 @@ pub(crate) fn export(
 /// in), or through the server.
 fn copy_blob(run: &Run, writer: &mut TalosCacheWriter, img: &ImageRef, blob: &Blob, progress: &Progress) -> Result<()> {
     let what = format!("{img}: blob {}", blob.digest);
-    let failure = |f: Failed| if f.transient { Failure::transient(f.message) } else { Failure::problem(f.message) };
+    let failure = Failed::into_failure;
     match &run.backend.mode {
         Mode::Local(local) => {
             run.runtime.block_on(run.backend.blob(img, blob, progress)).map_err(failure)?;
@@ -91,11 +89,7 @@ fn copy_blob(run: &Run, writer: &mut TalosCacheWriter, img: &ImageRef, blob: &Bl
             writer.add_blob(&blob.digest, blob.size, &mut f).with_context(|| format!("{what}: copying"))?;
         }
         Mode::Server(server) => {
-            let path = format!("/v2/{}/blobs/{}?ns={}", img.repository, blob.digest, img.registry);
-            let resp = run.runtime.block_on(server.get(&what, &path, None)).map_err(failure)?;
-            let stream = resp.bytes_stream().map_err(io::Error::other);
-            let reader = tokio_util::io::StreamReader::new(stream);
-            let mut sync = tokio_util::io::SyncIoBridge::new_with_handle(reader, run.runtime.handle().clone());
+            let mut sync = server.blob_reader(&run.runtime, img, &blob.digest, &what).map_err(failure)?;
             writer.add_blob(&blob.digest, blob.size, &mut sync).with_context(|| format!("{what}: writing"))?;
         }
     }

@@ -34,7 +34,7 @@ fn os_image_path() -> String {
 }
 
 /// `tender ARGS`: its exit code, stdout and stderr.
-fn tender_cli(args: &[&str]) -> (i32, String, String) {
+pub(crate) fn tender_cli(args: &[&str]) -> (i32, String, String) {
     let out = tender::run(args.iter().copied());
     (
         out.status.code().unwrap_or(-1),
@@ -43,7 +43,7 @@ fn tender_cli(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn ok(args: &[&str]) -> String {
+pub(crate) fn ok(args: &[&str]) -> String {
     let (code, out, err) = tender_cli(args);
     assert_eq!(code, 0, "tender {args:?}:\n{out}{err}");
     out

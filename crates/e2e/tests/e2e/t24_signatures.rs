@@ -100,7 +100,7 @@ fn skopeo_refused(t: &Tender, name: &str, dest: &Path) -> String {
 }
 
 /// `ctr images pull` of `image` through tender (hosts.toml maps ghcr.io to it): its output.
-fn ctr_pull(ctrd: &Containerd, hosts: &Path, image: &str) -> (bool, String) {
+pub(crate) fn ctr_pull(ctrd: &Containerd, hosts: &Path, image: &str) -> (bool, String) {
     let out = ctrd.ctr(&[
         "-n",
         "e2e",

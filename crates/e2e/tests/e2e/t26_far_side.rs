@@ -16,31 +16,17 @@ use ring::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_ASN1_SIGNING};
 use tender_e2e::containerd::Containerd;
 use tender_e2e::digest::{hex_of, sha256, sha256_file};
 use tender_e2e::registry::Sizes;
-use tender_e2e::tender::{self, write_config, Tender};
+use tender_e2e::tender::{write_config, Tender};
 use tender_e2e::{http, proc};
 
 use crate::t15_protocol::{push_blob, push_manifest, OCI_MANIFEST};
+use crate::t18_airgap::ok;
 use crate::Bed;
 
 const KUBELET: &str = "ghcr.io/siderolabs/kubelet:v1.33.1";
 const INSTALLER: &str = "ghcr.io/siderolabs/installer:v1.10.5";
 const EXTRA: &str = "ghcr.io/siderolabs/extra:v1";
 const ADMIN: &str = "far-side-admin-token";
-
-fn tender_cli(args: &[&str]) -> (i32, String, String) {
-    let out = tender::run(args.iter().copied());
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn ok(args: &[&str]) -> String {
-    let (code, out, err) = tender_cli(args);
-    assert_eq!(code, 0, "tender {args:?}:\n{out}{err}");
-    out
-}
 
 /// Push `siderolabs/extra:v1`: one layer, a config, an OCI manifest. Returns the manifest's
 /// digest and its config and layer digests.
@@ -221,20 +207,8 @@ fn should_run_the_far_side_import_inventory_list_delta_retire_and_free() {
     // containerd pulls the new image from the far side.
     let ctrd = Containerd::start(&bed.path("containerd"));
     let hosts = ctrd.hosts_dir("ghcr.io", &far.hostport());
-    let pulled = ctrd.ctr(&[
-        "-n",
-        "e2e",
-        "images",
-        "pull",
-        "--hosts-dir",
-        hosts.to_str().unwrap(),
-        "--platform",
-        "linux/amd64",
-        "--snapshotter",
-        "native",
-        EXTRA,
-    ]);
-    assert!(pulled.status.success(), "ctr pull: {}", String::from_utf8_lossy(&pulled.stderr));
+    let (pulled, out) = crate::t24_signatures::ctr_pull(&ctrd, &hosts, EXTRA);
+    assert!(pulled, "ctr pull: {out}");
     for d in &extra_blobs {
         assert_eq!(sha256_file(&ctrd.content_blobs().join(hex_of(d))), *d);
     }
