@@ -148,3 +148,41 @@ fn should_release_an_imported_tag_and_keep_what_a_tag_or_a_prefetch_pin_still_ho
     assert!(store.object_len(&x_layer).is_some() && held(&store, &digests(&y)));
     assert_eq!(store.imports().unwrap()[0].entries.len(), 1, "only y:latest is left of the bundle");
 }
+
+/// A tag `prefetch --pin` pinned holds its objects through a `bundle rm`, and `tag rm` releases
+/// exactly what no other pinned tag or bundle holds.
+#[test]
+fn should_hold_a_prefetch_pinned_tag_until_tag_rm_releases_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (x, y, z) = (image("x"), image("y"), image("z"));
+    let a = dir.path().join("a");
+    let a_index = bundle(&a, &[("ghcr.io/s/x:v1", &x), ("ghcr.io/s/y:v1", &y)], None);
+    let store = Store::open(&dir.path().join("data"), OpenMode::Exclusive).unwrap();
+    import_path(&a, &store, &Ghcr, &options()).unwrap();
+    // As `prefetch --pin` leaves them: y:v1 pinned again as a tag; z:v1 pulled and pinned.
+    let prefetch = |img: &Image, repo: &str| {
+        for (bytes, t) in img {
+            let d = Algorithm::Sha256.digest(bytes);
+            store.put_bytes("k", bytes, &d).unwrap();
+            if *t == media::OCI_MANIFEST {
+                let meta = tender_store::ManifestMeta { media_type: t.to_string(), size: bytes.len() as u64 };
+                store.meta_put(&d, &meta).unwrap();
+                store.pin_tag("ghcr.io", repo, "v1", &d).unwrap();
+            }
+            store.pin(&d, tender_store::PREFETCH_PIN).unwrap();
+        }
+    };
+    prefetch(&y, "s/y");
+    prefetch(&z, "s/z");
+
+    let removed = store.import_remove(&a_index, false).unwrap().unwrap();
+    assert_eq!(removed.retired.iter().copied().collect::<BTreeSet<_>>(), digests(&x), "y stays: a pinned tag holds it");
+    assert_eq!(gc(&store).0, digests(&x));
+    assert!(held(&store, &digests(&y)) && held(&store, &digests(&z)));
+
+    let released = store.import_release_tag("ghcr.io", "s/z", "v1").unwrap();
+    assert_eq!(released.retired.iter().copied().collect::<BTreeSet<_>>(), digests(&z));
+    assert_eq!(store.tag_pins().unwrap().len(), 1, "only y:v1 is still pinned");
+    assert_eq!(gc(&store).0, digests(&z));
+    assert!(held(&store, &digests(&y)));
+}

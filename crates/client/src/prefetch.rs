@@ -792,6 +792,11 @@ impl LocalBackend {
         let hit =
             self.mirror.manifest(&up, &repo, reference, &accept).await.map_err(|e| Failed::from_fetch(&what, &e))?;
         self.pin(&what, &hit.digest)?;
+        if let (true, Reference::Tag(tag)) = (self.pin, reference) {
+            self.store
+                .pin_tag(up.name(), repo.as_str(), tag.as_str(), &hit.digest)
+                .map_err(|e| Failed::definite(format!("{what}: pinning the tag: {e}")))?;
+        }
         let already = hit.cache != CacheResult::Miss;
         let private = up.settings().needs_identity();
         Ok(Manifest { digest: hit.digest, media_type: hit.media_type, bytes: hit.bytes, already, private })

@@ -420,6 +420,11 @@ impl Mirror {
         self.flights().store().pin(digest, reason).map_err(|e| FetchError::store("store", &e))
     }
 
+    /// `prefetch --pin` of a tag: the tag holds what it was pinned with until `tag rm`.
+    pub fn pin_tag(&self, upstream: &str, repository: &str, tag: &str, digest: &Digest) -> Result<(), FetchError> {
+        self.flights().store().pin_tag(upstream, repository, tag, digest).map_err(|e| FetchError::store("store", &e))
+    }
+
     /// Note for the shared bucket's size cap (`tender gc --bucket`) that this replica served
     /// `digest` (a map insert; the records are flushed in batches). No bucket: nothing to do.
     pub fn note_served(&self, digest: &Digest) {

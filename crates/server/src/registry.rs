@@ -131,7 +131,17 @@ async fn dispatch(app: &Arc<AppState>, req: &Parts, info: &mut AccessInfo) -> Re
         RouteKind::Base => Err(ApiError::new(ErrorCode::NameUnknown, "no such endpoint")),
         RouteKind::Manifest(reference) => {
             info.route = "manifest";
-            manifest(app, &routed, reference, ask, headers, info).await
+            let pinned_tag = match &reference {
+                Reference::Tag(t) if info.pin => Some(t.to_string()),
+                _ => None,
+            };
+            let answer = manifest(app, &routed, reference, ask, headers, info).await;
+            if let (Ok(_), Some(tag), Some(d)) = (&answer, pinned_tag, info.digest) {
+                if let Err(e) = mirror.pin_tag(routed.upstream(), routed.repository().as_str(), &tag, &d) {
+                    tracing::warn!(%tag, digest = %d, error = %e, "could not pin the tag");
+                }
+            }
+            answer
         }
         RouteKind::Blob(digest) => {
             info.route = "blob";

@@ -71,6 +71,11 @@ async fn should_pin_what_a_pinning_prefetch_fetched() {
     assert!(pins.contains(&md.parse().unwrap()));
     assert!(pins.contains(&blob.parse().unwrap()));
     assert!(!pins.contains(&other.parse().unwrap()));
+    // The tag holds them (issue 35 (2)): `tag rm` releases exactly its graph.
+    let tags = tender.store.tag_pins().unwrap();
+    assert_eq!(tags.len(), 1);
+    assert_eq!((tags[0].repository.as_str(), tags[0].tag.as_str()), ("a/b", "v1"));
+    assert_eq!(tags[0].digest.to_string(), md);
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@ use std::io;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 use tender_oci::{Algorithm, Digest};
 
 use crate::fsutil::write_atomic;
@@ -92,6 +93,22 @@ impl ImportRecord {
     }
 }
 
+/// A tag `tender prefetch --pin` pinned: its objects (pin reason `prefetch`) are held until
+/// `tender tag rm` releases it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TagPin {
+    pub upstream: String,
+    pub repository: String,
+    pub tag: String,
+    /// What the tag pointed to when it was pinned.
+    pub digest: Digest,
+    pub pinned_at: u64,
+}
+
+/// The pin reason of what `prefetch --pin` pinned.
+pub const PREFETCH_PIN: &str = "prefetch";
+
 /// What retiring released: the entries dropped and the objects left without a holder.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -117,6 +134,57 @@ impl Store {
 
     fn retired_path(&self, digest: &Digest) -> PathBuf {
         self.root().join("retired").join(digest.algorithm().name()).join(digest.hex())
+    }
+
+    fn tag_pin_path(&self, upstream: &str, repository: &str, tag: &str) -> PathBuf {
+        let mut h = Sha256::new();
+        for part in [upstream, repository, tag] {
+            h.update(part.as_bytes());
+            h.update([0u8]);
+        }
+        self.root().join("pins").join("tags").join(format!("{}.json", hex::encode(h.finalize())))
+    }
+
+    /// `tender prefetch --pin IMAGE:TAG`: the tag holds its objects (pinned one by one with the
+    /// reason `prefetch`) until `tender tag rm` releases it.
+    pub fn pin_tag(&self, upstream: &str, repository: &str, tag: &str, digest: &Digest) -> Result<(), StoreError> {
+        let pin = TagPin {
+            upstream: upstream.into(),
+            repository: repository.into(),
+            tag: tag.into(),
+            digest: *digest,
+            pinned_at: crate::types::now_secs(),
+        };
+        let bytes = serde_json::to_vec(&pin).map_err(|e| self.err(io::Error::other(e)))?;
+        write_atomic(&self.tag_pin_path(upstream, repository, tag), &bytes).map_err(|e| self.err(e))
+    }
+
+    /// Every pinned tag.
+    pub fn tag_pins(&self) -> Result<Vec<TagPin>, StoreError> {
+        let entries = match fs::read_dir(self.root().join("pins").join("tags")) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(self.err(e)),
+        };
+        let mut out: Vec<TagPin> = entries
+            .flatten()
+            .filter(|e| e.file_name().to_str().is_some_and(|n| n.ends_with(".json") && !n.starts_with('.')))
+            .filter_map(|e| serde_json::from_slice(&fs::read(e.path()).ok()?).ok())
+            .collect();
+        out.sort_by(|a, b| (&a.upstream, &a.repository, &a.tag).cmp(&(&b.upstream, &b.repository, &b.tag)));
+        Ok(out)
+    }
+
+    /// Every object some pinned tag's graph reaches.
+    fn tag_pinned_objects(&self, except: Option<&TagPin>) -> Result<HashSet<Digest>, StoreError> {
+        let mut out = HashSet::new();
+        for p in self.tag_pins()? {
+            if except.is_some_and(|x| x.upstream == p.upstream && x.repository == p.repository && x.tag == p.tag) {
+                continue;
+            }
+            out.extend(self.graph_of(&p.digest));
+        }
+        Ok(out)
     }
 
     /// Record an imported bundle (a second import of the same bundle replaces the record).
@@ -175,7 +243,10 @@ impl Store {
         };
         let others: Vec<ImportRecord> = self.imports()?.into_iter().filter(|r| r.index != *index).collect();
         let names = record.entries.iter().map(|e| e.name.clone()).collect();
-        let released = self.release(record.objects_of(record.entries.iter()), &others, names, dry_run)?;
+        let mut held: HashSet<Digest> = others.iter().flat_map(|r| r.objects()).collect();
+        held.extend(self.tag_pinned_objects(None)?);
+        let mine = record.objects_of(record.entries.iter());
+        let released = self.release(mine, &held, &[BUNDLE_PIN], names, dry_run)?;
         if !dry_run {
             for e in &record.entries {
                 let (Some(up), Some(repo), Some(tag)) = (&e.upstream, &e.repository, &e.tag) else { continue };
@@ -199,8 +270,9 @@ impl Store {
         Ok(Some(released))
     }
 
-    /// `tender tag rm` of an imported tag: every bundle entry registered under it lets go of
-    /// its objects (an entry-less record is dropped); returns what was released.
+    /// `tender tag rm`: every bundle entry registered under the tag lets go of its objects (an
+    /// entry-less record is dropped), and so does a tag `prefetch --pin` pinned; returns what
+    /// was released.
     pub fn import_release_tag(&self, upstream: &str, repository: &str, tag: &str) -> Result<Released, StoreError> {
         let records = self.imports()?;
         let is_it = |e: &ImportEntry| {
@@ -222,11 +294,34 @@ impl Store {
             }
             kept.push((r, changed));
         }
+        // A tag `prefetch --pin` pinned lets go of its graph too.
+        let pinned =
+            self.tag_pins()?.into_iter().find(|p| p.upstream == upstream && p.repository == repository && p.tag == tag);
+        // Its graph's `prefetch` pins are the tag's to release; a bundle entry's objects only
+        // their `bundle` pins (a `prefetch` pin there is another holder's: a digest, an older pin).
+        let mut prefetched = BTreeSet::new();
+        if let Some(p) = &pinned {
+            names.push(format!("{upstream}/{repository}:{tag} (pinned by prefetch)"));
+            prefetched.extend(self.graph_of(&p.digest));
+        }
         if names.is_empty() {
             return Ok(Released::default());
         }
-        let others: Vec<ImportRecord> = kept.iter().map(|(r, _)| r.clone()).collect();
-        let released = self.release(mine, &others, names, false)?;
+        let mut held: HashSet<Digest> = kept.iter().flat_map(|(r, _)| r.objects()).collect();
+        held.extend(self.tag_pinned_objects(pinned.as_ref())?);
+        let mine: BTreeSet<Digest> = mine.difference(&prefetched).copied().collect();
+        let mut released = self.release(mine, &held, &[BUNDLE_PIN], names, false)?;
+        let more = self.release(prefetched, &held, &[BUNDLE_PIN, PREFETCH_PIN], Vec::new(), false)?;
+        released.retired.extend(more.retired);
+        released.retired_bytes += more.retired_bytes;
+        released.still_held += more.still_held;
+        if pinned.is_some() {
+            match fs::remove_file(self.tag_pin_path(upstream, repository, tag)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(self.err(e)),
+            }
+        }
         for (r, changed) in kept {
             if !changed {
                 continue;
@@ -245,16 +340,16 @@ impl Store {
         Ok(released)
     }
 
-    /// Release the objects (`mine`) that none of `others` holds: their bundle pins go, and they
-    /// are marked retired.
+    /// Release the objects (`mine`) that nothing in `held` holds and whose pin (if any) has a
+    /// `releasable` reason: their pins go, and they are marked retired.
     fn release(
         &self,
         mine: BTreeSet<Digest>,
-        others: &[ImportRecord],
+        held: &HashSet<Digest>,
+        releasable: &[&str],
         names: Vec<String>,
         dry_run: bool,
     ) -> Result<Released, StoreError> {
-        let held: HashSet<Digest> = others.iter().flat_map(|r| r.objects()).collect();
         let mut out = Released { entries: names, ..Released::default() };
         for d in mine {
             if held.contains(&d) {
@@ -262,7 +357,7 @@ impl Store {
                 continue;
             }
             match self.pin_reason(&d)? {
-                Some(reason) if reason != BUNDLE_PIN => {
+                Some(reason) if !releasable.contains(&reason.as_str()) => {
                     out.still_held += 1;
                     continue;
                 }

@@ -11,6 +11,7 @@
 //! trust/<key>.json        first verified sha256 of each OS image asset (never evicted)
 //! pins/<hex>.json         sha256 objects kept out of eviction (prefetch --pin, reason
 //!                         `prefetch`; an import, reason `bundle`);
+//! pins/tags/<key>.json    each tag prefetch --pin pinned (tag rm releases its graph);
 //!                         pins/sha512/<hex>.json for sha512 objects
 //! imports/<alg>/<hex>.json  each imported bundle (by index digest): when, by whom, and the
 //!                         objects each of its entries holds (`tender bundle rm` releases them)
@@ -41,7 +42,7 @@ mod types;
 
 pub use budget::{Reservation, RoomPolicy};
 pub use fsutil::write_atomic;
-pub use imports::{ImportEntry, ImportRecord, Released, BUNDLE_PIN};
+pub use imports::{ImportEntry, ImportRecord, Released, TagPin, BUNDLE_PIN, PREFETCH_PIN};
 pub use inventory::InventoryItem;
 pub use layout::{OpenMode, Store, StoreError, Stored, FORMAT_VERSION};
 pub use maintenance::{FsckReport, GcPlan, GcReport};
