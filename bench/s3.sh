@@ -66,6 +66,7 @@ rm -rf "$W/img"
 mkdir -p "$W/weed-data"
 printf '{"identities":[{"name":"bench","credentials":[{"accessKey":"AKIABENCH","secretKey":"bench-secret"}],"actions":["Admin","Read","Write","List","Tagging"]}]}' >"$W/weed-s3.json"
 "$WEED" mini -dir="$W/weed-data" -ip=127.0.0.1 -ip.bind=127.0.0.1 -admin.ui=false -webdav=false \
+  -master.telemetry=false -master.telemetry.url=http://127.0.0.1:9/ \
   -s3.port.iceberg=0 -s3.port.lance=0 -s3.config="$W/weed-s3.json" -bucket=tender-bench \
   -master.port=$((PB + 6)) -master.port.grpc=$((PB + 7)) -volume.port=$((PB + 8)) -volume.port.grpc=$((PB + 9)) \
   -filer.port=$((PB + 10)) -filer.port.grpc=$((PB + 11)) -s3.port="$S3_PORT" -s3.port.grpc=$((PB + 12)) \

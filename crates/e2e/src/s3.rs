@@ -145,6 +145,9 @@ impl S3Server {
         cmd.arg("mini")
             .arg(format!("-dir={}", self.dir.join("weed-data").display()))
             .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false", "-webdav=false"])
+            // Tests never leave the machine: no anonymous statistics to seaweedfs.com (on by
+            // default), and should the flag ever be ignored, a telemetry address that refuses.
+            .args(["-master.telemetry=false", "-master.telemetry.url=http://127.0.0.1:9/"])
             .args(["-s3.port.iceberg=0", "-s3.port.lance=0"])
             .arg(format!("-s3.config={}", identities.display()))
             .arg(format!("-bucket={}", self.bucket));
