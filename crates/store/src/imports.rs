@@ -224,9 +224,13 @@ impl Store {
                     continue;
                 }
                 let bytes = fs::read(e.path()).map_err(|e| self.err(e))?;
-                // A record that does not parse is skipped (and reported by `tender images`).
-                if let Ok(r) = serde_json::from_slice::<ImportRecord>(&bytes) {
-                    out.push(r);
+                // A record that does not parse is skipped, and said so: what it held is no
+                // longer counted as held (its pins stay until unpinned).
+                match serde_json::from_slice::<ImportRecord>(&bytes) {
+                    Ok(r) => out.push(r),
+                    Err(err) => {
+                        tracing::warn!(path = %e.path().display(), error = %err, "an import record does not parse")
+                    }
                 }
             }
         }
