@@ -596,9 +596,11 @@ fn spawn_scrub(settings: &Settings, flights: Arc<Flights>, metrics: Arc<ServerMe
     let spawned = std::thread::Builder::new().name("tender-scrub".into()).spawn(move || {
         let store = flights.store().clone();
         let mut pace = tender_store::Pace::new(rate);
-        let check = |d: &tender_oci::Digest, pace: &mut tender_store::Pace| {
+        // `false`: a fill of it is still running (its commit just happened, or a refetch): try
+        // again shortly rather than never (a first read is announced once).
+        let check = |d: &tender_oci::Digest, pace: &mut tender_store::Pace| -> bool {
             if flights.active_keys().binary_search(&d.to_string()).is_ok() {
-                return;
+                return false;
             }
             match store.scrub_object(d, pace) {
                 Ok(tender_store::Scrubbed::Sound { bytes }) => {
@@ -613,15 +615,30 @@ fn spawn_scrub(settings: &Settings, flights: Arc<Flights>, metrics: Arc<ServerMe
                 Ok(tender_store::Scrubbed::Gone) => {}
                 Err(e) => tracing::warn!(digest = %d, error = %e, "scrub: could not check an object"),
             }
+            true
+        };
+        // First reads of objects whose fill had not ended yet (bounded: the scheduled pass
+        // checks whatever falls off).
+        let mut deferred: Vec<tender_oci::Digest> = Vec::new();
+        let defer = |d: tender_oci::Digest, deferred: &mut Vec<tender_oci::Digest>| {
+            if deferred.len() < 4096 && !deferred.contains(&d) {
+                deferred.push(d);
+            }
         };
         let mut next_pass = std::time::Instant::now() + every.min(Duration::from_secs(60));
         loop {
             let wait = next_pass.saturating_duration_since(std::time::Instant::now());
+            let wait = if deferred.is_empty() { wait } else { wait.min(Duration::from_millis(100)) };
             match rx.recv_timeout(wait.min(Duration::from_secs(1))) {
-                Ok(d) => check(&d, &mut pace),
+                Ok(d) => {
+                    if !check(&d, &mut pace) {
+                        defer(d, &mut deferred);
+                    }
+                }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
             }
+            deferred.retain(|d| !check(d, &mut pace));
             if std::time::Instant::now() < next_pass {
                 continue;
             }
@@ -636,7 +653,9 @@ fn spawn_scrub(settings: &Settings, flights: Arc<Flights>, metrics: Arc<ServerMe
             for o in &objects {
                 // First reads go first, between the scheduled ones.
                 while let Ok(d) = rx.try_recv() {
-                    check(&d, &mut pace);
+                    if !check(&d, &mut pace) {
+                        defer(d, &mut deferred);
+                    }
                 }
                 check(&o.digest, &mut pace);
             }
