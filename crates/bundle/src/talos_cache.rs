@@ -25,6 +25,7 @@ use std::str::FromStr;
 use tender_oci::{media, Algorithm, Digest, Hasher};
 
 use crate::layout::{self, Descriptor, Document, INDEX_FILE, LAYOUT_FILE};
+use crate::write::Hashing;
 
 /// The directory of blobs in the flat layout (singular, as Talos names it).
 pub const BLOB_DIR: &str = "blob";
@@ -128,22 +129,6 @@ impl<W: Write> Write for HashingWriter<W> {
 
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
-    }
-}
-
-/// A reader that hashes and counts what passes through it.
-struct HashingReader<'a> {
-    inner: &'a mut dyn Read,
-    hasher: Hasher,
-    len: u64,
-}
-
-impl Read for HashingReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.len += n as u64;
-        Ok(n)
     }
 }
 
@@ -306,7 +291,7 @@ impl TalosCacheWriter {
         if !self.wants_blob(digest) {
             return Ok(());
         }
-        let mut hashing = HashingReader { inner: reader, hasher: digest.algorithm().hasher(), len: 0 };
+        let mut hashing = Hashing { inner: reader, hasher: digest.algorithm().hasher(), len: 0 };
         self.put(&format!("{BLOB_DIR}/{}", digest_file(digest)), size, &mut hashing)?;
         let (len, got) = (hashing.len, hashing.hasher.finalize());
         if len != size {

@@ -62,11 +62,11 @@ fn mismatch(digest: &Digest, got: &Digest) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("{digest}: the content read hashes to {got}"))
 }
 
-/// A reader that hashes what passes through it.
-struct Hashing<'a> {
-    inner: &'a mut dyn Read,
-    hasher: tender_oci::Hasher,
-    len: u64,
+/// A reader that hashes and counts what passes through it.
+pub(crate) struct Hashing<'a> {
+    pub(crate) inner: &'a mut dyn Read,
+    pub(crate) hasher: tender_oci::Hasher,
+    pub(crate) len: u64,
 }
 
 impl Read for Hashing<'_> {
