@@ -4,6 +4,7 @@
 //! lease not renewed within its TTL (the holder died) is taken over by a conditional
 //! overwrite, which exactly one waiter wins.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -32,6 +33,8 @@ pub enum LeaseOutcome {
     /// This replica fetches; drop or [`Lease::release`] the lease when the object is in the bucket.
     Won(Lease),
     /// Another replica fetches; ask again after `retry_in` (at most until its lease expires).
+    /// `owner` is the holder's replica name, empty when not known (the lease changed hands
+    /// between this replica's read and its write).
     Held { owner: String, retry_in: Duration },
 }
 
@@ -42,6 +45,46 @@ pub struct Lease {
     key: String,
     path: ObjectPath,
     renewer: tokio::task::JoinHandle<()>,
+    /// Set once the lease is no longer this replica's: given up ([`GiveUp`]) or lost.
+    gone: Arc<AtomicBool>,
+}
+
+/// The right to give a lease up early, from another task than the one holding it: the
+/// holder's upload stopped, so the replicas waiting on the lease must not wait on it.
+#[derive(Debug, Clone)]
+pub struct GiveUp {
+    bucket: Arc<Bucket>,
+    key: String,
+    path: ObjectPath,
+    renewer: tokio::task::AbortHandle,
+    gone: Arc<AtomicBool>,
+}
+
+impl GiveUp {
+    /// The fill key the lease is for.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Stop renewing the lease and delete it (through the breaker: while the bucket is down the
+    /// lease expires by itself within `leaseTtl`, never renewed again). The holder goes on
+    /// fetching for its own clients; another replica may take the lease and upload.
+    pub async fn give_up(&self, why: &str) {
+        if self.gone.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.renewer.abort();
+        tracing::info!(key = %self.key, why, "gave the fill lease up: the others take it over or fetch themselves");
+        delete_lease(&self.bucket, &self.path).await;
+    }
+}
+
+async fn delete_lease(b: &Bucket, path: &ObjectPath) {
+    match b.call("delete", path, b.store.delete(path)).await {
+        Ok(Ok(())) | Ok(Err(object_store::Error::NotFound { .. })) => {}
+        Ok(Err(e)) => tracing::warn!(lease = %path, error = %e, "could not delete a fill lease; it expires by itself"),
+        Err(e) => tracing::debug!(lease = %path, error = %e, "fill lease not deleted; it expires by itself"),
+    }
 }
 
 impl Lease {
@@ -50,17 +93,31 @@ impl Lease {
         &self.key
     }
 
-    /// Give the lease up (after the object's index is written, or when the fill failed).
+    /// Whether this replica still holds the lease (not given up, not lost to a late renewal):
+    /// only then may it write the upload record under the lease's key.
+    pub fn held(&self) -> bool {
+        !self.gone.load(Ordering::SeqCst)
+    }
+
+    /// A handle that gives this lease up early ([`GiveUp::give_up`]).
+    pub fn give_up_handle(&self) -> GiveUp {
+        GiveUp {
+            bucket: self.bucket.clone(),
+            key: self.key.clone(),
+            path: self.path.clone(),
+            renewer: self.renewer.abort_handle(),
+            gone: self.gone.clone(),
+        }
+    }
+
+    /// Give the lease up (after the object's index is written, or when the fill failed). A
+    /// lease given up or lost already is not deleted again: another replica may hold it now.
     pub async fn release(self) {
         self.renewer.abort();
-        let b = &self.bucket;
-        match b.call("delete", &self.path, b.store.delete(&self.path)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(lease = %self.path, error = %e, "could not delete a fill lease; it expires by itself")
-            }
-            Err(e) => tracing::debug!(lease = %self.path, error = %e, "fill lease not deleted; it expires by itself"),
+        if self.gone.swap(true, Ordering::SeqCst) {
+            return;
         }
+        delete_lease(&self.bucket, &self.path).await;
     }
 }
 
@@ -155,10 +212,14 @@ impl Bucket {
                 self.metrics.lease("taken_over");
                 Ok(LeaseOutcome::Won(self.hold(p, key, etag)))
             }
+            // Another waiter took it over first (who is not known here: not the expired
+            // holder), or it was released.
             Err(object_store::Error::Precondition { .. }) | Err(object_store::Error::AlreadyExists { .. }) => {
-                Ok(LeaseOutcome::Held { owner, retry_in: Duration::from_millis(200) })
+                Ok(LeaseOutcome::Held { owner: String::new(), retry_in: Duration::from_millis(200) })
             }
-            Err(object_store::Error::NotFound { .. }) => Ok(LeaseOutcome::Held { owner, retry_in: Duration::ZERO }),
+            Err(object_store::Error::NotFound { .. }) => {
+                Ok(LeaseOutcome::Held { owner: String::new(), retry_in: Duration::ZERO })
+            }
             Err(e) => Err(self.store_err("lease", &p, e)),
         }
     }
@@ -167,6 +228,8 @@ impl Bucket {
         let lease_key = key.to_string();
         let (me, path, key) = (self.clone(), p.clone(), key.to_string());
         let every = self.settings.lease_ttl / 3;
+        let gone = Arc::new(AtomicBool::new(false));
+        let lost = gone.clone();
         let renewer = tokio::spawn(async move {
             let mut etag = etag;
             loop {
@@ -180,6 +243,7 @@ impl Bucket {
                             key,
                             "fill lease lost (renewed too late); another replica may fetch this object too"
                         );
+                        lost.store(true, Ordering::SeqCst);
                         return;
                     }
                     Ok(Err(e)) => tracing::warn!(key, error = %e, "renewing a fill lease failed; retrying"),
@@ -187,6 +251,6 @@ impl Bucket {
                 }
             }
         });
-        Lease { bucket: self.clone(), key: lease_key, path: p, renewer }
+        Lease { bucket: self.clone(), key: lease_key, path: p, renewer, gone }
     }
 }

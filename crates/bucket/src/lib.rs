@@ -69,7 +69,7 @@ use tender_store::TrustRecord;
 pub use breaker::{BucketState, Cause};
 pub use gc::{BucketGcReport, EvictedObject};
 pub use index::ChunkIndex;
-pub use lease::{Lease, LeaseOutcome};
+pub use lease::{GiveUp, Lease, LeaseOutcome};
 pub use maintenance::{BucketFsckReport, BucketProblem};
 pub use metrics::BucketMetrics;
 pub use parts::{PartUpload, Progress};

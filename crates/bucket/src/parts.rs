@@ -95,6 +95,12 @@ impl Progress {
         Ok(())
     }
 
+    /// Whether its uploader renewed the record within `ttl` (by this replica's clock, as leases
+    /// are judged): a record renewed longer ago belongs to an upload nobody is doing.
+    pub fn is_fresh(&self, ttl: Duration) -> bool {
+        now_ms().saturating_sub(self.renewed_at) <= u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// The object's first bytes the record carries, while its first chunk is not listed.
     pub fn head_bytes(&self) -> Result<Option<Bytes>, String> {
         use base64::Engine as _;
@@ -149,6 +155,9 @@ pub struct PartUpload {
     /// Whether the record was written yet (it is, before the first chunk).
     recorded: bool,
     renewer: Option<tokio::task::JoinHandle<()>>,
+    /// Set by the first chunk that could not be written: the upload is dead from then on (its
+    /// record is no longer renewed, so followers see it stop, and its holder gives its lease up).
+    failed: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl std::fmt::Debug for PartUpload {
@@ -187,6 +196,29 @@ impl PartUpload {
         self.chunk_size
     }
 
+    /// Whether a chunk could not be written: nothing more lands, and the record is not renewed.
+    pub fn has_failed(&self) -> bool {
+        *self.failed.borrow()
+    }
+
+    /// Returns once a chunk could not be written (pending forever while the upload is alive).
+    pub fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.failed.subscribe();
+        async move {
+            if rx.wait_for(|f| *f).await.is_err() {
+                // The upload is gone: it stops nothing any more.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    fn dead(&self) -> BucketError {
+        BucketError::Setup {
+            bucket: self.bucket.settings.bucket.clone(),
+            message: format!("upload {} stopped: a chunk could not be written", self.upload),
+        }
+    }
+
     /// Carry the object's first bytes (at most [`HEAD_LEN`]) in the record until the first
     /// chunk is listed; written with the next record write ([`PartUpload::announce`]).
     pub async fn set_head(&mut self, head: &[u8]) {
@@ -213,25 +245,38 @@ impl PartUpload {
     /// `chunkSize` long). Returns once fewer than [`IN_FLIGHT`] chunks are in flight; the record
     /// lists a chunk once it is in the bucket.
     pub async fn put_chunk(&mut self, bytes: Bytes) -> Result<(), BucketError> {
+        if self.has_failed() {
+            // The chunk that failed is in flight or landed: its error is the upload's.
+            self.flush().await?;
+            return Err(self.dead());
+        }
         self.announce().await?;
         let i = self.queued;
         self.queued += 1;
         let p = self.bucket.part_path(&self.upload_id(), i);
         let (me, record, path) = (self.bucket.clone(), self.record.clone(), self.path.clone());
+        let failed = self.failed.clone();
         self.pending.push_back(tokio::spawn(async move {
-            let hash = me.sha256_hex(&bytes).await?;
-            let n = bytes.len() as u64;
-            me.call("put", &p, me.store.put(&p, PutPayload::from(bytes)))
-                .await?
-                .map_err(|e| me.store_err("put", &p, e))?;
-            me.metrics.uploaded_bytes.inc_by(n);
-            // Listed at once, so a follower waits for the chunk and not for the next one.
-            let mut r = record.lock().await;
-            if r.land(i, hash) {
-                r.progress.renewed_at = now_ms();
-                me.put_json(&path, &r.progress, PutMode::Overwrite).await?;
+            let put = async {
+                let hash = me.sha256_hex(&bytes).await?;
+                let n = bytes.len() as u64;
+                me.call("put", &p, me.store.put(&p, PutPayload::from(bytes)))
+                    .await?
+                    .map_err(|e| me.store_err("put", &p, e))?;
+                me.metrics.uploaded_bytes.inc_by(n);
+                // Listed at once, so a follower waits for the chunk and not for the next one.
+                let mut r = record.lock().await;
+                if r.land(i, hash) {
+                    r.progress.renewed_at = now_ms();
+                    me.put_json(&path, &r.progress, PutMode::Overwrite).await?;
+                }
+                Ok(())
+            };
+            let r = put.await;
+            if r.is_err() {
+                failed.send_replace(true);
             }
-            Ok(())
+            r
         }));
         while self.pending.len() >= IN_FLIGHT {
             self.land_one().await?;
@@ -268,12 +313,18 @@ impl PartUpload {
         self.bucket.put_json(&self.path, &r.progress, PutMode::Overwrite).await
     }
 
+    /// Renew the record every third of `leaseTtl` while the upload lives: its `renewedAt` is
+    /// what tells a follower the upload is still going. A dead upload is not renewed.
     fn spawn_renewer(&self) -> tokio::task::JoinHandle<()> {
         let (bucket, path, record) = (self.bucket.clone(), self.path.clone(), self.record.clone());
         let every = (self.bucket.settings.lease_ttl / 3).max(Duration::from_millis(10));
+        let failed = self.failed.subscribe();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
+                if *failed.borrow() {
+                    return;
+                }
                 let mut r = record.lock().await;
                 r.progress.renewed_at = now_ms();
                 if let Err(e) = bucket.put_json(&path, &r.progress, PutMode::Overwrite).await {
@@ -392,6 +443,7 @@ impl Bucket {
             queued: 0,
             recorded: false,
             renewer: None,
+            failed: Arc::new(tokio::sync::watch::channel(false).0),
         }
     }
 

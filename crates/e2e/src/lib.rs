@@ -28,6 +28,7 @@ pub mod registry;
 pub mod s3;
 pub mod slow;
 pub mod tender;
+pub mod throttle;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

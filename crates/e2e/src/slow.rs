@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -45,7 +45,8 @@ impl Hit {
 struct Shared {
     /// `/v2/<repo>/blobs/<digest>` (or `/manifests/<digest>`) -> content and its media type
     blobs: HashMap<String, (Arc<Vec<u8>>, String)>,
-    bytes_per_sec: u64,
+    /// The rate of each response, read when it begins ([`SlowBlobServer::set_rate`]).
+    bytes_per_sec: AtomicU64,
     stop: AtomicBool,
     hits: Mutex<Vec<Hit>>,
 }
@@ -78,7 +79,7 @@ impl SlowBlobServer {
         let addr = listener.local_addr().expect("local address");
         let shared = Arc::new(Shared {
             blobs: objects.into_iter().map(|(p, b, t)| (p, (b, t))).collect(),
-            bytes_per_sec,
+            bytes_per_sec: AtomicU64::new(bytes_per_sec.max(1)),
             stop: AtomicBool::new(false),
             hits: Mutex::new(Vec::new()),
         });
@@ -98,6 +99,12 @@ impl SlowBlobServer {
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Serve responses that begin from now on at `bytes_per_sec`; those under way keep theirs
+    /// (one replica's slow path to the upstream, while the upstream itself is fast).
+    pub fn set_rate(&self, bytes_per_sec: u64) {
+        self.shared.bytes_per_sec.store(bytes_per_sec.max(1), Ordering::SeqCst);
     }
 
     /// Every request so far.
@@ -190,6 +197,7 @@ fn serve(s: &Shared, conn: TcpStream) {
     if conn.write_all(head.as_bytes()).is_err() || method == "HEAD" {
         return;
     }
+    let rate = s.bytes_per_sec.load(Ordering::SeqCst);
     let began = Instant::now();
     let mut pos = start;
     let mut sent = 0u64;
@@ -204,7 +212,7 @@ fn serve(s: &Shared, conn: TcpStream) {
             h[idx].sent = sent;
         }
         // throttle: not ahead of bytes_per_sec since this response began
-        let due = Duration::from_secs_f64(sent as f64 / s.bytes_per_sec as f64);
+        let due = Duration::from_secs_f64(sent as f64 / rate as f64);
         if let Some(ahead) = due.checked_sub(began.elapsed()) {
             std::thread::sleep(ahead);
         }

@@ -155,6 +155,9 @@ pub(crate) async fn plan(
 ) -> Plan {
     let mut waited = false;
     let began = Instant::now();
+    let ttl = bucket.settings().lease_ttl;
+    // Since when another replica holds the lease with no upload this replica can follow.
+    let mut no_upload_since: Option<Instant> = None;
     loop {
         match lookup(bucket, store, expect, known_in).await {
             Ok(Some(found)) => return Plan::Bucket(found),
@@ -188,7 +191,11 @@ pub(crate) async fn plan(
                 let recheck = crate::later(retry_in.clamp(FIRST_POLL, FOLLOW_POLL));
                 loop {
                     match bucket.progress(key).await {
-                        Ok(Some(p)) if finished.digest().is_none_or(|d| p.digest.is_none_or(|pd| pd == d)) => {
+                        // A record not renewed for a lease term is an upload nobody is doing.
+                        Ok(Some(p))
+                            if p.is_fresh(ttl)
+                                && finished.digest().is_none_or(|d| p.digest.is_none_or(|pd| pd == d)) =>
+                        {
                             tracing::info!(key, %owner, upload = %p.upload, chunks = p.chunks.len(),
                                 "another replica fetches this object; reading its chunks from the bucket as they land");
                             return Plan::Follow(finished, p);
@@ -201,6 +208,15 @@ pub(crate) async fn plan(
                         tracing::info!(key, %owner, "another replica fetches this object; waiting for it in the bucket");
                     }
                     waited = true;
+                    // A holder that shows no upload for a lease term (it has not announced one,
+                    // or its upload stopped and its lease has not run out yet) is not waited
+                    // for any longer: fetch alone.
+                    let since = *no_upload_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > ttl {
+                        tracing::warn!(key, %owner, ttl = ?ttl,
+                            "the replica holding the fill lease shows no upload in progress; fetching from upstream");
+                        return Plan::Upstream(None);
+                    }
                     let pause = first_pause(began.elapsed());
                     if crate::later(pause) >= deadline {
                         tracing::warn!(key, %owner, "waited for another replica until the fill deadline; fetching from upstream");
@@ -231,21 +247,44 @@ pub(crate) enum TakeOver {
     Alone,
 }
 
-/// Take the fill lease of `key` over after the replica holding it stopped.
-pub(crate) async fn take_over(bucket: &Arc<Bucket>, key: &str) -> TakeOver {
+/// Take the fill lease of `key` over after the upload `failed` (the one this replica followed,
+/// by replica `failed_replica`) stopped. When another waiter won it at the same moment, follow
+/// that one's upload once it is announced (a fresh record), waiting for it at most `leaseTtl`;
+/// while the replica whose upload stopped still holds the lease, or when nothing can be
+/// followed, fetch alone.
+pub(crate) async fn take_over(bucket: &Arc<Bucket>, key: &str, failed: &str, failed_replica: &str) -> TakeOver {
     if !bucket.lease_enabled() {
         return TakeOver::Alone;
     }
-    match bucket.lease(key).await {
-        Ok(LeaseOutcome::Won(l)) => TakeOver::Won(l),
-        Ok(LeaseOutcome::Held { .. }) => match bucket.progress(key).await {
-            Ok(Some(p)) => TakeOver::Follow(p),
-            _ => TakeOver::Alone,
-        },
-        Err(e) => {
-            tracing::debug!(key, error = %e, "fill lease not taken over; fetching the rest alone");
-            TakeOver::Alone
+    let ttl = bucket.settings().lease_ttl;
+    let began = Instant::now();
+    loop {
+        match bucket.lease(key).await {
+            Ok(LeaseOutcome::Won(l)) => return TakeOver::Won(l),
+            Ok(LeaseOutcome::Held { owner, .. }) => match bucket.progress(key).await {
+                Ok(Some(p)) if p.upload != failed && p.is_fresh(ttl) => return TakeOver::Follow(p),
+                // Its holder keeps the lease and does no upload: nothing to wait for.
+                Ok(_) if owner == failed_replica => return TakeOver::Alone,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(key, error = %e, "upload progress unreadable; fetching the rest alone");
+                    return TakeOver::Alone;
+                }
+            },
+            Err(e) => {
+                tracing::debug!(key, error = %e, "fill lease not taken over; fetching the rest alone");
+                return TakeOver::Alone;
+            }
         }
+        let pause = first_pause(began.elapsed());
+        if began.elapsed().saturating_add(pause) > ttl {
+            tracing::info!(
+                key,
+                "another replica took the fill lease over and shows no upload yet; fetching the rest alone"
+            );
+            return TakeOver::Alone;
+        }
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -268,7 +307,9 @@ pub(crate) async fn publish(
     let mut attempt = 0u32;
     loop {
         attempt = attempt.saturating_add(1);
-        let key = lease.as_ref().map(Lease::key);
+        // A lease given up (its upload stopped) or lost may be another replica's now: its
+        // key's record is that replica's, so this upload runs under its own.
+        let key = lease.as_ref().filter(|l| l.held()).map(Lease::key);
         let uploaded = if replace {
             if let Some(u) = resume.take() {
                 u.abort().await;
@@ -334,7 +375,7 @@ impl Source for BucketSource {
 /// A fill's source that reads another replica's upload in progress chunk by chunk as its
 /// chunks appear (polling at most every 100 ms), then the finished object by its index. Stops
 /// with an error (and the fill continues from the upstream at the same byte) when the upload
-/// is replaced, or stalls with its lease gone.
+/// is replaced, or shows no progress (no chunk listed, its record not renewed) for `leaseTtl`.
 pub(crate) struct FollowSource {
     pub bucket: Arc<Bucket>,
     pub label: String,
@@ -415,7 +456,8 @@ impl Follow {
             tokio::time::sleep(if first { first_pause(self.began.elapsed()) } else { FOLLOW_POLL }).await;
             match self.bucket.progress(&self.key).await {
                 Ok(Some(p)) if p.upload == self.progress.upload && p.chunk_size == self.progress.chunk_size => {
-                    if p.chunks.len() > self.progress.chunks.len() {
+                    // A chunk listed, or the record renewed: the upload goes on.
+                    if p.chunks.len() > self.progress.chunks.len() || p.renewed_at > self.progress.renewed_at {
                         self.last_news = Instant::now();
                     }
                     self.progress = p;
@@ -446,13 +488,16 @@ impl Follow {
                 }
                 Err(e) => return Some(Err(e)),
             }
-            // No news for a lease term: is the holder still there?
-            if self.last_news.elapsed() > self.bucket.settings().lease_ttl {
-                match self.bucket.lease_live(&self.key).await {
-                    Ok(true) => self.last_news = Instant::now(),
-                    Ok(false) => return Some(Err(self.err("the replica fetching it stopped".into()))),
-                    Err(e) => return Some(Err(e)),
-                }
+            // No news for a lease term: nobody is doing this upload any more (its record is
+            // renewed every third of a term while it lives), whether or not its replica still
+            // holds the lease. The fill goes on from the upstream at this byte, or follows
+            // whoever takes the lease over.
+            let ttl = self.bucket.settings().lease_ttl;
+            if self.last_news.elapsed() > ttl {
+                return Some(Err(self.err(format!(
+                    "upload {} of replica {} shows no progress for {ttl:?}",
+                    self.progress.upload, self.progress.replica
+                ))));
             }
         }
     }

@@ -562,3 +562,38 @@ async fn should_leave_a_followed_upload_that_lost_a_listed_chunk_for_the_upstrea
     assert_eq!(fake.blob_gets(), 1);
     drop((up, lease));
 }
+
+/// Issue 36 (1): the holder still renews its lease but its upload stopped (one chunk listed,
+/// the record no longer renewed): a waiter follows it only until `leaseTtl` passes without
+/// news, then continues from the upstream at the byte it reached, never waiting for the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_leave_an_upload_that_shows_no_progress_for_a_lease_term_though_its_lease_lives() {
+    let fake = FakeUpstream::start().await;
+    let body = random_bytes((2 << 20) + 7, 94);
+    let digest = fake.add_blob(body.clone());
+    let d: tender_oci::Digest = digest.parse().unwrap();
+    let mem = Arc::new(InMemory::new());
+    let holder = bucket_with_ttl(&mem, "holder", Duration::from_millis(600));
+    let key = format!("ghcr.io@{digest}");
+    let lease = match holder.lease(&key).await.unwrap() {
+        tender_bucket::LeaseOutcome::Won(l) => l,
+        o => panic!("{o:?}"),
+    };
+    let mut up = holder.begin_parts(Some(&key), Some(d), Some(body.len() as u64));
+    up.put_chunk(body.slice(0..1 << 20)).await.unwrap();
+    up.flush().await.unwrap();
+    // The upload dies (its record is not renewed any more); the lease is renewed on.
+    drop(up);
+
+    let b = replica(&fake, None, bucket_with_ttl(&mem, "b", Duration::from_millis(600))).await;
+    let started = Instant::now();
+    let got = get(&b.url(&format!("/v2/ghcr.io/x/blobs/{digest}")), &[]).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(sha(&got.body.expect("not cut")), sha(&body), "byte-exact");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    let ranges = fake.state.ranges.lock().unwrap().clone();
+    assert_eq!(ranges, vec![format!("bytes={}-", 1 << 20)], "continued from the upstream at the byte reached");
+    assert_eq!(fake.blob_gets(), 1);
+    assert!(lease.held(), "the holder's lease lived throughout");
+    drop(lease);
+}

@@ -462,3 +462,67 @@ fn should_fetch_a_manifest_by_digest_once_for_two_replicas_at_once() {
     assert_eq!(waited, 1, "one replica waited for the other's fetch");
     drop(replicas);
 }
+
+/// Issue 36 (1): a replica never waits on an upload nobody is doing. The holder's link to the
+/// bucket turns slow just after it announced its upload: small requests (its lease, its record,
+/// the breaker's probe) still go through, a chunk cannot within `requestTimeout`. The holder
+/// goes on fetching for its own client from a slow path to the upstream. Replicas that ask
+/// later must not follow that dead upload until the holder finishes (or their own fill stalls):
+/// they take the lease over (the holder gave it up) or fetch alone after at most `leaseTtl`
+/// without news; of two asking at once, one fetches and the other follows it. Every client
+/// finishes within leaseTtl + 2 × requestTimeout + its own transfer time, byte-exact.
+#[test]
+fn should_never_wait_on_an_upload_its_holder_stopped() {
+    const SIZE: usize = 24 << 20;
+    let dir = TestDir::new("s3-dead-upload");
+    let s3 = S3Server::start(dir.path(), BUCKET);
+    let body = std::sync::Arc::new(tender_e2e::slow::noise(SIZE));
+    let digest = format!("sha256:{}", hex::encode(Sha256::digest(body.as_slice())));
+    // The holder's path to the upstream: 1 MiB/s, 24 s for the blob (a chunk of 5 MiB in 5 s).
+    let upstream = tender_e2e::slow::SlowBlobServer::start("e2e/big", &digest, body.clone(), 1 << 20);
+    // The holder reaches the bucket through a proxy that can turn its uploads slow.
+    let link = tender_e2e::throttle::Throttle::start(s3.addr);
+    let (lease_ttl, request_timeout) = (Duration::from_secs(3), Duration::from_secs(2));
+    let extra = "    requestTimeout: 2s\n    probeInterval: 1s\n";
+    let start = |name: &str, endpoint: Option<String>| {
+        let cfg = dir.path().join(format!("{name}.yaml"));
+        let mut storage = s3.storage_yaml(dir.path(), "dead", name, extra);
+        if let Some(e) = endpoint {
+            storage = storage.replace(&s3.url(), &e);
+        }
+        write_config(&cfg, &[("ghcr.io", &upstream.url())], &storage);
+        Tender::start(&cfg, &dir.path().join(format!("{name}-data")), &dir.path().join(format!("{name}.log")))
+    };
+    let (a, b, c) = (start("a", Some(link.url())), start("b", None), start("c", None));
+    let path = format!("/v2/ghcr.io/e2e/big/blobs/{digest}");
+
+    let holder = spawn_hashed_get(a.addr, path.clone());
+    poll_until("a to announce its upload", Duration::from_secs(30), || {
+        (!s3.list("dead/progress").is_empty()).then_some(())
+    });
+    // 256 KiB/s: a 5 MiB chunk needs 20 s, ten times requestTimeout; a record, 2 ms.
+    link.set_upload_rate(256 << 10);
+    poll_until("a's first chunk to time out", Duration::from_secs(30), || {
+        tender::tail(&dir.path().join("a.log"), 200).contains("shared bucket down").then_some(())
+    });
+    // Everyone else's path to the upstream is fast: 3 s for the blob.
+    upstream.set_rate(8 << 20);
+    let own_transfer = Duration::from_secs(3);
+    let bound = lease_ttl + request_timeout * 2 + own_transfer + Duration::from_secs(2);
+
+    let second = spawn_hashed_get(b.addr, path.clone());
+    let third = spawn_hashed_get(c.addr, path.clone());
+    let want = hex::encode(Sha256::digest(body.as_slice()));
+    for (name, get) in [("b", second), ("c", third)] {
+        let (status, got, first, whole) =
+            get.join().unwrap().unwrap_or_else(|e| panic!("{name}'s client was cut: {e}"));
+        eprintln!("{name}: first byte {first:?}, whole {whole:?} (bound {bound:?})");
+        assert_eq!((status, got.as_str()), (200, want.as_str()), "{name}'s body");
+        assert!(whole <= bound, "{name} took {whole:?}, more than leaseTtl + 2 × requestTimeout + its transfer");
+    }
+    let (status, got, _, _) = holder.join().unwrap().expect("a's client is not cut");
+    assert_eq!((status, got.as_str()), (200, want.as_str()), "a's body");
+    let gets = upstream.hits().iter().filter(|h| h.method == "GET").count();
+    assert_eq!(gets, 2, "a's transfer and one more: of b and c, one fetched and the other followed its upload");
+    drop((a, b, c));
+}

@@ -50,8 +50,9 @@ impl Flights {
         // upload), and an asset's trust record.
         let mut from_bucket: Option<(Option<Digest>, Option<tender_store::TrustRecord>)> = None;
         let mut streamer = None;
-        // Reading another replica's upload in progress (its lease holder may die): its id.
-        let mut following: Option<String> = None;
+        // Reading another replica's upload in progress (its lease holder may die): its id and
+        // the replica doing it.
+        let mut following: Option<(String, String)> = None;
         if let Some(bucket) = &self.shared {
             match shared::plan(bucket, &self.store, &fill.key, &expect, known_in.as_deref(), deadline).await {
                 Plan::Bucket(found) => {
@@ -63,7 +64,7 @@ impl Flights {
                 }
                 Plan::Follow(finished, progress) => {
                     from_bucket = Some((finished.digest(), None));
-                    following = Some(progress.upload.clone());
+                    following = Some((progress.upload.clone(), progress.replica.clone()));
                     let label = shared::source_label(bucket);
                     let key = fill.key.clone();
                     source = Arc::new(shared::FollowSource { bucket: bucket.clone(), label, key, finished, progress });
@@ -75,9 +76,8 @@ impl Flights {
                 Plan::Upstream(l) => {
                     if let Some(held) = &l {
                         // Replicas waiting on the lease read the chunks as they land.
-                        let key = held.key().to_string();
                         let digest = self.known_digest(&expect);
-                        streamer = Some(spawn_streamer(bucket.clone(), fill.clone(), digest, key));
+                        streamer = Some(spawn_streamer(bucket.clone(), fill.clone(), digest, held.give_up_handle()));
                     }
                     lease = l;
                     // The bucket's trust record (now local too) gates a refill from upstream.
@@ -136,23 +136,23 @@ impl Flights {
                         bucket.forget(&digest);
                     }
                     (source, expect) = origin.clone();
-                    if let Some(failed) = following.take() {
+                    if let Some((failed, failed_replica)) = following.take() {
                         // The replica we followed stopped: become the one that fetches (the
                         // lease ran out), so the other waiters follow this fill instead; or
                         // follow whoever took over first.
                         if let Some(bucket) = &self.shared {
-                            match shared::take_over(bucket, &fill.key).await {
+                            match shared::take_over(bucket, &fill.key, &failed, &failed_replica).await {
                                 shared::TakeOver::Won(l) => {
-                                    let key = l.key().to_string();
                                     let digest = self.known_digest(&expect);
-                                    streamer = Some(spawn_streamer(bucket.clone(), fill.clone(), digest, key));
+                                    let give_up = l.give_up_handle();
+                                    streamer = Some(spawn_streamer(bucket.clone(), fill.clone(), digest, give_up));
                                     lease = Some(l);
                                 }
-                                // Never the upload that just failed: that would go round.
-                                shared::TakeOver::Follow(progress) if progress.upload != failed => {
+                                // Never the upload that just failed (take_over checks).
+                                shared::TakeOver::Follow(progress) => {
                                     let finished = shared::Finished::of(&expect);
                                     from_bucket = Some((finished.digest(), None));
-                                    following = Some(progress.upload.clone());
+                                    following = Some((progress.upload.clone(), progress.replica.clone()));
                                     let label = shared::source_label(bucket);
                                     let key = fill.key.clone();
                                     source = Arc::new(shared::FollowSource {
@@ -163,7 +163,7 @@ impl Flights {
                                         progress,
                                     });
                                 }
-                                shared::TakeOver::Follow(_) | shared::TakeOver::Alone => {}
+                                shared::TakeOver::Alone => {}
                             }
                         }
                     }

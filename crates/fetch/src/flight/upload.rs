@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use tender_bucket::{Bucket, PartUpload};
+use tender_bucket::{Bucket, GiveUp, PartUpload};
 use tender_oci::Digest;
 
 use super::fill::{Fill, Phase};
@@ -14,83 +14,115 @@ use super::fill::{Fill, Phase};
 /// the upload with every whole chunk written once the fill verified, for
 /// [`crate::shared::publish`] to finish; `None` when the fill failed or the bucket refused
 /// (publish then uploads from scratch).
+///
+/// An upload that stops before the fill verified (a chunk or the record not written, the
+/// bucket down, the bytes no longer on disk) gives the lease up at once (`lease`): the
+/// replicas waiting on it take it over or fetch themselves, and never follow an upload nobody
+/// is doing. A fill that failed leaves its lease to the fill's task.
 pub(super) fn spawn_streamer(
     bucket: Arc<Bucket>,
     fill: Arc<Fill>,
     digest: Option<Digest>,
-    key: String,
+    lease: GiveUp,
 ) -> tokio::task::JoinHandle<Option<PartUpload>> {
+    let key = lease.key().to_string();
     tokio::spawn(async move {
-        let mut rx = fill.subscribe();
-        let cs = bucket.settings().chunk_size;
-        let mut upload: Option<PartUpload> = None;
-        let mut next = 0u64;
-        loop {
-            let (written, total, phase) = {
-                let s = rx.borrow_and_update();
-                (s.written, s.total, s.phase.clone())
-            };
-            if matches!(phase, Phase::Failed(_)) {
-                break;
-            }
-            let verified = matches!(phase, Phase::Verified(_) | Phase::Committed(_));
-            let head = (tender_bucket::parts::HEAD_LEN as u64).min(total.unwrap_or(u64::MAX));
-            if upload.is_none() && (total.is_some() || written > 0) && (written >= head || verified) {
-                // The upstream answered and the object's first bytes are in: announce the
-                // upload with its size and those bytes, so the waiters' clients get them now
-                // and not once the whole first chunk is in the bucket.
-                let mut u = bucket.begin_parts(Some(&key), digest, total);
-                let n = written.min(head);
-                if n > 0 {
-                    if let Some(buf) = read_span(&fill, 0, n).await {
-                        u.set_head(&buf).await;
-                    }
-                }
-                if let Err(e) = u.announce().await {
-                    tracing::debug!(key, error = %e, "upload not announced; the upload after the fill covers it");
-                    break;
-                }
-                upload = Some(u);
-            }
-            let start = next.saturating_mul(cs);
-            // A whole chunk as soon as it is written; the last, shorter one once the content
-            // verified (so the waiters do not wait for the upload after the commit).
-            let len = if written >= start.saturating_add(cs) {
-                cs
-            } else if verified && written > start {
-                written.saturating_sub(start)
-            } else {
-                0
-            };
-            if len > 0 {
-                let Some(buf) = read_span(&fill, start, len).await else { break };
-                let u = upload.get_or_insert_with(|| bucket.begin_parts(Some(&key), digest, total));
-                if let Err(e) = u.put_chunk(bytes::Bytes::from(buf)).await {
-                    tracing::debug!(key, error = %e, "chunk not written during the fill; the upload after it covers it");
-                    break;
-                }
-                next = next.saturating_add(1);
-                continue;
-            }
-            if verified {
-                let mut u = upload?;
-                return match u.flush().await {
-                    Ok(()) => Some(u),
-                    Err(_) => {
-                        u.abort().await;
-                        None
-                    }
-                };
-            }
-            if rx.changed().await.is_err() {
-                break;
-            }
+        let upload = stream(&bucket, &fill, digest, &key).await;
+        if let Err(why) = &upload {
+            lease.give_up(why).await;
         }
-        if let Some(u) = upload {
-            u.abort().await;
-        }
-        None
+        upload.ok().flatten()
     })
+}
+
+/// The streamer's work: `Ok(Some(upload))` once every chunk is in, `Ok(None)` when the fill
+/// failed (or nothing was uploaded), `Err(why)` when the upload stopped while the fill goes on.
+async fn stream(
+    bucket: &Arc<Bucket>,
+    fill: &Fill,
+    digest: Option<Digest>,
+    key: &str,
+) -> Result<Option<PartUpload>, &'static str> {
+    let mut rx = fill.subscribe();
+    let cs = bucket.settings().chunk_size;
+    let mut upload: Option<PartUpload> = None;
+    let mut next = 0u64;
+    let stopped = loop {
+        let (written, total, phase) = {
+            let s = rx.borrow_and_update();
+            (s.written, s.total, s.phase.clone())
+        };
+        if matches!(phase, Phase::Failed(_)) {
+            break None;
+        }
+        let verified = matches!(phase, Phase::Verified(_) | Phase::Committed(_));
+        let head = (tender_bucket::parts::HEAD_LEN as u64).min(total.unwrap_or(u64::MAX));
+        if upload.is_none() && (total.is_some() || written > 0) && (written >= head || verified) {
+            // The upstream answered and the object's first bytes are in: announce the
+            // upload with its size and those bytes, so the waiters' clients get them now
+            // and not once the whole first chunk is in the bucket.
+            let mut u = bucket.begin_parts(Some(key), digest, total);
+            let n = written.min(head);
+            if n > 0 {
+                if let Some(buf) = read_span(fill, 0, n).await {
+                    u.set_head(&buf).await;
+                }
+            }
+            if let Err(e) = u.announce().await {
+                tracing::debug!(key, error = %e, "upload not announced; the upload after the fill covers it");
+                break Some("its upload could not be announced");
+            }
+            upload = Some(u);
+        }
+        let start = next.saturating_mul(cs);
+        // A whole chunk as soon as it is written; the last, shorter one once the content
+        // verified (so the waiters do not wait for the upload after the commit).
+        let len = if written >= start.saturating_add(cs) {
+            cs
+        } else if verified && written > start {
+            written.saturating_sub(start)
+        } else {
+            0
+        };
+        if len > 0 {
+            let Some(buf) = read_span(fill, start, len).await else {
+                break Some("the fill's bytes are not on disk to upload");
+            };
+            let u = upload.get_or_insert_with(|| bucket.begin_parts(Some(key), digest, total));
+            if let Err(e) = u.put_chunk(bytes::Bytes::from(buf)).await {
+                tracing::debug!(key, error = %e, "chunk not written during the fill; the upload after it covers it");
+                break Some("a chunk of its upload could not be written");
+            }
+            next = next.saturating_add(1);
+            continue;
+        }
+        if verified {
+            let Some(mut u) = upload else { return Ok(None) };
+            return match u.flush().await {
+                Ok(()) => Ok(Some(u)),
+                Err(_) => {
+                    u.abort().await;
+                    Err("a chunk of its upload could not be written")
+                }
+            };
+        }
+        // Wait for more bytes, or for a chunk in flight to fail (the upload is dead then,
+        // whether or not more bytes come).
+        let stopped = upload.as_ref().map(PartUpload::stopped);
+        let more = tokio::select! {
+            r = rx.changed() => r.is_ok(),
+            () = async { match stopped { Some(s) => s.await, None => std::future::pending().await } } => {
+                break Some("a chunk of its upload could not be written");
+            }
+        };
+        if !more {
+            break None;
+        }
+    };
+    if let Some(u) = upload {
+        u.abort().await;
+    }
+    stopped.map_or(Ok(None), Err)
 }
 
 /// `len` bytes of a fill's spool file from `start` (written already), off the threads serving
@@ -134,7 +166,8 @@ mod tests {
         let content: Vec<u8> = (0..(2 << 20) + 333).map(|i| (i % 251) as u8).collect();
         let d = Digest::of(&content);
         let key = format!("u@{d}");
-        let streamer = spawn_streamer(bucket.clone(), fill.clone(), Some(d), key.clone());
+        let tender_bucket::LeaseOutcome::Won(lease) = bucket.lease(&key).await.unwrap() else { panic!("a lease") };
+        let streamer = spawn_streamer(bucket.clone(), fill.clone(), Some(d), lease.give_up_handle());
         writer.append(&content).unwrap();
         fill.state.send_modify(|s| {
             s.written = content.len() as u64;
