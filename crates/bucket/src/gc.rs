@@ -266,12 +266,4 @@ impl Bucket {
         tracing::debug!(bucket = %self.settings.bucket, digest = %d, bytes = index.size, "object removed from the bucket");
         Ok(())
     }
-
-    /// Delete a key; one already gone is fine.
-    pub(crate) async fn delete_quietly(&self, p: &ObjectPath) -> Result<(), BucketError> {
-        match self.timed("delete", p, self.store.delete(p)).await? {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(self.store_err("delete", p, e)),
-        }
-    }
 }

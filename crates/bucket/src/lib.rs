@@ -508,6 +508,14 @@ impl Bucket {
         serde_json::from_slice(&bytes).map(Some).map_err(|e| self.corrupt(p, format!("not a valid record: {e}")))
     }
 
+    /// Delete a key; one already gone is fine.
+    pub(crate) async fn delete_quietly(&self, p: &ObjectPath) -> Result<(), BucketError> {
+        match self.timed("delete", p, self.store.delete(p)).await? {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.store_err("delete", p, e)),
+        }
+    }
+
     async fn put_json<T: serde::Serialize>(&self, p: &ObjectPath, value: &T, mode: PutMode) -> Result<(), BucketError> {
         self.put_json_via(p, value, mode, true).await
     }
