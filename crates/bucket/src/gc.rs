@@ -1,5 +1,6 @@
-//! `tender gc --bucket`: a size cap on the bucket, reached by evicting the least recently served
-//! objects. Every replica's served records (module `served`) are merged (newest per digest);
+//! `tender gc --bucket`: a size cap on every byte under the prefix (one listing, sorted by what
+//! each key is for: module `books`), reached by removing the strays older than `gcGrace` and
+//! then evicting the least recently served objects. Every replica's served records (module `served`) are merged (newest per digest);
 //! an object no replica recorded counts as served when it was uploaded (its index's
 //! `uploadedAt`). Safe while replicas run: an object under a live fill lease is never evicted,
 //! nor one served (or uploaded) within `gcGrace` (a replica may be reading it right now). An
@@ -7,13 +8,14 @@
 //! ([`Bucket::remove_object`]); a replica that still holds the object locally keeps serving
 //! it, one that does not fetches it from the upstream again.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use futures::TryStreamExt;
 use object_store::path::Path as ObjectPath;
 use serde::{Deserialize, Serialize};
-use tender_oci::{Algorithm, Digest};
+use tender_oci::Digest;
 
+use crate::books::Stray;
 use crate::lease::{now_ms, LeaseRecord};
 use crate::{Bucket, BucketError, ChunkIndex};
 
@@ -44,11 +46,39 @@ pub struct BucketGcReport {
     pub skipped_under_lease: u64,
     /// Objects kept although the cap asked for them: served or uploaded within `gcGrace`.
     pub skipped_recent: u64,
+    /// Every byte under the prefix, which the cap applies to: the indexed objects' content,
+    /// uploads in progress, strays, quarantine and records.
+    #[serde(default)]
+    pub total_bytes_before: u64,
+    /// After the run (in a dry run: would hold).
+    #[serde(default)]
+    pub total_bytes_after: u64,
+    /// Of `totalBytesBefore`: the chunk objects (or whole content) of the indexed objects.
+    #[serde(default)]
+    pub content_bytes: u64,
+    /// Of `totalBytesBefore`: chunks of uploads a progress record names and no index yet.
+    #[serde(default)]
+    pub in_progress_bytes: u64,
+    /// Of `totalBytesBefore`: keys nothing names (chunks of an upload no index or record
+    /// names, probe objects, content without an index), of any age.
+    #[serde(default)]
+    pub stray_bytes: u64,
+    /// Of `totalBytesBefore`: what `tender fsck --bucket --repair` moved to `quarantine/`
+    /// (never removed by gc).
+    #[serde(default)]
+    pub quarantine_bytes: u64,
+    /// Of `totalBytesBefore`: indexes, progress, trust, known, lease and served records.
+    #[serde(default)]
+    pub record_bytes: u64,
+    /// Strays older than `gcGrace`, removed before any eviction (in a dry run: would be).
+    #[serde(default)]
+    pub strays: Vec<Stray>,
 }
 
 impl BucketGcReport {
+    /// Every byte the run freed (would free): strays, evicted content and their records.
     pub fn freed_bytes(&self) -> u64 {
-        self.bytes_before.saturating_sub(self.bytes_after)
+        self.total_bytes_before.saturating_sub(self.total_bytes_after)
     }
 }
 
@@ -110,8 +140,9 @@ impl Bucket {
         Ok(out)
     }
 
-    /// Evict the least recently served objects until the bucket holds at most `max_size`
-    /// bytes; with `dry_run`, only report what would go.
+    /// Bring every byte under the prefix within `max_size`: strays older than `gcGrace` go
+    /// first (module `books`), then the least recently served objects; with `dry_run`, only
+    /// report what would go.
     pub async fn gc(&self, max_size: u64, dry_run: bool) -> Result<BucketGcReport, BucketError> {
         self.gc_at(max_size, dry_run, now_ms()).await
     }
@@ -120,38 +151,66 @@ impl Bucket {
     pub(crate) async fn gc_at(&self, max_size: u64, dry_run: bool, now: u64) -> Result<BucketGcReport, BucketError> {
         let mut report =
             BucketGcReport { bucket: self.settings.bucket.clone(), max_size, dry_run, ..BucketGcReport::default() };
+        let books = self.books(true).await?;
         let served = self.served_times().await?;
-        let mut objects: Vec<(u64, Digest, std::sync::Arc<ChunkIndex>)> = Vec::new();
-        for algorithm in Algorithm::ALL {
-            for p in self.list_paths(&format!("index/{algorithm}")).await? {
-                let Some(hex) = p.filename().and_then(|f| f.strip_suffix(".json")) else { continue };
-                let Ok(d) = Digest::from_hex(algorithm, hex) else { continue };
-                let index = match self.index(&d).await {
-                    Ok(Some(i)) => i,
-                    Ok(None) => continue,
-                    Err(e) if e.is_corrupt() => {
-                        tracing::warn!(digest = %d, error = %e, "index unreadable; left for tender fsck --bucket");
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                let last = served.get(&d).copied().unwrap_or(0).max(index.uploaded_at);
-                objects.push((last, d, index));
-            }
+        let names = self.names(&books.indexes, &books.progress, true).await?;
+
+        // Every byte, by what it is for.
+        let by_index: HashSet<&str> = names.indexes.iter().filter_map(|e| e.upload.as_deref()).collect();
+        for (upload, dir) in &books.uploads {
+            let to = if by_index.contains(upload.as_str()) {
+                &mut report.content_bytes
+            } else if names.by_progress.contains(upload) {
+                &mut report.in_progress_bytes
+            } else {
+                &mut report.stray_bytes
+            };
+            *to = to.saturating_add(dir.bytes);
         }
+        let indexed: HashSet<Digest> = books.indexes.iter().map(|(d, _)| *d).collect();
+        for (d, m) in &books.whole {
+            let to = if indexed.contains(d) { &mut report.content_bytes } else { &mut report.stray_bytes };
+            *to = to.saturating_add(m.size);
+        }
+        report.stray_bytes = report.stray_bytes.saturating_add(books.probes.iter().map(|m| m.size).sum::<u64>());
+        report.quarantine_bytes = books.quarantine;
+        report.record_bytes = books.records;
+        report.total_bytes_before = books.total;
+        report.total_bytes_after = books.total;
+
+        // Strays first: nothing reads them.
+        let found = books.strays(&names, now, Some(self.settings.gc_grace), self.probe_age());
+        report.strays = if dry_run {
+            found.into_iter().map(|f| f.stray).collect()
+        } else {
+            self.remove_strays(found, true).await?
+        };
+        let freed: u64 = report.strays.iter().filter(|s| dry_run || s.removed).map(|s| s.bytes).sum();
+        report.total_bytes_after = report.total_bytes_after.saturating_sub(freed);
+
+        let index_bytes: HashMap<Digest, u64> = books.indexes.iter().map(|(d, m)| (*d, m.size)).collect();
+        let mut objects: Vec<(u64, Digest, u64, u64)> = names
+            .indexes
+            .iter()
+            .map(|e| {
+                let last = served.get(&e.digest).copied().unwrap_or(0).max(e.uploaded_at);
+                let footprint = books.footprint(e, index_bytes.get(&e.digest).copied().unwrap_or(0));
+                (last, e.digest, e.size, footprint)
+            })
+            .collect();
         report.objects_before = objects.len() as u64;
-        report.bytes_before = objects.iter().map(|(_, _, i)| i.size).sum();
+        report.bytes_before = objects.iter().map(|o| o.2).sum();
         report.objects_after = report.objects_before;
         report.bytes_after = report.bytes_before;
-        if report.bytes_after <= max_size {
+        if report.total_bytes_after <= max_size {
             return Ok(report);
         }
-        objects.sort_by_cached_key(|(last, d, _)| (*last, d.to_string()));
+        objects.sort_by_cached_key(|(last, d, _, _)| (*last, d.to_string()));
         let leased = self.leased_objects(now).await?;
         let grace = self.settings.gc_grace.as_secs();
         let now_secs = now / 1000;
-        for (last, d, index) in objects {
-            if report.bytes_after <= max_size {
+        for (last, d, size, footprint) in objects {
+            if report.total_bytes_after <= max_size {
                 break;
             }
             if leased.contains(&d) {
@@ -163,13 +222,25 @@ impl Bucket {
                 continue;
             }
             if !dry_run {
+                // Read afresh: a healed object's index names another upload than the one remembered.
+                self.forget(&d);
+                let index = match self.index(&d).await {
+                    Ok(Some(i)) => i,
+                    Ok(None) => continue,
+                    Err(e) if e.is_corrupt() => {
+                        tracing::warn!(digest = %d, error = %e, "index unreadable; left for tender fsck --bucket");
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
                 self.remove_object(&d, &index).await?;
                 tracing::info!(bucket = %self.settings.bucket, digest = %d, bytes = index.size, last_served = last,
                     "evicted from the bucket (least recently served)");
             }
-            report.bytes_after -= index.size;
+            report.bytes_after = report.bytes_after.saturating_sub(size);
+            report.total_bytes_after = report.total_bytes_after.saturating_sub(footprint);
             report.objects_after -= 1;
-            report.evicted.push(EvictedObject { digest: d.to_string(), size: index.size, last_served: last });
+            report.evicted.push(EvictedObject { digest: d.to_string(), size, last_served: last });
         }
         Ok(report)
     }
@@ -194,13 +265,5 @@ impl Bucket {
         self.forget(d);
         tracing::debug!(bucket = %self.settings.bucket, digest = %d, bytes = index.size, "object removed from the bucket");
         Ok(())
-    }
-
-    /// Delete a key; one already gone is fine.
-    async fn delete_quietly(&self, p: &ObjectPath) -> Result<(), BucketError> {
-        match self.timed("delete", p, self.store.delete(p)).await? {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(self.store_err("delete", p, e)),
-        }
     }
 }

@@ -39,6 +39,7 @@
 //! through every call fails at once with [`BucketError::Down`]: no request path waits on a
 //! bucket that is down.
 
+mod books;
 pub mod breaker;
 mod gc;
 mod index;
@@ -66,6 +67,7 @@ use sha2::{Digest as _, Sha256};
 use tender_oci::Digest;
 use tender_store::TrustRecord;
 
+pub use books::Stray;
 pub use breaker::{BucketState, Cause};
 pub use gc::{BucketGcReport, EvictedObject};
 pub use index::ChunkIndex;
@@ -177,6 +179,8 @@ pub struct Bucket {
     /// Objects this replica served since the last flush of its served records, and when
     /// (seconds since the Unix epoch; module `served`).
     served: Mutex<HashMap<Digest, u64>>,
+    /// What each index names, by index key, as last read (module `books`).
+    names: Mutex<HashMap<String, books::IndexEntry>>,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -214,6 +218,7 @@ impl Bucket {
             breaker,
             conditional: AtomicBool::new(true),
             served: Mutex::default(),
+            names: Mutex::default(),
         })
     }
 
@@ -503,6 +508,14 @@ impl Bucket {
         serde_json::from_slice(&bytes).map(Some).map_err(|e| self.corrupt(p, format!("not a valid record: {e}")))
     }
 
+    /// Delete a key; one already gone is fine.
+    pub(crate) async fn delete_quietly(&self, p: &ObjectPath) -> Result<(), BucketError> {
+        match self.timed("delete", p, self.store.delete(p)).await? {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.store_err("delete", p, e)),
+        }
+    }
+
     async fn put_json<T: serde::Serialize>(&self, p: &ObjectPath, value: &T, mode: PutMode) -> Result<(), BucketError> {
         self.put_json_via(p, value, mode, true).await
     }
@@ -550,17 +563,43 @@ impl Bucket {
         let probe = self.path(&format!("leases/.probe-{}-{}", self.settings.replica, rand::random::<u64>()));
         let create = || PutOptions { mode: PutMode::Create, ..PutOptions::default() };
         let put = || self.store.put_opts(&probe, PutPayload::from_static(b"{}"), create());
-        let first =
-            if gated { self.call("put", &probe, put()).await? } else { self.timed("put", &probe, put()).await? };
-        first.map_err(|e| self.store_err("put", &probe, e))?;
-        let second = self.timed("put", &probe, put()).await?;
-        let _ = self.timed("delete", &probe, self.store.delete(&probe)).await;
+        let first = if gated { self.call("put", &probe, put()).await } else { self.timed("put", &probe, put()).await };
+        let second = match first {
+            Ok(Ok(_)) => self.timed("put", &probe, put()).await,
+            Ok(Err(e)) => Err(self.store_err("put", &probe, e)),
+            Err(e) => Err(e),
+        };
+        let second = match second {
+            Ok(second) => second,
+            Err(e) => {
+                // A request that timed out or failed may still land: the probe object is
+                // deleted once that could have happened (else the sweep removes it).
+                self.forget_probe(probe);
+                return Err(e);
+            }
+        };
+        if !matches!(self.timed("delete", &probe, self.store.delete(&probe)).await, Ok(Ok(()))) {
+            self.forget_probe(probe.clone());
+        }
         self.check_format_via(gated).await?;
         match second {
             Err(object_store::Error::AlreadyExists { .. }) | Err(object_store::Error::Precondition { .. }) => Ok(true),
             Ok(_) => Ok(false),
             Err(e) => Err(self.store_err("put", &probe, e)),
         }
+    }
+
+    /// Delete a probe object in the background, `requestTimeout` from now (a request for it
+    /// that timed out may land meanwhile); what stays behind is a stray the sweep removes.
+    fn forget_probe(&self, probe: ObjectPath) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (store, after) = (self.store.clone(), self.settings.request_timeout);
+        rt.spawn(async move {
+            tokio::time::sleep(after).await;
+            if let Ok(Err(e)) = tokio::time::timeout(after, store.delete(&probe)).await {
+                tracing::debug!(probe = %probe, error = %e, "probe object not deleted; the sweep removes it");
+            }
+        });
     }
 
     /// The index of a committed object, if the bucket holds one. Refused while the bucket is

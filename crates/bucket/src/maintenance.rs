@@ -1,9 +1,12 @@
-//! `tender fsck` over the bucket: every indexed object re-read chunk by chunk and hashed whole.
+//! `tender fsck` over the bucket: every indexed object re-read chunk by chunk and hashed whole;
+//! the keys nothing names (module `books`) reported, and removed with `--repair`.
 
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
-use tender_oci::{Algorithm, Digest};
+use tender_oci::Digest;
 
+use crate::books::{Stray, StrayKind};
+use crate::lease::now_ms;
 use crate::{AbandonedUpload, Bucket, BucketError};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,8 +24,8 @@ pub struct BucketFsckReport {
     pub bytes_checked: u64,
     /// Objects whose content does not match their index or their digest.
     pub corrupt: Vec<BucketProblem>,
-    /// Content without an index, by digest (`sha256:<hex>`): an upload that never finished
-    /// (invisible to readers).
+    /// Content nothing names: `sha256:<hex>` (stored whole, no index) or `parts/<upload>` (chunk
+    /// objects no index or progress record names), invisible to readers; also in `strays`.
     pub unindexed: Vec<String>,
     /// Corrupt objects moved to `quarantine/` (with `--repair`).
     pub quarantined: u64,
@@ -30,6 +33,12 @@ pub struct BucketFsckReport {
     /// no live lease); aborted with `--repair`.
     #[serde(default)]
     pub abandoned_uploads: Vec<AbandonedUpload>,
+    /// Keys nothing names, with their bytes (module `books`): the `unindexed` content and
+    /// probe objects older than `gcGrace`; removed with `--repair`.
+    #[serde(default)]
+    pub strays: Vec<Stray>,
+    #[serde(default)]
+    pub stray_bytes: u64,
 }
 
 impl BucketFsckReport {
@@ -39,15 +48,6 @@ impl BucketFsckReport {
 }
 
 impl Bucket {
-    async fn list_names(&self, dir: &str, suffix: &str) -> Result<Vec<String>, BucketError> {
-        let p = self.path(dir);
-        let metas: Vec<_> = self.store.list(Some(&p)).try_collect().await.map_err(|e| self.store_err("list", &p, e))?;
-        Ok(metas
-            .into_iter()
-            .filter_map(|m| m.location.filename().and_then(|f| f.strip_suffix(suffix)).map(str::to_string))
-            .collect())
-    }
-
     /// Check one indexed object: every chunk against the index, the whole against the digest.
     async fn check_object(&self, d: &Digest) -> Result<Option<String>, BucketError> {
         let index = match self.index(d).await {
@@ -76,77 +76,57 @@ impl Bucket {
     }
 
     /// Re-verify every object in the bucket; with `repair`, move the corrupt ones to
-    /// `quarantine/` (index first, so no replica serves them meanwhile).
+    /// `quarantine/` (index first, so no replica serves them meanwhile) and remove the strays
+    /// (module `books`: uploads and content nothing names, of any age; probes older than
+    /// `gcGrace`).
     pub async fn fsck(&self, repair: bool) -> Result<BucketFsckReport, BucketError> {
         let mut report = BucketFsckReport { bucket: self.settings.bucket.clone(), ..BucketFsckReport::default() };
-        // Chunk-object uploads, listed before the records and indexes that name them: an
-        // upload writes its record before its first chunk and drops it after its index, so
-        // one that runs meanwhile is named by one of the later listings.
-        let uploads = self.list_uploads().await?;
-        let mut named: std::collections::HashSet<String> = self.progress_uploads().await?;
-        for algorithm in Algorithm::ALL {
-            let indexed = self.list_names(&format!("index/{algorithm}"), ".json").await?;
-            let content = self.list_names(&format!("objects/{algorithm}"), "").await?;
-            for hex in &indexed {
-                let Ok(d) = Digest::from_hex(algorithm, hex) else {
-                    report.corrupt.push(BucketProblem {
-                        digest: format!("{algorithm}:{hex}"),
-                        problem: format!("index name is not a {algorithm} digest"),
-                    });
-                    continue;
-                };
-                report.objects_checked += 1;
-                if let Some(problem) = self.check_object(&d).await? {
-                    tracing::error!(bucket = %self.settings.bucket, digest = %d, %problem, "bucket object fails verification");
-                    if repair {
-                        self.quarantine(&d).await?;
-                        report.quarantined += 1;
-                    }
-                    report.corrupt.push(BucketProblem { digest: d.to_string(), problem });
-                } else if let Some(i) = self.index(&d).await? {
-                    report.bytes_checked += i.size;
-                }
-                if let Ok(Some(i)) = self.get_json::<crate::ChunkIndex>(&self.index_path(&d)).await {
-                    named.extend(i.upload);
-                }
-            }
-            let indexed: std::collections::HashSet<&String> = indexed.iter().collect();
-            report
-                .unindexed
-                .extend(content.iter().filter(|c| !indexed.contains(c)).map(|c| format!("{algorithm}:{c}")));
+        // Every key, listed before the records and indexes that name them are listed again
+        // (module `books`).
+        let books = self.books(false).await?;
+        for name in &books.bad_indexes {
+            let algorithm = name.split(':').next().unwrap_or_default();
+            report.corrupt.push(BucketProblem {
+                digest: name.clone(),
+                problem: format!("index name is not a {algorithm} digest"),
+            });
         }
-        for upload in uploads.into_iter().filter(|u| !named.contains(u)) {
-            if repair {
-                self.remove_parts(&upload, false).await?;
+        let mut quarantined = std::collections::HashSet::new();
+        for (d, _) in &books.indexes {
+            report.objects_checked += 1;
+            if let Some(problem) = self.check_object(d).await? {
+                tracing::error!(bucket = %self.settings.bucket, digest = %d, %problem, "bucket object fails verification");
+                if repair {
+                    quarantined.extend(self.quarantine(d).await?);
+                    report.quarantined += 1;
+                }
+                report.corrupt.push(BucketProblem { digest: d.to_string(), problem });
+            } else if let Some(i) = self.index(d).await? {
+                report.bytes_checked += i.size;
             }
-            report.unindexed.push(format!("parts/{upload}"));
         }
+        let (names, _) = self.fresh_names(false).await?;
+        let found: Vec<_> = books
+            .strays(&names, now_ms(), None, self.probe_age())
+            .into_iter()
+            .filter(|f| !matches!(&f.kind, StrayKind::Upload(u) if quarantined.contains(u)))
+            .collect();
+        for f in &found {
+            match &f.kind {
+                StrayKind::Upload(u) => report.unindexed.push(format!("parts/{u}")),
+                StrayKind::Whole(d, _) => report.unindexed.push(d.to_string()),
+                StrayKind::Probe(_) => {}
+            }
+        }
+        report.strays =
+            if repair { self.remove_strays(found, false).await? } else { found.into_iter().map(|f| f.stray).collect() };
+        report.stray_bytes = report.strays.iter().map(|s| s.bytes).sum();
         report.abandoned_uploads = self.abandoned_uploads(repair).await?;
         Ok(report)
     }
 
-    /// The upload ids under `parts/`.
-    async fn list_uploads(&self) -> Result<Vec<String>, BucketError> {
-        let dir = self.path("parts");
-        let listed = self.store.list_with_delimiter(Some(&dir)).await.map_err(|e| self.store_err("list", &dir, e))?;
-        Ok(listed.common_prefixes.iter().filter_map(|p| p.filename().map(str::to_string)).collect())
-    }
-
-    /// The uploads progress records name (running, or abandoned and removed separately).
-    async fn progress_uploads(&self) -> Result<std::collections::HashSet<String>, BucketError> {
-        let dir = self.path("progress");
-        let metas: Vec<_> =
-            self.store.list(Some(&dir)).try_collect().await.map_err(|e| self.store_err("list", &dir, e))?;
-        let mut named = std::collections::HashSet::new();
-        for m in metas {
-            if let Ok(Some(r)) = self.get_json_via::<crate::Progress>(&m.location, false).await {
-                named.insert(r.upload);
-            }
-        }
-        Ok(named)
-    }
-
-    async fn quarantine(&self, d: &Digest) -> Result<(), BucketError> {
+    /// Move an object aside; the upload whose chunks were moved, if any.
+    async fn quarantine(&self, d: &Digest) -> Result<Option<String>, BucketError> {
         let (index, content) = (self.index_path(d), self.object_path(d));
         let aside = self.path(&format!("quarantine/{}/{}", d.algorithm(), d.hex()));
         let written = self.get_json::<crate::ChunkIndex>(&index).await.ok().flatten();
@@ -169,7 +149,7 @@ impl Bucket {
                 }
             }
             tracing::warn!(bucket = %self.settings.bucket, digest = %d, to = %aside, "quarantined a corrupt bucket object");
-            return Ok(());
+            return Ok(Some(upload));
         }
         match self.store.copy(&content, &aside).await {
             Ok(()) => self.store.delete(&content).await.map_err(|e| self.store_err("delete", &content, e))?,
@@ -177,6 +157,6 @@ impl Bucket {
             Err(e) => return Err(self.store_err("copy", &content, e)),
         }
         tracing::warn!(bucket = %self.settings.bucket, digest = %d, to = %aside, "quarantined a corrupt bucket object");
-        Ok(())
+        Ok(None)
     }
 }

@@ -31,6 +31,10 @@ pub struct BucketMetrics {
     pub probes: Family<Labels, Counter>,
     /// Multipart uploads a dead replica left behind, aborted (by `fsck --repair` or a sweep).
     pub abandoned_uploads_removed: Counter,
+    /// Keys nothing names (chunks of uploads no index or record names, stale probe objects,
+    /// content without an index), removed by the sweep, `gc --bucket` or `fsck --repair`; one
+    /// per upload directory.
+    pub strays_removed: Counter,
 }
 
 impl BucketMetrics {
@@ -65,6 +69,11 @@ impl BucketMetrics {
             "tender_bucket_abandoned_uploads_removed",
             "Unfinished multipart uploads of dead replicas aborted (fsck --repair or the background sweep)",
             self.abandoned_uploads_removed.clone(),
+        );
+        r.register(
+            "tender_bucket_strays_removed",
+            "Bucket keys nothing names removed (chunks of an upload no index or record names, stale probes)",
+            self.strays_removed.clone(),
         );
     }
 

@@ -67,7 +67,8 @@ pub struct BucketSettings {
     /// `tender gc --bucket`'s cap when `--max-size` is not given (`maxSize`).
     pub max_size: Option<u64>,
     /// `tender gc --bucket` keeps objects served (or uploaded) within this (`gcGrace`): a
-    /// replica may be reading them right now.
+    /// replica may be reading them right now. Keys nothing names (module `books`) are removed
+    /// by the sweep and gc once older than this.
     pub gc_grace: Duration,
 }
 

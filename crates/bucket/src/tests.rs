@@ -304,6 +304,11 @@ enum Fault {
     /// Answer everything but chunk objects from the third on (and multipart parts), which
     /// never get an answer (an upload that is under way when its replica is killed).
     HangParts,
+    /// Never answer a create of a key that exists (the start-up check's second probe PUT
+    /// timing out).
+    HangExisting,
+    /// List a directory whose objects were all deleted as a common prefix still (SeaweedFS).
+    EmptyDirs,
 }
 
 /// An in-memory store that lies on demand.
@@ -311,6 +316,8 @@ enum Fault {
 struct Faulty {
     inner: InMemory,
     fault: std::sync::Mutex<Fault>,
+    /// Every key deleted (for [`Fault::EmptyDirs`]).
+    deleted: std::sync::Mutex<Vec<ObjectPath>>,
 }
 
 impl std::fmt::Display for Faulty {
@@ -320,6 +327,10 @@ impl std::fmt::Display for Faulty {
 }
 
 impl Faulty {
+    fn new(fault: Fault) -> Faulty {
+        Faulty { inner: InMemory::new(), fault: std::sync::Mutex::new(fault), deleted: Default::default() }
+    }
+
     fn set(&self, f: Fault) {
         *self.fault.lock().unwrap() = f;
     }
@@ -329,7 +340,7 @@ impl Faulty {
         match f {
             Fault::Hang => futures::future::pending().await,
             Fault::Refuse => Err(object_store::Error::Generic { store: "faulty", source: "connection refused".into() }),
-            Fault::None | Fault::NoConditional | Fault::HangParts => Ok(()),
+            Fault::None | Fault::NoConditional | Fault::HangParts | Fault::HangExisting | Fault::EmptyDirs => Ok(()),
         }
     }
 }
@@ -385,6 +396,12 @@ impl ObjectStore for Faulty {
         if *self.fault.lock().unwrap() == Fault::HangParts && part {
             futures::future::pending::<()>().await;
         }
+        if *self.fault.lock().unwrap() == Fault::HangExisting
+            && opts.mode == PutMode::Create
+            && self.inner.head(location).await.is_ok()
+        {
+            futures::future::pending::<()>().await;
+        }
         if *self.fault.lock().unwrap() == Fault::NoConditional && opts.mode == PutMode::Create {
             opts.mode = PutMode::Overwrite;
         }
@@ -411,6 +428,7 @@ impl ObjectStore for Faulty {
 
     async fn delete(&self, location: &ObjectPath) -> object_store::Result<()> {
         self.gate().await?;
+        self.deleted.lock().unwrap().push(location.clone());
         self.inner.delete(location).await
     }
 
@@ -423,7 +441,20 @@ impl ObjectStore for Faulty {
 
     async fn list_with_delimiter(&self, prefix: Option<&ObjectPath>) -> object_store::Result<object_store::ListResult> {
         self.gate().await?;
-        self.inner.list_with_delimiter(prefix).await
+        let mut listed = self.inner.list_with_delimiter(prefix).await?;
+        if *self.fault.lock().unwrap() == Fault::EmptyDirs {
+            // The directory each deleted key was in, one level under `prefix`, stays listed.
+            let under = prefix.map(|p| format!("{p}/")).unwrap_or_default();
+            for d in self.deleted.lock().unwrap().iter() {
+                let Some(rest) = d.as_ref().strip_prefix(&under) else { continue };
+                let Some((dir, _)) = rest.split_once('/') else { continue };
+                let dir = ObjectPath::from(format!("{under}{dir}"));
+                if !listed.common_prefixes.contains(&dir) {
+                    listed.common_prefixes.push(dir);
+                }
+            }
+        }
+        Ok(listed)
     }
 
     async fn copy(&self, from: &ObjectPath, to: &ObjectPath) -> object_store::Result<()> {
@@ -438,7 +469,7 @@ impl ObjectStore for Faulty {
 }
 
 fn faulty_bucket(timeout: Duration) -> (Arc<Faulty>, Arc<Bucket>) {
-    let store = Arc::new(Faulty { inner: InMemory::new(), fault: std::sync::Mutex::new(Fault::None) });
+    let store = Arc::new(Faulty::new(Fault::None));
     let mut s = BucketSettings::new("test");
     s.chunk_size = 1024;
     s.request_timeout = timeout;
@@ -575,7 +606,7 @@ async fn upload_under_way(
 #[tokio::test]
 async fn should_list_and_abort_only_uploads_abandoned_by_a_dead_replica() {
     // leaseTtl 150 ms: an upload record unrenewed for 450 ms, without a live lease, is abandoned.
-    let store = Arc::new(Faulty { inner: InMemory::new(), fault: std::sync::Mutex::new(Fault::HangParts) });
+    let store = Arc::new(Faulty::new(Fault::HangParts));
     let replica = |name: &str| {
         let mut s = BucketSettings::new("test");
         s.chunk_size = 1024;
@@ -886,17 +917,22 @@ async fn should_evict_the_least_recently_served_across_replicas_down_to_the_cap(
     a.flush_served().await.unwrap();
     b.flush_served().await.unwrap();
 
-    let r = gc_tomorrow(&a, 2000, false).await;
+    // The cap is on every byte under the prefix (records too): 2000 bytes less than it holds.
+    let total = bytes_under(&mem, "fleet").await;
+    let cap = total - 2000;
+    let r = gc_tomorrow(&a, cap, false).await;
     assert_eq!(evicted(&r), vec![d[3].to_string(), d[2].to_string()], "{r:?}");
     assert_eq!(r.evicted[1].last_served, t + 20);
     assert!(r.evicted[0].last_served < t, "never served: its upload time");
     assert_eq!((r.objects_before, r.bytes_before, r.objects_after, r.bytes_after), (4, 4000, 2, 2000));
-    assert_eq!((r.skipped_under_lease, r.skipped_recent, r.dry_run, r.max_size), (0, 0, false, 2000));
+    assert_eq!((r.skipped_under_lease, r.skipped_recent, r.dry_run, r.max_size), (0, 0, false, cap));
+    assert_eq!((r.total_bytes_before, r.total_bytes_after), (total, bytes_under(&mem, "fleet").await));
+    assert!(r.total_bytes_after <= cap, "{r:?}");
     for (i, kept) in [(0, true), (1, true), (2, false), (3, false)] {
         assert_eq!(b.index(&d[i]).await.unwrap().is_some(), kept, "d{i}");
     }
     // At the cap: nothing more goes.
-    let again = gc_tomorrow(&b, 2000, false).await;
+    let again = gc_tomorrow(&b, cap, false).await;
     assert!(again.evicted.is_empty(), "{again:?}");
     assert_eq!((again.objects_before, again.bytes_after), (2, 2000));
 }
@@ -1122,4 +1158,140 @@ async fn should_send_bodies_unsigned_unless_sign_payload_is_set() {
     assert_eq!(content_sha256_header(false, b"chunk bytes").await, "unsigned-payload");
     let signed = content_sha256_header(true, b"chunk bytes").await;
     assert_eq!(signed, hex::encode(sha2::Sha256::digest(b"chunk bytes")), "signPayload: true signs the body's sha256");
+}
+
+// ---- issue 36 (4, 5): what no index and no record names ----
+
+/// The sizes of every key under `dir`, summed.
+async fn bytes_under(mem: &InMemory, dir: &str) -> u64 {
+    let p = ObjectPath::from(dir);
+    mem.list(Some(&p)).map(|m| m.unwrap().size).collect::<Vec<_>>().await.into_iter().sum()
+}
+
+/// Put `n` chunk objects of 1000 bytes under `parts/<upload>` (an upload nothing names).
+async fn put_stray(mem: &InMemory, upload: &str, n: usize) {
+    for i in 0..n {
+        let p = ObjectPath::from(format!("fleet/parts/{upload}/{i:08}"));
+        mem.put(&p, PutPayload::from(distinct(i as u8, 1000))).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn should_sweep_chunks_nothing_names_once_older_than_the_grace() {
+    let mem = Arc::new(InMemory::new());
+    let mut s = BucketSettings::new("test");
+    s.chunk_size = 1024;
+    s.prefix = "fleet".into();
+    s.lease_ttl = Duration::from_millis(100);
+    s.request_timeout = Duration::from_millis(100);
+    s.gc_grace = Duration::from_secs(2);
+    let b = Bucket::with_store(mem.clone(), s, BucketMetrics::default());
+    // Named by its index; named by the record of an upload that runs (renewed, never finished).
+    let d = uploaded(&b, &content(3000)).await;
+    let mut live = b.begin_parts(None, None, None);
+    live.put_chunk(bytes::Bytes::from(content(1024))).await.unwrap();
+    live.flush().await.unwrap();
+    let live_id = live.upload_id();
+    // Named by nothing: a healed object's first upload, a probe a timed-out check left behind,
+    // content stored whole with no index.
+    let (old, young) = ("a".repeat(32), "b".repeat(32));
+    put_stray(&mem, &old, 2).await;
+    let probe = ObjectPath::from("fleet/leases/.probe-dead-1");
+    mem.put(&probe, PutPayload::from_static(b"{}")).await.unwrap();
+    let whole = ObjectPath::from(format!("fleet/objects/sha256/{}", "cd".repeat(32)));
+    mem.put(&whole, PutPayload::from_static(b"x")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    put_stray(&mem, &young, 1).await;
+
+    let sweeper = b.spawn_sweeper();
+    let t = std::time::Instant::now();
+    while !keys_under(&mem, &format!("fleet/parts/{old}")).await.is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(10), "the sweep never removed chunks nothing names");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(keys_under(&mem, &format!("fleet/parts/{young}")).await.len(), 1, "younger than gcGrace: kept");
+    assert!(mem.head(&probe).await.is_err(), "a stale probe goes");
+    assert!(mem.head(&whole).await.is_err(), "content without an index goes");
+    assert_eq!(read_all(&b, d, 0, 3000).await.unwrap(), content(3000), "an indexed object stays");
+    assert_eq!(keys_under(&mem, &format!("fleet/parts/{live_id}")).await.len(), 1, "a running upload stays");
+    // Once older than gcGrace, the young one goes too.
+    while !keys_under(&mem, &format!("fleet/parts/{young}")).await.is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(10), "the sweep never removed the younger stray");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(keys_under(&mem, &format!("fleet/parts/{live_id}")).await.len(), 1, "a running upload stays");
+    sweeper.abort();
+    live.abort().await;
+}
+
+#[tokio::test]
+async fn should_count_every_byte_under_the_prefix_and_remove_strays_before_evicting() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let d0 = uploaded(&b, &distinct(0, 1000)).await;
+    let d1 = uploaded(&b, &distinct(1, 1000)).await;
+    b.note_served_at(&d1, later_secs());
+    b.flush_served().await.unwrap();
+    let stray = "e".repeat(32);
+    put_stray(&mem, &stray, 2).await;
+    mem.put(&ObjectPath::from("fleet/leases/.probe-dead-2"), PutPayload::from_static(b"{}")).await.unwrap();
+    let total = bytes_under(&mem, "fleet").await;
+
+    // The strays alone bring the bucket within the cap: nothing is evicted.
+    let cap = total - 2002;
+    let dry = gc_tomorrow(&b, cap, true).await;
+    assert_eq!((dry.total_bytes_before, dry.total_bytes_after, dry.stray_bytes), (total, cap, 2002), "{dry:?}");
+    assert_eq!((dry.content_bytes, dry.in_progress_bytes, dry.quarantine_bytes), (2000, 0, 0));
+    assert_eq!(dry.record_bytes, total - 4002, "indexes and served records");
+    let keys: Vec<_> = dry.strays.iter().map(|s| (s.key.as_str(), s.objects, s.bytes, s.removed)).collect();
+    assert_eq!(keys, vec![(format!("parts/{stray}").as_str(), 2, 2000, false), ("leases/.probe-dead-2", 1, 2, false)]);
+    assert_eq!(keys_under(&mem, &format!("fleet/parts/{stray}")).await.len(), 2, "a dry run removes nothing");
+    let r = gc_tomorrow(&b, cap, false).await;
+    assert!(r.evicted.is_empty(), "{r:?}");
+    assert!(r.strays.iter().all(|s| s.removed), "{r:?}");
+    assert_eq!((r.total_bytes_after, r.freed_bytes()), (cap, 2002));
+    assert_eq!(b.metrics().strays_removed.get(), 2);
+    assert!(keys_under(&mem, &format!("fleet/parts/{stray}")).await.is_empty(), "strays removed first");
+    assert!(keys_under(&mem, "fleet/leases").await.is_empty());
+    assert_eq!(bytes_under(&mem, "fleet").await, cap);
+    // A lower cap: the least recently served object goes, and the total is within the cap.
+    let cap = cap - 500;
+    let r = gc_tomorrow(&b, cap, false).await;
+    assert_eq!(evicted(&r), vec![d0.to_string()], "{r:?}");
+    assert!(bytes_under(&mem, "fleet").await <= cap);
+    assert_eq!(r.total_bytes_after, bytes_under(&mem, "fleet").await, "{r:?}");
+}
+
+#[tokio::test]
+async fn should_remove_its_probe_object_even_when_the_second_create_times_out() {
+    let (store, b) = faulty_bucket(Duration::from_millis(200));
+    store.set(Fault::HangExisting);
+    assert!(matches!(b.check().await, Err(BucketError::Timeout { .. })));
+    let t = std::time::Instant::now();
+    loop {
+        let left: Vec<_> = store.inner.list(Some(&ObjectPath::from("leases"))).collect().await;
+        if left.is_empty() {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(3), "the probe object stayed: {left:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// SeaweedFS lists a directory whose objects were deleted as a common prefix: a repaired
+/// bucket is clean.
+#[tokio::test]
+async fn should_not_report_an_empty_upload_directory_after_a_repair() {
+    let store = Arc::new(Faulty::new(Fault::EmptyDirs));
+    let b = Bucket::with_store(store.clone(), BucketSettings::new("test"), BucketMetrics::default());
+    let stray = "f".repeat(32);
+    for i in 0..2 {
+        let p = ObjectPath::from(format!("parts/{stray}/{i:08}"));
+        store.inner.put(&p, PutPayload::from(distinct(i, 1000))).await.unwrap();
+    }
+    let r = b.fsck(true).await.unwrap();
+    assert_eq!(r.unindexed, vec![format!("parts/{stray}")], "{r:?}");
+    assert_eq!((r.strays.len(), r.stray_bytes, r.strays[0].objects, r.strays[0].removed), (1, 2000, 2, true));
+    let again = b.fsck(false).await.unwrap();
+    assert!(again.unindexed.is_empty() && again.strays.is_empty(), "{again:?}");
 }

@@ -5,7 +5,9 @@
 //! index. An upload is *abandoned* when its record was not renewed for 3 × `leaseTtl` and the
 //! fill lease it runs under (if any) is not live: `tender fsck --bucket` lists those,
 //! `--repair` and each replica's background sweep ([`Bucket::spawn_sweeper`]) delete their
-//! chunks and record (only the record, when the index naming the upload was written).
+//! chunks and record (only the record, when the index naming the upload was written). Chunks
+//! no record and no index names any more (a takeover replaced the record, a healed object's
+//! index names its new upload) are strays, which the same sweep removes (module `books`).
 //!
 //! Tenders before bucket format 3 wrote multipart uploads with a record under
 //! `uploads/<alg>/<hex>/<sha256(upload id)>.json`; those are still found and aborted. Uploads
@@ -178,11 +180,14 @@ impl Bucket {
     }
 
     /// Abort abandoned uploads in the background every 3 × `leaseTtl` (not while the bucket is
-    /// down), until the bucket is dropped.
+    /// down), until the bucket is dropped; at most once per `gcGrace`, also remove the strays
+    /// older than `gcGrace` (module `books`: chunks nothing names, stale probe objects).
     pub fn spawn_sweeper(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let weak = Arc::downgrade(self);
         let every = self.settings.lease_ttl.saturating_mul(3).max(Duration::from_millis(100));
+        let strays_every = self.settings.gc_grace;
         tokio::spawn(async move {
+            let mut strays_swept: Option<tokio::time::Instant> = None;
             loop {
                 // Replicas started together need not sweep together.
                 let jitter = Duration::from_millis(rand::random::<u64>() % 1000);
@@ -193,6 +198,15 @@ impl Bucket {
                 }
                 if let Err(e) = b.abandoned_uploads(true).await {
                     tracing::debug!(bucket = %b.settings.bucket, error = %e, "sweep of abandoned uploads failed; next time");
+                }
+                if strays_swept.is_some_and(|t| t.elapsed() < strays_every) {
+                    continue;
+                }
+                match b.sweep_strays().await {
+                    Ok(_) => strays_swept = Some(tokio::time::Instant::now()),
+                    Err(e) => {
+                        tracing::debug!(bucket = %b.settings.bucket, error = %e, "sweep of strays failed; next time")
+                    }
                 }
             }
         })

@@ -22,7 +22,8 @@ pub struct FsckArgs {
     #[arg(long)]
     pub repair: bool,
     /// Check the bucket of storage.s3 (from --config) instead of the data directory: every
-    /// chunk against its index, every object against its digest
+    /// chunk against its index, every object against its digest; list keys nothing names
+    /// (--repair removes them)
     #[arg(long, requires = "config", conflicts_with_all = ["data", "server"])]
     pub bucket: bool,
     /// Print the report as JSON
@@ -50,8 +51,9 @@ pub struct GcArgs {
     /// Report what would be freed; change nothing
     #[arg(long)]
     pub dry_run: bool,
-    /// Cap the bucket of storage.s3 (from --config) instead of the data directory: evict the
-    /// least recently served objects (default cap: storage.s3.maxSize); safe while replicas run
+    /// Cap every byte under the prefix of the bucket of storage.s3 (from --config) instead of
+    /// the data directory: remove keys nothing names older than storage.s3.gcGrace, then evict
+    /// the least recently served objects (default cap: storage.s3.maxSize); safe while replicas run
     #[arg(long, requires = "config", conflicts_with_all = ["data", "server"])]
     pub bucket: bool,
     /// Print the report as JSON
@@ -131,9 +133,12 @@ fn fsck_bucket(args: &FsckArgs) -> Result<ExitCode> {
         for c in &report.corrupt {
             println!("corrupt {}: {}", c.digest, c.problem);
         }
-        for u in &report.unindexed {
-            let done = if args.repair && u.starts_with("parts/") { "; removed" } else { "" };
-            println!("unindexed {u} (an upload that never finished; invisible to replicas{done})");
+        for st in &report.strays {
+            let done = if st.removed { "removed" } else { "run with --repair to remove it" };
+            println!(
+                "stray {} ({} objects, {} bytes, written {} s ago; no index or upload names it): {done}",
+                st.key, st.objects, st.bytes, st.age_secs
+            );
         }
         for a in &report.abandoned_uploads {
             let done = if a.removed { "removed" } else { "run with --repair to remove it" };
@@ -193,7 +198,8 @@ pub fn fsck(args: FsckArgs) -> Result<ExitCode> {
     Ok(if report.corrupt.is_empty() || args.repair { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-/// `tender gc --bucket`: evict the bucket's least recently served objects down to the cap.
+/// `tender gc --bucket`: bring every byte under the bucket's prefix within the cap: strays older
+/// than `gcGrace` first, then the least recently served objects.
 /// Needs no lock: an object under a live fill lease or served within `gcGrace` stays, and an
 /// eviction hides the index before the content goes.
 fn gc_bucket(args: &GcArgs, max_size: Option<u64>) -> Result<ExitCode> {
@@ -218,6 +224,13 @@ fn gc_bucket(args: &GcArgs, max_size: Option<u64>) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
+    let verb = if report.dry_run { "would remove" } else { "removed" };
+    for st in report.strays.iter().filter(|st| report.dry_run || st.removed) {
+        println!(
+            "{verb} stray {} ({} objects, {} bytes, written {} s ago; no index or upload names it)",
+            st.key, st.objects, st.bytes, st.age_secs
+        );
+    }
     let verb = if report.dry_run { "would evict" } else { "evicted" };
     for e in &report.evicted {
         println!("{verb} {} ({} bytes, last served {})", e.digest, e.size, e.last_served);
@@ -229,17 +242,38 @@ fn gc_bucket(args: &GcArgs, max_size: Option<u64>) -> Result<ExitCode> {
         );
     }
     println!(
-        "bucket {}: {} {} bytes from {} objects; {} objects, {} bytes before, {} objects, {} bytes after (cap {} bytes)",
+        "bucket {}: holds {} bytes: content of {} objects {}, uploads in progress {}, strays {}, quarantine {}, records {}",
+        report.bucket,
+        report.total_bytes_before,
+        report.objects_before,
+        report.content_bytes,
+        report.in_progress_bytes,
+        report.stray_bytes,
+        report.quarantine_bytes,
+        report.record_bytes
+    );
+    let removed = report.strays.iter().filter(|st| report.dry_run || st.removed).count();
+    println!(
+        "bucket {}: {} {} bytes from {} objects and {removed} strays; {} bytes before, {} bytes after (cap {} bytes); \
+         {} objects, {} bytes of content after",
         report.bucket,
         if report.dry_run { "would free" } else { "freed" },
         report.freed_bytes(),
         report.evicted.len(),
-        report.objects_before,
-        report.bytes_before,
+        report.total_bytes_before,
+        report.total_bytes_after,
+        report.max_size,
         report.objects_after,
-        report.bytes_after,
-        report.max_size
+        report.bytes_after
     );
+    if report.total_bytes_after > report.max_size {
+        println!(
+            "bucket {}: still over the cap by {} bytes (objects under a lease or within gcGrace, uploads in progress, \
+             quarantine and records are kept)",
+            report.bucket,
+            report.total_bytes_after - report.max_size
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

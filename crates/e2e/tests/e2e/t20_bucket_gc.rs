@@ -2,6 +2,8 @@
 //! they served (flushed at shutdown); the command evicts the least recently served blobs down
 //! to `--max-size` (a dry run first changes nothing), and a replica then serves every blob
 //! byte-exact: the kept ones from the bucket, the evicted ones from the upstream again.
+//! Keys nothing names (issue 36, items 4 and 5) are counted by gc, reported and removed by
+//! fsck, and removed by a running replica's sweep.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -108,7 +110,11 @@ fn should_evict_the_least_recently_served_blobs_and_still_serve_every_blob() {
     order.sort();
     let total: u64 = order.iter().map(|o| o.2).sum();
     let want: Vec<&str> = order[..2].iter().map(|o| o.1.as_str()).collect();
-    let max = total - order[0].2 - order[1].2;
+    // The cap is on every byte under the prefix (records too): the two blobs' content less
+    // than the bucket holds (their index and known records go with them).
+    let whole = gc(&c_cfg, 1 << 50, true)["totalBytesBefore"].as_u64().unwrap();
+    assert!(whole > total, "{whole} bytes under the prefix, {total} of content");
+    let max = whole - order[0].2 - order[1].2;
 
     // A dry run reports the two least recently served and changes nothing.
     let dry = gc(&c_cfg, max, true);
@@ -135,7 +141,9 @@ fn should_evict_the_least_recently_served_blobs_and_still_serve_every_blob() {
     for d in &want {
         assert!(out.contains(&format!("would evict {d} (")), "{out}");
     }
-    assert!(out.contains(&format!("would free {} bytes from 2 objects", total - max)), "{out}");
+    let freed = dry["totalBytesBefore"].as_u64().unwrap() - dry["totalBytesAfter"].as_u64().unwrap();
+    assert!(freed > whole - max, "the two blobs' records go too: {dry:#}");
+    assert!(out.contains(&format!("would free {freed} bytes from 2 objects and 0 strays")), "{out}");
 
     // Each blob's first chunk object, read from its index while it has one.
     let first_chunk: Vec<String> = blobs.iter().map(|(d, _)| s3.chunk_key("fleet", d, 0).0).collect();
@@ -145,7 +153,12 @@ fn should_evict_the_least_recently_served_blobs_and_still_serve_every_blob() {
         (&r["dryRun"], &r["maxSize"], &r["objectsBefore"], &r["bytesBefore"]),
         (&Value::from(false), &Value::from(max), &Value::from(blobs.len()), &Value::from(total))
     );
-    assert_eq!((&r["objectsAfter"], &r["bytesAfter"]), (&Value::from(blobs.len() - 2), &Value::from(max)));
+    assert_eq!(
+        (&r["objectsAfter"], &r["bytesAfter"]),
+        (&Value::from(blobs.len() - 2), &Value::from(total - order[0].2 - order[1].2))
+    );
+    assert!(r["totalBytesAfter"].as_u64().unwrap() <= max, "{r:#}");
+    assert_eq!((&r["contentBytes"], &r["strayBytes"]), (&Value::from(total), &Value::from(0)));
     assert_eq!((&r["skippedUnderLease"], &r["skippedRecent"]), (&Value::from(0), &Value::from(0)));
     assert_eq!(r["evicted"][0]["lastServed"], order[0].0);
     for ((d, _), chunk) in blobs.iter().zip(&first_chunk) {
@@ -171,4 +184,98 @@ fn should_evict_the_least_recently_served_blobs_and_still_serve_every_blob() {
     for (d, bytes) in &blobs[..half] {
         assert!(get(&a, d) == *bytes, "{d} through a");
     }
+}
+
+/// `tender fsck --bucket` with `--json`: its exit code and report.
+fn fsck(cfg: &std::path::Path, repair: bool) -> (Option<i32>, Value) {
+    let mut args = vec!["fsck", "--bucket", "--config", cfg.to_str().unwrap(), "--json"];
+    if repair {
+        args.push("--repair");
+    }
+    let out = tender::run(&args);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    (out.status.code(), v)
+}
+
+fn stray_keys(r: &Value) -> Vec<String> {
+    let mut keys: Vec<String> =
+        r["strays"].as_array().unwrap().iter().map(|s| s["key"].as_str().unwrap().to_string()).collect();
+    keys.sort();
+    keys
+}
+
+/// Issue 36 (4, 5): chunk objects no index and no upload record names and a probe object a
+/// timed-out check left behind are counted by `gc --bucket`, reported by `fsck --bucket` (exit
+/// 0: nothing served is wrong) and removed by `--repair`; fsck then reports nothing, though
+/// SeaweedFS still lists the emptied upload directory; a running replica's sweep removes such
+/// keys once older than `gcGrace`, and keeps the chunks of what it uploaded.
+#[test]
+fn should_count_report_and_remove_keys_nothing_names() {
+    let bed = Bed::new("s3-strays", Sizes::SMALL);
+    let s3 = S3Server::start(bed.dir.path(), BUCKET);
+    let ups = [("ghcr.io", bed.registry.url())];
+    let ups: Vec<(&str, &str)> = ups.iter().map(|(n, u)| (*n, u.as_str())).collect();
+    let cfg = bed.path("a.yaml");
+    // A probe is a stray once older than gcGrace and 3 x requestTimeout: 6 s here.
+    let extra = "    gcGrace: 1s\n    requestTimeout: 2s\n";
+    write_config(&cfg, &ups, &s3.storage_yaml(bed.dir.path(), "fleet", "a", extra));
+    let strays = |upload: &str, probe: &str| {
+        for i in 0..2u8 {
+            s3.put(&format!("fleet/parts/{upload}/{i:08}"), &vec![i; 1000]);
+        }
+        s3.put(&format!("fleet/leases/{probe}"), b"{}");
+    };
+    let first = "a".repeat(32);
+    strays(&first, ".probe-x-1");
+    let want = vec![format!("leases/.probe-x-1"), format!("parts/{first}")];
+    std::thread::sleep(Duration::from_secs(7));
+
+    // gc counts them (and a dry run removes nothing).
+    let dry = gc(&cfg, 1 << 40, true);
+    assert_eq!((dry["strayBytes"].as_u64(), stray_keys(&dry)), (Some(2002), want.clone()), "{dry:#}");
+    assert!(dry["totalBytesBefore"].as_u64().unwrap() >= 2002, "{dry:#}");
+    assert_eq!(dry["totalBytesAfter"].as_u64().unwrap(), dry["totalBytesBefore"].as_u64().unwrap() - 2002);
+    assert!(s3.has(&format!("fleet/parts/{first}/00000000")));
+    // fsck reports them, with their bytes; --repair removes them.
+    let (code, r) = fsck(&cfg, false);
+    assert_eq!((code, r["strayBytes"].as_u64(), stray_keys(&r)), (Some(0), Some(2002), want.clone()), "{r:#}");
+    assert_eq!(r["unindexed"], serde_json::json!([format!("parts/{first}")]));
+    let (code, r) = fsck(&cfg, true);
+    assert_eq!((code, stray_keys(&r)), (Some(0), want.clone()), "{r:#}");
+    assert!(r["strays"].as_array().unwrap().iter().all(|s| s["removed"] == true), "{r:#}");
+    assert!(!s3.has(&format!("fleet/parts/{first}/00000000")) && !s3.has("fleet/leases/.probe-x-1"));
+    eprintln!("SeaweedFS lists under fleet/parts after the repair: {:?}", s3.list("fleet/parts"));
+    // Repaired: nothing to report, though the emptied directory may still be listed.
+    let (code, r) = fsck(&cfg, false);
+    assert_eq!(
+        (code, stray_keys(&r), &r["unindexed"]),
+        (Some(0), Vec::<String>::new(), &serde_json::json!([])),
+        "{r:#}"
+    );
+
+    // A running replica uploads a blob, and its sweep (every 3 x leaseTtl, 9 s) removes new
+    // strays once older than gcGrace; the blob's chunks stay.
+    let a = Tender::start(&cfg, &bed.path("a-data"), &bed.path("a.log"));
+    let d = bed.images.config_and_layers(bed.images.var("KUBELET_AMD64")).remove(0);
+    let bytes = std::fs::read(bed.images.blob_path(&d)).unwrap();
+    assert!(get(&a, &d) == bytes, "{d}");
+    let index = format!("fleet/index/sha256/{}.json", &d[7..]);
+    poll_until("the blob to reach the bucket", Duration::from_secs(60), || s3.has(&index).then_some(()));
+    let second = "b".repeat(32);
+    strays(&second, ".probe-x-2");
+    poll_until("the sweep to remove the strays", Duration::from_secs(60), || {
+        (!s3.has(&format!("fleet/parts/{second}/00000000")) && !s3.has("fleet/leases/.probe-x-2")).then_some(())
+    });
+    assert!(s3.has(&index));
+    let (chunk, _) = s3.chunk_key("fleet", &d, 0);
+    assert!(s3.has(&chunk), "the sweep keeps what an index names: {chunk}");
+    assert!(get(&a, &d) == bytes, "{d}");
+    poll_until("a to log the removal", Duration::from_secs(15), || {
+        tender::tail(&bed.path("a.log"), 5000).contains("removed keys nothing in the bucket names").then_some(())
+    });
+    let (code, r) = fsck(&cfg, false);
+    assert_eq!((code, stray_keys(&r)), (Some(0), Vec::<String>::new()), "{r:#}");
+    assert_eq!(r["objectsChecked"], 1);
 }
