@@ -33,6 +33,8 @@
 //! written before tender knew sha512 is read as is.
 //! Every read, whole or ranged, fetches whole chunks and checks each against the index before
 //! a byte of it is handed on.
+//! A chunk missing under its index is put back by the next replica that holds the object's
+//! verified bytes (module `heal`): never by rewriting the index, never over a chunk that exists.
 //!
 //! Every request has a deadline (`requestTimeout`, retries included); one that fails or times
 //! out opens the [`breaker`], and until a background probe ([`Bucket::spawn_prober`]) gets
@@ -41,6 +43,7 @@
 
 pub mod breaker;
 mod gc;
+mod heal;
 mod index;
 mod lease;
 mod maintenance;
@@ -68,6 +71,7 @@ use tender_store::TrustRecord;
 
 pub use breaker::{BucketState, Cause};
 pub use gc::{BucketGcReport, EvictedObject};
+pub use heal::HealReport;
 pub use index::ChunkIndex;
 pub use lease::{Lease, LeaseOutcome};
 pub use maintenance::{BucketFsckReport, BucketProblem};
@@ -177,6 +181,8 @@ pub struct Bucket {
     /// Objects this replica served since the last flush of its served records, and when
     /// (seconds since the Unix epoch; module `served`).
     served: Mutex<HashMap<Digest, u64>>,
+    /// Objects whose missing chunks this replica is putting back now (module `heal`).
+    healing: Mutex<std::collections::HashSet<Digest>>,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -214,6 +220,7 @@ impl Bucket {
             breaker,
             conditional: AtomicBool::new(true),
             served: Mutex::default(),
+            healing: Mutex::default(),
         })
     }
 

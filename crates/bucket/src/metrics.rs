@@ -31,6 +31,8 @@ pub struct BucketMetrics {
     pub probes: Family<Labels, Counter>,
     /// Multipart uploads a dead replica left behind, aborted (by `fsck --repair` or a sweep).
     pub abandoned_uploads_removed: Counter,
+    /// Chunks missing under their index that this replica put back from its verified copy.
+    pub healed_chunks: Counter,
 }
 
 impl BucketMetrics {
@@ -65,6 +67,11 @@ impl BucketMetrics {
             "tender_bucket_abandoned_uploads_removed",
             "Unfinished multipart uploads of dead replicas aborted (fsck --repair or the background sweep)",
             self.abandoned_uploads_removed.clone(),
+        );
+        r.register(
+            "tender_bucket_healed_chunks",
+            "Chunks missing under their index put back from this replica's verified copy",
+            self.healed_chunks.clone(),
         );
     }
 
