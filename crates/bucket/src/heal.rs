@@ -15,7 +15,6 @@ use std::path::Path;
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::{PutMode, PutOptions, PutPayload};
-use sha2::{Digest as _, Sha256};
 use tender_oci::Digest;
 
 use crate::{Bucket, BucketError, ChunkIndex};
