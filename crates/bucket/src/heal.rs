@@ -65,7 +65,9 @@ impl Bucket {
     /// it is written (a local chunk that differs fails the heal with [`BucketError::Corrupt`]
     /// and is not written) and written only if still absent (a conditional create: one that
     /// another replica wrote meanwhile is left as it is). The index is read afresh and never
-    /// written. At most one heal of an object runs on a replica at a time ([`HealReport::Busy`]).
+    /// written; read again after the writes, it must still name the upload, or what was written
+    /// goes again ([`HealReport::NoIndex`]: `gc` or `replace` removed that upload meanwhile). At
+    /// most one heal of an object runs on a replica at a time ([`HealReport::Busy`]).
     pub async fn heal_missing(&self, d: &Digest, local: &Path) -> Result<HealReport, BucketError> {
         let Some(_slot) = self.take_heal(d) else { return Ok(HealReport::Busy) };
         let p = self.index_path(d);
@@ -125,6 +127,15 @@ impl Bucket {
                 Err(e) => return Err(self.store_err("put", &part, e)),
             }
         }
+        if !restored.is_empty() && !self.still_indexed(&p, &upload).await {
+            // Removed (gc) or replaced meanwhile: nothing names what was written any more, so
+            // it goes again (what a delete misses, fsck --bucket --repair lists and removes).
+            for &i in &restored {
+                let part = self.part_path(&upload, i);
+                let _ = self.call("delete", &part, self.store.delete(&part)).await;
+            }
+            return Ok(HealReport::NoIndex);
+        }
         if !restored.is_empty() {
             tracing::info!(bucket = %self.settings.bucket, digest = %d, %upload, chunks = ?restored,
                 "re-uploaded missing chunks to the bucket from the verified local copy");
@@ -136,6 +147,15 @@ impl Bucket {
     fn take_heal(&self, d: &Digest) -> Option<Healing<'_>> {
         let mut h = self.healing.lock().ok()?;
         h.insert(*d).then(|| Healing { bucket: self, digest: *d })
+    }
+
+    /// Whether the index at `p` still names `upload` (when it cannot be read, it is taken to).
+    async fn still_indexed(&self, p: &object_store::path::Path, upload: &str) -> bool {
+        match self.get_json::<ChunkIndex>(p).await {
+            Ok(Some(i)) => i.upload.as_deref() == Some(upload),
+            Ok(None) => false,
+            Err(_) => true,
+        }
     }
 
     /// The chunk numbers an upload's objects hold (one listing, not a request per chunk).

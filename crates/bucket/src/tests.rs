@@ -306,6 +306,8 @@ enum Fault {
     HangParts,
     /// List no chunk objects (a listing made before another replica wrote them).
     StaleParts,
+    /// Remove every index just before a chunk object is written (`gc` running meanwhile).
+    GcOnPart,
 }
 
 /// An in-memory store that lies on demand.
@@ -331,7 +333,7 @@ impl Faulty {
         match f {
             Fault::Hang => futures::future::pending().await,
             Fault::Refuse => Err(object_store::Error::Generic { store: "faulty", source: "connection refused".into() }),
-            Fault::None | Fault::NoConditional | Fault::HangParts | Fault::StaleParts => Ok(()),
+            Fault::None | Fault::NoConditional | Fault::HangParts | Fault::StaleParts | Fault::GcOnPart => Ok(()),
         }
     }
 }
@@ -386,6 +388,12 @@ impl ObjectStore for Faulty {
             && location.filename().and_then(|f| f.parse::<u32>().ok()).is_some_and(|i| i >= 2);
         if *self.fault.lock().unwrap() == Fault::HangParts && part {
             futures::future::pending::<()>().await;
+        }
+        if *self.fault.lock().unwrap() == Fault::GcOnPart && location.as_ref().contains("parts/") {
+            let indexes: Vec<_> = self.inner.list(Some(&ObjectPath::from("index"))).collect().await;
+            for m in indexes {
+                self.inner.delete(&m?.location).await?;
+            }
         }
         if *self.fault.lock().unwrap() == Fault::NoConditional && opts.mode == PutMode::Create {
             opts.mode = PutMode::Overwrite;
@@ -1217,6 +1225,21 @@ async fn should_refuse_local_bytes_unlike_the_index_and_never_overwrite_a_chunk(
     assert_eq!(report, HealReport::Checked { chunks: 3, missing: vec![0, 1, 2], restored: vec![] });
     let kept = store.inner.get(&part).await.unwrap().bytes().await.unwrap();
     assert_eq!(&kept[..], b"another replica's", "never overwritten");
+}
+
+/// Issue 36 (2): chunks put back under an index that `gc` removed meanwhile go again, so a
+/// heal leaves nothing that no index names.
+#[tokio::test]
+async fn should_remove_what_it_wrote_when_the_index_went_meanwhile() {
+    let (store, f) = faulty_bucket(Duration::from_secs(5));
+    let bytes = content(3 * 1024);
+    let d = uploaded(&f, &bytes).await;
+    let hole = part_of(&f, &d, 1).await;
+    store.inner.delete(&hole).await.unwrap();
+    store.set(Fault::GcOnPart);
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(f.heal_missing(&d, &local_copy(&dir, &bytes)).await.unwrap(), HealReport::NoIndex);
+    assert!(store.inner.head(&hole).await.is_err(), "the chunk written under the removed index went again");
 }
 
 /// Issue 36 (2): once one replica put the chunks back, another's heal finds nothing missing and
