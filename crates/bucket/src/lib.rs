@@ -33,6 +33,8 @@
 //! written before tender knew sha512 is read as is.
 //! Every read, whole or ranged, fetches whole chunks and checks each against the index before
 //! a byte of it is handed on.
+//! A chunk missing under its index is put back by the next replica that holds the object's
+//! verified bytes (module `heal`): never by rewriting the index, never over a chunk that exists.
 //!
 //! Every request has a deadline (`requestTimeout`, retries included); one that fails or times
 //! out opens the [`breaker`], and until a background probe ([`Bucket::spawn_prober`]) gets
@@ -42,6 +44,7 @@
 mod books;
 pub mod breaker;
 mod gc;
+mod heal;
 mod index;
 mod lease;
 mod maintenance;
@@ -70,6 +73,7 @@ use tender_store::TrustRecord;
 pub use books::Stray;
 pub use breaker::{BucketState, Cause};
 pub use gc::{BucketGcReport, EvictedObject};
+pub use heal::HealReport;
 pub use index::ChunkIndex;
 pub use lease::{GiveUp, Lease, LeaseOutcome};
 pub use maintenance::{BucketFsckReport, BucketProblem};
@@ -181,6 +185,8 @@ pub struct Bucket {
     served: Mutex<HashMap<Digest, u64>>,
     /// What each index names, by index key, as last read (module `books`).
     names: Mutex<HashMap<String, books::IndexEntry>>,
+    /// Objects whose missing chunks this replica is putting back now (module `heal`).
+    healing: Mutex<std::collections::HashSet<Digest>>,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -219,6 +225,7 @@ impl Bucket {
             conditional: AtomicBool::new(true),
             served: Mutex::default(),
             names: Mutex::default(),
+            healing: Mutex::default(),
         })
     }
 

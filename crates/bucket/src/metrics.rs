@@ -35,6 +35,8 @@ pub struct BucketMetrics {
     /// content without an index), removed by the sweep, `gc --bucket` or `fsck --repair`; one
     /// per upload directory.
     pub strays_removed: Counter,
+    /// Chunks missing under their index that this replica put back from its verified copy.
+    pub healed_chunks: Counter,
 }
 
 impl BucketMetrics {
@@ -74,6 +76,11 @@ impl BucketMetrics {
             "tender_bucket_strays_removed",
             "Bucket keys nothing names removed (chunks of an upload no index or record names, stale probes)",
             self.strays_removed.clone(),
+        );
+        r.register(
+            "tender_bucket_healed_chunks",
+            "Chunks missing under their index put back from this replica's verified copy",
+            self.healed_chunks.clone(),
         );
     }
 

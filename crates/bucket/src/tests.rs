@@ -309,6 +309,10 @@ enum Fault {
     HangExisting,
     /// List a directory whose objects were all deleted as a common prefix still (SeaweedFS).
     EmptyDirs,
+    /// List no chunk objects (a listing made before another replica wrote them).
+    StaleParts,
+    /// Remove every index just before a chunk object is written (`gc` running meanwhile).
+    GcOnPart,
 }
 
 /// An in-memory store that lies on demand.
@@ -340,7 +344,13 @@ impl Faulty {
         match f {
             Fault::Hang => futures::future::pending().await,
             Fault::Refuse => Err(object_store::Error::Generic { store: "faulty", source: "connection refused".into() }),
-            Fault::None | Fault::NoConditional | Fault::HangParts | Fault::HangExisting | Fault::EmptyDirs => Ok(()),
+            Fault::None
+            | Fault::NoConditional
+            | Fault::HangParts
+            | Fault::HangExisting
+            | Fault::EmptyDirs
+            | Fault::StaleParts
+            | Fault::GcOnPart => Ok(()),
         }
     }
 }
@@ -402,6 +412,12 @@ impl ObjectStore for Faulty {
         {
             futures::future::pending::<()>().await;
         }
+        if *self.fault.lock().unwrap() == Fault::GcOnPart && location.as_ref().contains("parts/") {
+            let indexes: Vec<_> = self.inner.list(Some(&ObjectPath::from("index"))).collect().await;
+            for m in indexes {
+                self.inner.delete(&m?.location).await?;
+            }
+        }
         if *self.fault.lock().unwrap() == Fault::NoConditional && opts.mode == PutMode::Create {
             opts.mode = PutMode::Overwrite;
         }
@@ -436,6 +452,12 @@ impl ObjectStore for Faulty {
         &self,
         prefix: Option<&ObjectPath>,
     ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        if *self.fault.lock().unwrap() == Fault::StaleParts {
+            let parts = |r: &object_store::Result<object_store::ObjectMeta>| {
+                r.as_ref().is_ok_and(|m| m.location.as_ref().contains("parts/"))
+            };
+            return self.inner.list(prefix).filter(move |r| std::future::ready(!parts(r))).boxed();
+        }
         self.inner.list(prefix)
     }
 
@@ -1294,4 +1316,136 @@ async fn should_not_report_an_empty_upload_directory_after_a_repair() {
     assert_eq!((r.strays.len(), r.stray_bytes, r.strays[0].objects, r.strays[0].removed), (1, 2000, 2, true));
     let again = b.fsck(false).await.unwrap();
     assert!(again.unindexed.is_empty() && again.strays.is_empty(), "{again:?}");
+}
+
+// ---- issue 36 (2): chunks missing under their index ----
+
+/// The chunk object `i` of `d`'s upload, as the index names it.
+async fn part_of(b: &Bucket, d: &Digest, i: usize) -> ObjectPath {
+    let upload = b.index(d).await.unwrap().unwrap().upload.clone().expect("written as chunk objects");
+    b.part_path(&upload, i)
+}
+
+/// A committed local copy of `bytes`, for a heal to read.
+fn local_copy(dir: &tempfile::TempDir, bytes: &[u8]) -> std::path::PathBuf {
+    let f = dir.path().join("obj");
+    std::fs::write(&f, bytes).unwrap();
+    f
+}
+
+/// Issue 36 (2): chunks gone from under their index are put back from a verified local copy,
+/// exactly those, under the same index, and the object reads whole again.
+#[tokio::test]
+async fn should_restore_exactly_the_missing_chunks_under_the_existing_index() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let bytes = content(4 * 1024 + 300);
+    let d = uploaded(&b, &bytes).await;
+    let index_path = ObjectPath::from(format!("fleet/index/sha256/{}.json", d.hex()));
+    let index_before = mem.get(&index_path).await.unwrap().bytes().await.unwrap();
+    let mut tags = Vec::new();
+    for i in 0..5 {
+        tags.push(mem.head(&part_of(&b, &d, i).await).await.unwrap().e_tag);
+    }
+    // The second chunk and the last, shorter one disappear.
+    for i in [1, 4] {
+        mem.delete(&part_of(&b, &d, i).await).await.unwrap();
+    }
+    let e = read_all(&b, d, 0, bytes.len() as u64).await.expect_err("a hole");
+    assert!(e.is_not_found(), "{e}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let report = b.heal_missing(&d, &local_copy(&dir, &bytes)).await.unwrap();
+    assert_eq!(report, HealReport::Checked { chunks: 5, missing: vec![1, 4], restored: vec![1, 4] });
+    assert_eq!(b.metrics().healed_chunks.get(), 2);
+    assert_eq!(read_all(&b, d, 0, bytes.len() as u64).await.unwrap(), bytes, "whole again");
+    for i in [0, 2, 3] {
+        let tag = mem.head(&part_of(&b, &d, i).await).await.unwrap().e_tag;
+        assert_eq!(tag, tags[i], "chunk {i} was present and is not written again");
+    }
+    let index_after = mem.get(&index_path).await.unwrap().bytes().await.unwrap();
+    assert_eq!(index_after, index_before, "the index is not rewritten");
+}
+
+/// Issue 36 (2): a local chunk whose sha256 differs from the index's is never written, and a
+/// chunk the bucket holds is never overwritten (not even one the listing missed: the write is a
+/// conditional create).
+#[tokio::test]
+async fn should_refuse_local_bytes_unlike_the_index_and_never_overwrite_a_chunk() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let bytes = content(3 * 1024);
+    let d = uploaded(&b, &bytes).await;
+    let hole = part_of(&b, &d, 1).await;
+    mem.delete(&hole).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut rotten = bytes.clone();
+    rotten[1024 + 9] ^= 1;
+    let e = b.heal_missing(&d, &local_copy(&dir, &rotten)).await.expect_err("refused");
+    assert!(e.is_corrupt(), "{e}");
+    assert!(e.to_string().contains("chunk 1"), "{e}");
+    assert!(mem.head(&hole).await.is_err(), "nothing written");
+    let e = b.heal_missing(&d, &local_copy(&dir, &bytes[..2000])).await.expect_err("a copy of another size");
+    assert!(e.is_corrupt(), "{e}");
+    assert_eq!(b.metrics().healed_chunks.get(), 0);
+    // Rot in a chunk the bucket holds does not matter: only missing chunks are read.
+    let mut elsewhere = bytes.clone();
+    elsewhere[5] ^= 1;
+    let report = b.heal_missing(&d, &local_copy(&dir, &elsewhere)).await.unwrap();
+    assert_eq!(report.restored(), [1]);
+    assert_eq!(read_all(&b, d, 0, bytes.len() as u64).await.unwrap(), bytes);
+
+    // A listing that misses chunks written meanwhile: each create is refused, nothing changes.
+    let (store, f) = faulty_bucket(Duration::from_secs(5));
+    let d = uploaded(&f, &bytes).await;
+    let part = part_of(&f, &d, 2).await;
+    store.inner.put(&part, PutPayload::from_static(b"another replica's")).await.unwrap();
+    store.set(Fault::StaleParts);
+    let report = f.heal_missing(&d, &local_copy(&dir, &bytes)).await.unwrap();
+    assert_eq!(report, HealReport::Checked { chunks: 3, missing: vec![0, 1, 2], restored: vec![] });
+    let kept = store.inner.get(&part).await.unwrap().bytes().await.unwrap();
+    assert_eq!(&kept[..], b"another replica's", "never overwritten");
+}
+
+/// Issue 36 (2): chunks put back under an index that `gc` removed meanwhile go again, so a
+/// heal leaves nothing that no index names.
+#[tokio::test]
+async fn should_remove_what_it_wrote_when_the_index_went_meanwhile() {
+    let (store, f) = faulty_bucket(Duration::from_secs(5));
+    let bytes = content(3 * 1024);
+    let d = uploaded(&f, &bytes).await;
+    let hole = part_of(&f, &d, 1).await;
+    store.inner.delete(&hole).await.unwrap();
+    store.set(Fault::GcOnPart);
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(f.heal_missing(&d, &local_copy(&dir, &bytes)).await.unwrap(), HealReport::NoIndex);
+    assert!(store.inner.head(&hole).await.is_err(), "the chunk written under the removed index went again");
+}
+
+/// Issue 36 (2): once one replica put the chunks back, another's heal finds nothing missing and
+/// writes nothing; a heal of an object the bucket no longer indexes does nothing; two heals of
+/// one object at once on one replica write each chunk once.
+#[tokio::test]
+async fn should_make_a_second_heal_a_no_op() {
+    let mem = Arc::new(InMemory::new());
+    let (a, b) = (bucket_on(&mem, "a"), bucket_on(&mem, "b"));
+    let bytes = content(3 * 1024 + 1);
+    let d = uploaded(&a, &bytes).await;
+    mem.delete(&part_of(&a, &d, 2).await).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let local = local_copy(&dir, &bytes);
+    let (x, y) = tokio::join!(a.heal_missing(&d, &local), a.heal_missing(&d, &local));
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!(x.restored().len() + y.restored().len(), 1, "{x:?} {y:?}");
+    assert!(matches!(y, HealReport::Busy | HealReport::Checked { .. }), "{y:?}");
+    assert_eq!(a.metrics().healed_chunks.get(), 1);
+
+    let report = b.heal_missing(&d, &local).await.unwrap();
+    assert_eq!(report, HealReport::Checked { chunks: 4, missing: vec![], restored: vec![] });
+    assert_eq!(b.metrics().healed_chunks.get(), 0);
+
+    let gone = uploaded(&a, &content(100)).await;
+    mem.delete(&ObjectPath::from(format!("fleet/index/sha256/{}.json", gone.hex()))).await.unwrap();
+    a.forget(&gone);
+    assert_eq!(b.heal_missing(&gone, &local).await.unwrap(), HealReport::NoIndex);
 }

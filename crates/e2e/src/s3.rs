@@ -216,6 +216,14 @@ impl S3Server {
         assert!(child.wait().expect("curl put").success(), "putting {key} into the bucket");
     }
 
+    /// Delete an object behind tender's back (a lifecycle rule, a partial restore), through
+    /// the filer.
+    pub fn delete(&self, key: &str) {
+        let path = format!("/buckets/{}/{key}", self.bucket);
+        let r = crate::http::request(self.filer, "DELETE", &path, &[]).expect("deleting through the filer");
+        assert!(matches!(r.status(), 200 | 202 | 204), "deleting {key}: status {}", r.status());
+    }
+
     /// Whether the bucket holds `key` (asked of the filer, so it works without signatures).
     pub fn has(&self, key: &str) -> bool {
         let path = format!("/buckets/{}/{key}", self.bucket);

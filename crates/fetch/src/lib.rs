@@ -11,7 +11,7 @@
 //! - [`mirror`]: registry semantics on top: tags with a TTL and stale-if-error, manifests,
 //!   blobs.
 //! - [`shared`] and [`source`]: the shared bucket as a source between the local store and
-//!   the upstream.
+//!   the upstream; `heal`: chunks missing in it put back from a verified local copy.
 //! - [`verify`] (over [`verdicts`]): the signature policy on the way to a manifest: deny
 //!   before asking, verify before committing or serving, the verdict stored with the object.
 //!
@@ -28,6 +28,7 @@ pub mod error;
 pub mod expect;
 pub mod fills;
 pub mod flight;
+mod heal;
 pub mod health;
 pub mod imported_tags;
 pub mod metrics;

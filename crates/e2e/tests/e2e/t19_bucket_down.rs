@@ -400,6 +400,75 @@ fn should_serve_byte_exact_ranges_right_after_fsck_repair() {
     drop((a, c));
 }
 
+/// Issue 36 (2): a chunk object gone from under its index (a lifecycle rule, a partial
+/// restore) is put back by the next replica that holds the object's verified bytes: its fill
+/// copies up to the hole, continues from the upstream at that byte, commits, and re-uploads the
+/// missing chunk under the existing index (a conditional create; the index is not rewritten).
+/// The replica after it copies the whole object from the bucket again, with no upstream
+/// request. A range over a missing chunk heals it the same way, through its fallback fill.
+/// Before, every replica without a local copy fetched the object from the upstream, forever.
+#[test]
+fn should_re_upload_a_missing_chunk_from_the_next_replica_with_the_verified_bytes() {
+    const SIZE: usize = 12 << 20;
+    const CHUNK: usize = 5 << 20;
+    let dir = TestDir::new("s3-heal");
+    let (s3, upstream, body, digest, cfgs) = blob_and_bucket(&dir, "heal", &["a", "b", "c", "d"], SIZE, 1 << 30);
+    let start = |i: usize| {
+        let name = ["a", "b", "c", "d"][i];
+        Tender::start(&cfgs[i], &dir.path().join(format!("{name}-data")), &dir.path().join(format!("{name}.log")))
+    };
+    let gets = || upstream.hits().into_iter().filter(|h| h.method == "GET").collect::<Vec<_>>();
+    let path = format!("/v2/ghcr.io/e2e/big/blobs/{digest}");
+    let index = format!("heal/index/sha256/{}.json", &digest[7..]);
+    let a = start(0);
+    let (status, got, _) = timed_get(&a, &path, &[]).expect("a's fill");
+    assert_eq!((status, got.len()), (200, SIZE));
+    poll_until("the blob to reach the bucket", Duration::from_secs(60), || s3.has(&index).then_some(()));
+    let written = s3.get(&index).expect("the index");
+
+    // The second chunk (bytes 5-10 MiB) disappears.
+    let (key, first) = s3.chunk_key("heal", &digest, 6 << 20);
+    s3.delete(&key);
+    assert!(!s3.has(&key), "{key} deleted");
+    let b = start(1);
+    let (status, got, _) = timed_get(&b, &path, &[]).expect("b's GET is not cut");
+    assert_eq!(status, 200);
+    assert!(got == *body, "b's body is byte-exact");
+    let hits = gets();
+    assert_eq!(hits.len(), 2, "b asked the upstream once: {hits:?}");
+    assert_eq!(hits[1].range_start(), Some(first), "from the missing chunk on: {hits:?}");
+    poll_until("b to put the missing chunk back", Duration::from_secs(30), || s3.has(&key).then_some(()));
+    let (from, to) = (first as usize, first as usize + CHUNK);
+    assert!(s3.get(&key).expect("the chunk") == body[from..to], "the chunk's bytes are the object's");
+    assert_eq!(s3.get(&index).expect("the index"), written, "the index is not rewritten");
+    let log = tender::tail(&dir.path().join("b.log"), 400);
+    assert!(log.contains("re-uploaded missing chunks"), "b logs the heal:\n{log}");
+
+    // c, with no local copy, copies the whole object from the bucket: no upstream request.
+    let c = start(2);
+    let (status, got, _) = timed_get(&c, &path, &[]).expect("c's GET");
+    assert_eq!(status, 200);
+    assert!(got == *body, "c's body is byte-exact");
+    assert_eq!(gets().len(), 2, "c asked the upstream nothing: {:?}", gets());
+
+    // The last, shorter chunk (10-12 MiB) disappears; d is asked a range over it.
+    let (last, last_first) = s3.chunk_key("heal", &digest, (SIZE - 1) as u64);
+    s3.delete(&last);
+    let d = start(3);
+    let (from, to) = ((9 << 20) + 17, SIZE - 5);
+    let range = format!("bytes={from}-{to}");
+    let (status, got, _) = timed_get(&d, &path, &[("Range", range.as_str())]).expect("d's range is not cut");
+    assert_eq!(status, 206, "{range}");
+    assert!(got == body[from..=to], "{range}: byte-exact");
+    poll_until("d to put the last chunk back", Duration::from_secs(30), || s3.has(&last).then_some(()));
+    assert!(s3.get(&last).expect("the chunk") == body[last_first as usize..], "the last chunk's bytes");
+    let hits = gets();
+    assert_eq!(hits.len(), 3, "d asked the upstream once: {hits:?}");
+    assert_eq!(hits[2].range_start(), Some(last_first), "from the missing chunk on: {hits:?}");
+    assert_eq!(s3.get(&index).expect("the index"), written, "the index is not rewritten");
+    drop((a, b, c, d));
+}
+
 /// Issue 19 (8): two replicas asked for the same manifest by digest at once fetch it from the
 /// upstream once: the first takes the fill lease a blob would take, the other waits for it and
 /// reads the manifest from the bucket. Before, manifests by digest took no lease and both

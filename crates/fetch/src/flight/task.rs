@@ -91,6 +91,8 @@ impl Flights {
         tracing::info!(%upstream, key = %fill.key, id = %fill.info.id, path = %fill.info.path, "fill started");
         let mut restarted = false;
         let mut bucket_copy_bad = false;
+        // A bucket copy broke off for want of content, not for bad bytes: heal after the commit.
+        let mut heal = false;
         let outcome = loop {
             let mut check = stream_check(&expect, &writer, self.settings.max_decoded_size);
             let result = tokio::select! {
@@ -129,6 +131,8 @@ impl Flights {
                     // do not notice. A bad copy is replaced after the commit.
                     if e.kind == FetchErrorKind::Corrupt {
                         bucket_copy_bad = true;
+                    } else {
+                        heal = true;
                     }
                     tracing::warn!(key = %fill.key, error = %e, have = w.len(),
                         "copy from the shared bucket failed; continuing from the upstream");
@@ -293,6 +297,9 @@ impl Flights {
                     };
                     shared::publish(bucket.clone(), digest, path, trust, known, lease.take(), bucket_copy_bad, resume)
                         .await;
+                    if heal && !bucket_copy_bad {
+                        crate::heal::spawn(bucket.clone(), digest, self.store.object_path(&digest));
+                    }
                 }
             }
             Err(e) => {
