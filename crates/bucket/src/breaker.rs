@@ -1,7 +1,9 @@
 //! The bucket's circuit breaker: after one failed or timed-out request the bucket is *down*, and
 //! no request path waits on it again: every call is refused at once (the replica serves from its
 //! local copy or the upstream) until a background probe ([`crate::Bucket::probe`]) gets through;
-//! probes back off from `probeInterval` to [`MAX_BACKOFF_FACTOR`] times it.
+//! probes back off from `probeInterval` to [`MAX_BACKOFF_FACTOR`] times it. A breaker that opens
+//! again soon after a probe closed it (a bucket that answers the probe's small requests but
+//! fails the next real one: a slow bucket) keeps backing off instead of starting afresh.
 //!
 //! [`Machine`] is the state alone, with the clock passed in, so its tests need no runtime;
 //! [`Breaker`] puts it behind a mutex, with a flag for the fast path and the metrics.
@@ -28,10 +30,13 @@ pub enum Cause {
     Denied,
     /// Any other error answer (5xx, a malformed reply).
     Error,
+    /// A chunk could not be moved within `requestTimeout` while the bucket answered small
+    /// requests meanwhile: a slow link or a saturated bucket, not a hung one.
+    Slow,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 4] = [Cause::Timeout, Cause::Connect, Cause::Denied, Cause::Error];
+    pub const ALL: [Cause; 5] = [Cause::Timeout, Cause::Connect, Cause::Denied, Cause::Error, Cause::Slow];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -39,6 +44,7 @@ impl Cause {
             Cause::Connect => "connect",
             Cause::Denied => "denied",
             Cause::Error => "error",
+            Cause::Slow => "slow",
         }
     }
 
@@ -81,13 +87,24 @@ pub struct Machine {
     backoff: Duration,
     next_probe: Instant,
     state: BucketState,
+    /// When a probe last closed the breaker.
+    closed_at: Option<Instant>,
+    /// Why it opened last.
+    last_cause: Option<Cause>,
 }
 
 impl Machine {
     /// Up until a request fails (the start-up check is the first request).
     pub fn new(interval: Duration, now: Instant) -> Machine {
         let interval = interval.max(Duration::from_millis(10));
-        Machine { interval, backoff: interval, next_probe: now, state: BucketState::Up }
+        Machine {
+            interval,
+            backoff: interval,
+            next_probe: now,
+            state: BucketState::Up,
+            closed_at: None,
+            last_cause: None,
+        }
     }
 
     pub fn interval(&self) -> Duration {
@@ -103,15 +120,37 @@ impl Machine {
     }
 
     /// A request failed: the bucket is down, probed after one interval. Returns whether this
-    /// opened the breaker (it was up).
+    /// opened the breaker (it was up). Opened again within the current backoff of a probe
+    /// closing it (flapping), the next probe waits that backoff and the one after twice as long,
+    /// up to the cap, as if the probe had failed; after a longer time up it starts afresh.
     pub fn fail(&mut self, cause: Cause, message: String, now: Instant) -> bool {
         if !self.is_up() {
             return false;
         }
         self.state = BucketState::Down { cause, message, since: SystemTime::now() };
-        self.backoff = self.interval;
-        self.next_probe = now + self.interval;
+        self.last_cause = Some(cause);
+        let flapping = self.closed_at.is_some_and(|t| now.saturating_duration_since(t) < self.backoff);
+        if flapping {
+            self.next_probe = now + self.backoff;
+            self.backoff = (self.backoff * 2).min(self.interval * MAX_BACKOFF_FACTOR);
+        } else {
+            self.backoff = self.interval;
+            self.next_probe = now + self.interval;
+        }
         true
+    }
+
+    /// Whether the breaker opened again soon after closing, at least once in a row: the
+    /// backoff has grown past one interval since the last time the bucket stayed up.
+    pub fn is_flapping(&self) -> bool {
+        self.backoff > self.interval
+    }
+
+    /// Up, but slow: it keeps opening for `slow` right after probes close it (chunks do not
+    /// move within `requestTimeout` while small requests do). `/api/v1/health` says
+    /// `degraded (slow)`.
+    pub fn is_slow(&self) -> bool {
+        self.is_up() && self.is_flapping() && self.last_cause == Some(Cause::Slow)
     }
 
     /// When the next probe is due, while down.
@@ -131,10 +170,11 @@ impl Machine {
         self.backoff = (self.backoff * 2).min(self.interval * MAX_BACKOFF_FACTOR);
     }
 
-    /// A probe got through: up, and the backoff starts afresh next time.
-    pub fn probe_ok(&mut self) {
+    /// A probe got through: up. The backoff starts afresh unless the breaker opens again
+    /// within it ([`Machine::fail`]).
+    pub fn probe_ok(&mut self, now: Instant) {
         self.state = BucketState::Up;
-        self.backoff = self.interval;
+        self.closed_at = Some(now);
     }
 }
 
@@ -183,6 +223,11 @@ impl Breaker {
         self.machine.lock().map(|m| m.interval()).unwrap_or(Duration::from_secs(5))
     }
 
+    /// See [`Machine::is_slow`].
+    pub fn is_slow(&self) -> bool {
+        self.machine.lock().map(|m| m.is_slow()).unwrap_or(false)
+    }
+
     pub(crate) fn next_probe(&self) -> Option<Instant> {
         self.machine.lock().ok().and_then(|m| m.next_probe())
     }
@@ -198,7 +243,7 @@ impl Breaker {
     pub(crate) fn probe_ok(&self) -> bool {
         let Ok(mut m) = self.machine.lock() else { return false };
         let was_down = !m.is_up();
-        m.probe_ok();
+        m.probe_ok(Instant::now());
         self.up.store(true, Ordering::Release);
         self.publish(m.state());
         was_down
@@ -266,11 +311,44 @@ mod tests {
         }
         assert_eq!(waits, [5, 10, 20, 40, 80, 80, 80, 80]);
         assert_eq!(cause(&m), Some(Cause::Connect));
-        m.probe_ok();
+        m.probe_ok(now);
         assert!(m.is_up());
+        // Up for longer than the backoff: afresh.
+        let now = now + I * MAX_BACKOFF_FACTOR + I;
         m.fail(Cause::Denied, "wrong secret".into(), now);
         m.probe_failed(Cause::Denied, "wrong secret".into(), now + I);
-        assert_eq!(m.next_probe(), Some(now + I + I), "the backoff starts afresh after an up");
+        assert_eq!(m.next_probe(), Some(now + I + I), "the backoff starts afresh after a long up");
+    }
+
+    /// Issue 36 (3): a bucket that answers the probe but fails the next chunk re-opens the
+    /// breaker right after it closed: each round waits twice as long, up to the cap, and a
+    /// stretch up longer than the backoff starts it afresh.
+    #[test]
+    fn should_back_off_a_breaker_that_opens_again_right_after_a_probe_closed_it() {
+        let t0 = Instant::now();
+        let mut m = Machine::new(I, t0);
+        assert!(m.fail(Cause::Slow, "chunk".into(), t0));
+        let mut now: Instant;
+        let mut waits = Vec::new();
+        for _ in 0..7 {
+            now = m.next_probe().unwrap();
+            m.probe_ok(now);
+            assert!(m.is_up());
+            // The next chunk fails a second later.
+            now += Duration::from_secs(1);
+            assert!(m.fail(Cause::Slow, "chunk".into(), now));
+            waits.push((m.next_probe().unwrap() - now).as_secs());
+        }
+        assert_eq!(waits, [5, 10, 20, 40, 80, 80, 80]);
+        assert!(m.is_flapping());
+        assert!(!m.is_slow(), "down now");
+        let closed = m.next_probe().unwrap();
+        m.probe_ok(closed);
+        assert!(m.is_slow(), "up, and it keeps opening for slow");
+        let later = closed + I * MAX_BACKOFF_FACTOR + I;
+        m.fail(Cause::Slow, "chunk".into(), later);
+        assert_eq!(m.next_probe(), Some(later + I), "up longer than the backoff: afresh");
+        assert!(!m.is_flapping());
     }
 
     #[test]

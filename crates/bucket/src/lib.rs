@@ -185,6 +185,10 @@ pub struct Bucket {
     served: Mutex<HashMap<Digest, u64>>,
     /// What each index names, by index key, as last read (module `books`).
     names: Mutex<HashMap<String, books::IndexEntry>>,
+    /// When (ms after `epoch`) the bucket last answered a small request (not a chunk's): a
+    /// chunk that times out after it began is the bucket being slow, not hung.
+    small_answered_ms: std::sync::atomic::AtomicU64,
+    epoch: std::time::Instant,
     /// Objects whose missing chunks this replica is putting back now (module `heal`).
     healing: Mutex<std::collections::HashSet<Digest>>,
 }
@@ -226,12 +230,19 @@ impl Bucket {
             served: Mutex::default(),
             names: Mutex::default(),
             healing: Mutex::default(),
+            small_answered_ms: std::sync::atomic::AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
         })
     }
 
     /// Up, or down and why (for `/readyz`, the status page).
     pub fn state(&self) -> BucketState {
         self.breaker.state()
+    }
+
+    /// Up, but chunks keep failing for `slow` right after probes close the breaker.
+    pub fn is_slow(&self) -> bool {
+        self.breaker.is_slow()
     }
 
     /// Whether fills take a lease: `lease: true` and the last check found conditional writes.
@@ -273,19 +284,42 @@ impl Bucket {
     ) -> Result<object_store::Result<T>, BucketError> {
         let after = self.settings.request_timeout;
         let began = std::time::Instant::now();
+        let bulk = is_bulk(op, p);
         match tokio::time::timeout(after, fut).await {
             Ok(r) => {
                 // Each request and what it cost (TENDER_LOG=tender_bucket=trace).
                 tracing::trace!(op, key = %p, ms = began.elapsed().as_secs_f64() * 1e3, ok = r.is_ok(), "bucket request");
+                let failed = r.as_ref().err().and_then(Cause::of);
+                // The S3 client has `requestTimeout` too; its own timeout reads as a failed
+                // request ("error sending request") but is a timeout.
+                if failed.is_some_and(|c| c != Cause::Denied) && began.elapsed() >= after.mul_f64(0.9) {
+                    return Err(self.timed_out(op, p, began, bulk));
+                }
+                if failed.is_none() && !bulk {
+                    self.small_answered();
+                }
                 Ok(r)
             }
-            Err(_) => {
-                self.metrics.errors.get_or_create(&vec![("op".to_string(), op.to_string())]).inc();
-                let e = BucketError::Timeout { bucket: self.settings.bucket.clone(), op, key: p.to_string(), after };
-                self.trip(Cause::Timeout, &e);
-                Err(e)
-            }
+            Err(_) => Err(self.timed_out(op, p, began, bulk)),
         }
+    }
+
+    /// A request that got no answer within `requestTimeout`: the breaker opens, for `slow` when
+    /// it moved a chunk and the bucket answered a small request meanwhile, else `timeout`.
+    fn timed_out(&self, op: &'static str, p: &ObjectPath, began: std::time::Instant, bulk: bool) -> BucketError {
+        self.metrics.errors.get_or_create(&vec![("op".to_string(), op.to_string())]).inc();
+        let after = self.settings.request_timeout;
+        let e = BucketError::Timeout { bucket: self.settings.bucket.clone(), op, key: p.to_string(), after };
+        let began_ms = u64::try_from(began.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX);
+        let answered = self.small_answered_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let cause = if bulk && answered > began_ms { Cause::Slow } else { Cause::Timeout };
+        self.trip(cause, &e);
+        e
+    }
+
+    fn small_answered(&self) {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX).max(1);
+        self.small_answered_ms.fetch_max(now, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn trip(&self, cause: Cause, e: &BucketError) {
@@ -980,6 +1014,17 @@ impl Bucket {
             m.remove(d);
         }
     }
+}
+
+/// Whether a request moves content (a chunk or an object stored whole), as opposed to a small
+/// record, a listing or a delete.
+fn is_bulk(op: &str, p: &ObjectPath) -> bool {
+    let key = p.as_ref();
+    matches!(op, "get" | "put")
+        && (key.starts_with("parts/")
+            || key.contains("/parts/")
+            || key.starts_with("objects/")
+            || key.contains("/objects/"))
 }
 
 #[cfg(test)]

@@ -37,6 +37,8 @@ pub enum BucketStatus {
         leases: bool,
         /// `lease: true` in the configuration.
         leases_configured: bool,
+        /// It keeps failing chunks for `slow` right after probes close the breaker.
+        slow: bool,
     },
     Down {
         /// `dns`, `connect`, `tls`, `timeout`, `auth`, ...
@@ -113,7 +115,7 @@ impl Mirror {
         let b = self.flights().shared()?;
         let status = match b.state() {
             tender_bucket::BucketState::Up => {
-                BucketStatus::Up { leases: b.lease_enabled(), leases_configured: b.settings().lease }
+                BucketStatus::Up { leases: b.lease_enabled(), leases_configured: b.settings().lease, slow: b.is_slow() }
             }
             tender_bucket::BucketState::Down { cause, message, since } => {
                 BucketStatus::Down { cause: cause.as_str(), message, since }

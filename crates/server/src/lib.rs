@@ -316,8 +316,13 @@ async fn health_handler(
     let upstreams = health_of(&app, Viewer::of(&app, identity.as_deref()));
     let stale: u64 = upstreams.iter().map(|h| h.stale_served).sum();
     let data = app.mirror().data_directory();
-    axum::Json(serde_json::json!({ "upstreams": upstreams, "staleServed": stale, "dataDirectory": data }))
-        .into_response()
+    // The shared bucket's state only (`up`, `degraded (slow)`, `down (cause) for Ns`): its
+    // error text is on the status page for those who see everything.
+    let bucket = app.mirror().bucket().map(|b| serde_json::json!({ "state": bucket_state(&b) }));
+    axum::Json(
+        serde_json::json!({ "upstreams": upstreams, "staleServed": stale, "dataDirectory": data, "bucket": bucket }),
+    )
+    .into_response()
 }
 
 #[derive(serde::Deserialize)]
@@ -402,11 +407,12 @@ async fn readyz(State(app): State<Arc<AppState>>) -> impl IntoResponse {
     }
 }
 
-/// `up`, or `down (cause) for 42s`: no error text, since `/readyz` answers without
+/// `up`, `degraded (slow)`, or `down (cause) for 42s`: no error text, since `/readyz` answers without
 /// authentication (the status page shows the error to those who may see it).
 pub(crate) fn bucket_state(b: &BucketView) -> String {
     match &b.status {
-        BucketStatus::Up { leases, leases_configured } if *leases || !*leases_configured => "up".to_string(),
+        BucketStatus::Up { slow: true, .. } => "degraded (slow)".to_string(),
+        BucketStatus::Up { leases, leases_configured, .. } if *leases || !*leases_configured => "up".to_string(),
         BucketStatus::Up { .. } => "up (no conditional writes: fill leases off)".to_string(),
         BucketStatus::Down { cause, since, .. } => {
             let secs = since.elapsed().map(|d| d.as_secs()).unwrap_or(0);

@@ -204,7 +204,7 @@ pub async fn page(
 /// error), as `tender_bucket_up` and `tender_bucket_down_cause` show it.
 fn bucket_section(b: &BucketView, viewer: crate::Viewer) -> String {
     let (class, word, detail) = match &b.status {
-        BucketStatus::Up { leases, leases_configured } => {
+        BucketStatus::Up { leases, leases_configured, slow } => {
             let leases = if *leases {
                 "fill leases on"
             } else if *leases_configured {
@@ -212,7 +212,11 @@ fn bucket_section(b: &BucketView, viewer: crate::Viewer) -> String {
             } else {
                 "fill leases off (lease: false)"
             };
-            ("up", "up".to_string(), leases.to_string())
+            if *slow {
+                ("down", "degraded (slow)".to_string(), format!("{leases}; chunks keep failing for slow"))
+            } else {
+                ("up", "up".to_string(), leases.to_string())
+            }
         }
         BucketStatus::Down { cause, message, since } => {
             let secs = since.elapsed().map(|d| d.as_secs()).unwrap_or(0);

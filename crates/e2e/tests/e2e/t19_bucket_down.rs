@@ -151,6 +151,9 @@ fn should_answer_within_the_request_timeout_when_the_bucket_hangs_and_then_as_wi
     assert!(body == want, "the first range after the hang is the blob's bytes ({} bytes)", body.len());
     eprintln!("first byte of the first request after the bucket hung: {first:?} (requestTimeout 2s)");
     assert!(first <= Duration::from_secs(3), "first byte after {first:?}, more than requestTimeout + 1 s");
+    // Issue 36 (5): a hung bucket is `timeout`, the S3 client's own timeout included.
+    let ready = tender_e2e::http::get(c.addr, "/readyz").unwrap().text();
+    assert!(ready.contains("down (timeout)"), "/readyz after the hang: {ready}");
 
     // The breaker is open: every other blob but the last, a HEAD and a Range, as fast as
     // without a bucket.
@@ -571,9 +574,13 @@ fn should_never_wait_on_an_upload_its_holder_stopped() {
     });
     // 256 KiB/s: a 5 MiB chunk needs 20 s, ten times requestTimeout; a record, 2 ms.
     link.set_upload_rate(256 << 10);
-    poll_until("a's first chunk to time out", Duration::from_secs(30), || {
-        tender::tail(&dir.path().join("a.log"), 200).contains("shared bucket down").then_some(())
+    let down = poll_until("a's first chunk to time out", Duration::from_secs(30), || {
+        let log = tender::tail(&dir.path().join("a.log"), 200);
+        log.lines().find(|l| l.contains("shared bucket down")).map(str::to_string)
     });
+    // Issue 36 (5): a chunk that cannot move while small requests go through is `slow`, not
+    // the S3 client's "error sending request" of its own timeout.
+    assert!(down.contains(r#""cause":"slow""#), "the breaker's cause: {down}");
     // Everyone else's path to the upstream is fast: 3 s for the blob.
     upstream.set_rate(8 << 20);
     let own_transfer = Duration::from_secs(3);
