@@ -189,6 +189,8 @@ pub struct Bucket {
     /// chunk that times out after it began is the bucket being slow, not hung.
     small_answered_ms: std::sync::atomic::AtomicU64,
     epoch: std::time::Instant,
+    /// Until when (ms after `epoch`) the bucket counts as slow ([`Bucket::note_slow`]).
+    slow_until_ms: std::sync::atomic::AtomicU64,
     /// Objects whose missing chunks this replica is putting back now (module `heal`).
     healing: Mutex<std::collections::HashSet<Digest>>,
 }
@@ -231,6 +233,7 @@ impl Bucket {
             names: Mutex::default(),
             healing: Mutex::default(),
             small_answered_ms: std::sync::atomic::AtomicU64::new(0),
+            slow_until_ms: std::sync::atomic::AtomicU64::new(0),
             epoch: std::time::Instant::now(),
         })
     }
@@ -240,9 +243,20 @@ impl Bucket {
         self.breaker.state()
     }
 
-    /// Up, but chunks keep failing for `slow` right after probes close the breaker.
+    /// Up, but slow: chunks keep failing for `slow` right after probes close the breaker, or a
+    /// fill went to the upstream because the bucket was measured slower ([`Bucket::note_slow`])
+    /// not long ago.
     pub fn is_slow(&self) -> bool {
-        self.breaker.is_slow()
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.breaker.is_slow() || now < self.slow_until_ms.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A fill bypassed the bucket as slower than its upstream: `degraded (slow)` for `for_`.
+    pub fn note_slow(&self, for_: std::time::Duration) {
+        self.metrics.bypassed_slow.inc();
+        let until = self.epoch.elapsed().saturating_add(for_);
+        let until = u64::try_from(until.as_millis()).unwrap_or(u64::MAX);
+        self.slow_until_ms.fetch_max(until, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether fills take a lease: `lease: true` and the last check found conditional writes.

@@ -37,6 +37,8 @@ pub struct BucketMetrics {
     pub strays_removed: Counter,
     /// Chunks missing under their index that this replica put back from its verified copy.
     pub healed_chunks: Counter,
+    /// Fills that went to the upstream because the bucket was measured slower than it.
+    pub bypassed_slow: Counter,
 }
 
 impl BucketMetrics {
@@ -81,6 +83,11 @@ impl BucketMetrics {
             "tender_bucket_healed_chunks",
             "Chunks missing under their index put back from this replica's verified copy",
             self.healed_chunks.clone(),
+        );
+        r.register(
+            "tender_bucket_bypassed_slow",
+            "Fills that went to the upstream because the bucket was measured slower than it",
+            self.bypassed_slow.clone(),
         );
     }
 

@@ -1,5 +1,5 @@
-//! A TCP proxy on 127.0.0.1 in front of one server, whose client-to-server direction can be
-//! throttled at any moment ([`Throttle::set_upload_rate`]): a bucket that answers small requests
+//! A TCP proxy on 127.0.0.1 in front of one server, each of whose directions can be throttled
+//! at any moment ([`Throttle::set_upload_rate`], [`Throttle::set_download_rate`]): a bucket that answers small requests
 //! at once but cannot take a large body within a request timeout (a slow or saturated link from
 //! one replica), while every other replica reaches the server directly.
 
@@ -14,6 +14,8 @@ struct Shared {
     target: SocketAddr,
     /// Bytes per second from client to server, 0 for no limit.
     upload_rate: AtomicU64,
+    /// Bytes per second from server to client, 0 for no limit.
+    download_rate: AtomicU64,
     stop: AtomicBool,
 }
 
@@ -29,7 +31,12 @@ impl Throttle {
     pub fn start(target: SocketAddr) -> Throttle {
         let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
         let addr = listener.local_addr().expect("local address");
-        let shared = Arc::new(Shared { target, upload_rate: AtomicU64::new(0), stop: AtomicBool::new(false) });
+        let shared = Arc::new(Shared {
+            target,
+            upload_rate: AtomicU64::new(0),
+            download_rate: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        });
         let s = shared.clone();
         let thread = std::thread::spawn(move || {
             for conn in listener.incoming() {
@@ -39,9 +46,9 @@ impl Throttle {
                 let Ok(client) = conn else { continue };
                 let Ok(server) = TcpStream::connect_timeout(&s.target, Duration::from_secs(5)) else { continue };
                 let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else { continue };
-                let up = s.clone();
-                std::thread::spawn(move || pipe(client, server, Some(&up)));
-                std::thread::spawn(move || pipe(s2, c2, None));
+                let (up, down) = (s.clone(), s.clone());
+                std::thread::spawn(move || pipe(client, server, &up.upload_rate));
+                std::thread::spawn(move || pipe(s2, c2, &down.download_rate));
             }
         });
         Throttle { addr, shared, thread: Some(thread) }
@@ -49,6 +56,12 @@ impl Throttle {
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Throttle what the server sends from now on (connections under way included) to about
+    /// `bytes_per_sec`; 0 lifts the limit.
+    pub fn set_download_rate(&self, bytes_per_sec: u64) {
+        self.shared.download_rate.store(bytes_per_sec, Ordering::SeqCst);
     }
 
     /// Throttle what clients send from now on (connections under way included) to about
@@ -68,12 +81,12 @@ impl Drop for Throttle {
     }
 }
 
-/// Copy `from` to `to` until either ends; paced by `limit`'s upload rate when given.
-fn pipe(mut from: TcpStream, mut to: TcpStream, limit: Option<&Shared>) {
+/// Copy `from` to `to` until either ends, paced by `limit` (bytes per second, 0 for none).
+fn pipe(mut from: TcpStream, mut to: TcpStream, limit: &AtomicU64) {
     let mut buf = vec![0u8; 16 << 10];
     loop {
         // Throttled, read at most a tenth of a second's worth at a time.
-        let rate = limit.map_or(0, |s| s.upload_rate.load(Ordering::SeqCst));
+        let rate = limit.load(Ordering::SeqCst);
         let want =
             if rate == 0 { buf.len() } else { usize::try_from(rate / 10).unwrap_or(buf.len()).clamp(1, buf.len()) };
         let n = match from.read(&mut buf[..want]) {

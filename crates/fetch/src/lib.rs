@@ -33,6 +33,7 @@ pub mod health;
 pub mod imported_tags;
 pub mod metrics;
 pub mod mirror;
+pub mod pace;
 pub mod records;
 pub mod route;
 pub mod service;

@@ -602,3 +602,65 @@ fn should_never_wait_on_an_upload_its_holder_stopped() {
     assert_eq!(gets, 2, "a's transfer and one more: of b and c, one fetched and the other followed its upload");
     drop((a, b, c));
 }
+
+/// Issue 36 (3): a bucket that is slower than the upstream for an object is bypassed. Replica b
+/// reaches the bucket through a link that moves 1 MiB/s per connection while the upstream
+/// gives 16 MiB/s: after one fill from each, b fetches the next object the bucket holds from
+/// the upstream, says so (`degraded (slow)` in `/api/v1/health`, a counter), and serves it
+/// byte-exact in a fraction of the bucket's time.
+#[test]
+fn should_fetch_from_the_upstream_when_the_bucket_is_measured_slower() {
+    const SIZE: usize = 6 << 20;
+    let dir = TestDir::new("s3-slow-bucket");
+    let s3 = S3Server::start(dir.path(), BUCKET);
+    let blobs: Vec<(String, std::sync::Arc<Vec<u8>>)> = (0..3)
+        .map(|i| {
+            let body = std::sync::Arc::new(tender_e2e::slow::noise(SIZE + i));
+            (format!("sha256:{}", hex::encode(Sha256::digest(body.as_slice()))), body)
+        })
+        .collect();
+    let upstream = tender_e2e::slow::SlowBlobServer::start_many("e2e/big", blobs.clone(), 16 << 20);
+    let link = tender_e2e::throttle::Throttle::start(s3.addr);
+    let start = |name: &str, endpoint: Option<String>| {
+        let cfg = dir.path().join(format!("{name}.yaml"));
+        let mut storage = s3.storage_yaml(dir.path(), "slow", name, "");
+        if let Some(e) = endpoint {
+            storage = storage.replace(&s3.url(), &e);
+        }
+        write_config(&cfg, &[("ghcr.io", &upstream.url())], &storage);
+        Tender::start(&cfg, &dir.path().join(format!("{name}-data")), &dir.path().join(format!("{name}.log")))
+    };
+    let (a, b) = (start("a", None), start("b", Some(link.url())));
+    let path = |d: &str| format!("/v2/ghcr.io/e2e/big/blobs/{d}");
+    let get = |t: &Tender, d: &str| {
+        let (status, body, _) = timed_get(t, &path(d), &[]).unwrap_or_else(|e| panic!("GET {d}: {e}"));
+        assert_eq!((status, sha256(&body)), (200, d.to_string()), "{d} byte-exact");
+    };
+    let upstream_gets = |d: &str| upstream.hits().iter().filter(|h| h.method == "GET" && h.path.ends_with(d)).count();
+    // a puts blobs 1 and 2 in the bucket.
+    for (d, _) in &blobs[1..] {
+        get(&a, d);
+        poll_until("the upload", Duration::from_secs(30), || {
+            s3.has(&format!("slow/index/sha256/{}.json", &d[7..])).then_some(())
+        });
+    }
+    // b measures the upstream (blob 0) and then the bucket, through its slow link (blob 1).
+    get(&b, &blobs[0].0);
+    link.set_download_rate(1 << 20);
+    let began = Instant::now();
+    get(&b, &blobs[1].0);
+    let from_bucket = began.elapsed();
+    assert_eq!(upstream_gets(&blobs[1].0), 1, "blob 1 came from the bucket to b (a's transfer only)");
+    // Blob 2 is in the bucket too, but the upstream is faster for b.
+    let began = Instant::now();
+    get(&b, &blobs[2].0);
+    let from_upstream = began.elapsed();
+    eprintln!("b: blob 1 from the bucket in {from_bucket:?}, blob 2 from the upstream in {from_upstream:?}");
+    assert_eq!(upstream_gets(&blobs[2].0), 2, "blob 2 fetched from the upstream by b too");
+    assert!(from_upstream < from_bucket / 2, "{from_upstream:?} against {from_bucket:?} through the bucket");
+    let health = tender_e2e::http::get(b.addr, "/api/v1/health").unwrap().text();
+    assert!(health.contains(r#""state":"degraded (slow)""#), "/api/v1/health: {health}");
+    let metrics = tender_e2e::http::get(b.addr, "/metrics").unwrap().text();
+    assert!(metrics.lines().any(|l| l == "tender_bucket_bypassed_slow_total 1"), "{metrics}");
+    drop((a, b));
+}

@@ -41,6 +41,8 @@ pub struct Flights {
     pub(super) shared: Option<Arc<Bucket>>,
     /// Fills that ended in the last hour.
     pub(super) recent: Recent,
+    /// How fast the bucket and each upstream delivered recent fills.
+    pub(super) paces: crate::pace::Paces,
 }
 
 impl Flights {
@@ -69,6 +71,7 @@ impl Flights {
             upstream_slots: Mutex::new(HashMap::new()),
             shared,
             recent: Recent::default(),
+            paces: crate::pace::Paces::default(),
         })
     }
 

@@ -55,6 +55,12 @@ impl Flights {
         let mut following: Option<(String, String)> = None;
         if let Some(bucket) = &self.shared {
             match shared::plan(bucket, &self.store, &fill.key, &expect, known_in.as_deref(), deadline).await {
+                Plan::Bucket(found) if self.bucket_too_slow(bucket, source.upstream(), found.index.size) => {
+                    // Fetched from the upstream as if the bucket did not hold it (no lease:
+                    // the bucket has it already).
+                    let gated = self.gated(&expect, false);
+                    fill.state.send_modify(|s| s.gated = gated);
+                }
                 Plan::Bucket(found) => {
                     expect = Expect::Digest(found.digest);
                     from_bucket = Some((Some(found.digest), found.trust.clone()));
@@ -90,6 +96,8 @@ impl Flights {
         self.metrics.fills_started.get_or_create(&upstream_label(&upstream)).inc();
         tracing::info!(%upstream, key = %fill.key, id = %fill.info.id, path = %fill.info.path, "fill started");
         let mut restarted = false;
+        // The fill changed source mid-way (its pace is no source's alone).
+        let mut switched = false;
         let mut bucket_copy_bad = false;
         // A bucket copy broke off for want of content, not for bad bytes: heal after the commit.
         let mut heal = false;
@@ -134,6 +142,7 @@ impl Flights {
                     } else {
                         heal = true;
                     }
+                    switched = true;
                     tracing::warn!(key = %fill.key, error = %e, have = w.len(),
                         "copy from the shared bucket failed; continuing from the upstream");
                     if let (Some((Some(digest), _)), Some(bucket)) = (from_bucket.take(), &self.shared) {
@@ -280,6 +289,9 @@ impl Flights {
                 fill.state.send_modify(|s| s.phase = Phase::Committed(digest));
                 self.finish(&fill);
                 let v = fill.view();
+                if !switched && !restarted {
+                    self.paces.note(&upstream, v.bytes, fill.info.began.elapsed());
+                }
                 let secs = fill.info.began.elapsed().as_secs_f64();
                 tracing::info!(%upstream, key = %fill.key, id = %v.id, bytes = v.bytes, seconds = secs,
                     rate = v.rate, retries = v.retries, clients = v.served, "fill finished");
@@ -381,5 +393,19 @@ async fn abandoned(fill: &Fill, grace: std::time::Duration) {
             () = tokio::time::sleep(tick) => {}
             () = fill.info.cancel.notified() => {}
         }
+    }
+}
+
+impl Flights {
+    /// Whether a bucket copy of `size` bytes would be slower than a fetch from `upstream` (both
+    /// measured recently, [`crate::pace`]): then the fill goes upstream, and the bucket is
+    /// `degraded (slow)` for a while.
+    fn bucket_too_slow(&self, bucket: &tender_bucket::Bucket, upstream: &str, size: u64) -> bool {
+        let label = shared::source_label(bucket);
+        let Some((b, u)) = self.paces.bucket_slower(&label, upstream, size) else { return false };
+        bucket.note_slow(crate::pace::FRESH);
+        tracing::warn!(bucket = %bucket.name(), %upstream, size, bucket_rate = b as u64, upstream_rate = u as u64,
+            "the shared bucket is slower than the upstream for this object; fetching from the upstream");
+        true
     }
 }
