@@ -474,6 +474,31 @@ async fn read_all(b: &Arc<Bucket>, d: tender_oci::Digest, index: &Arc<tender_buc
     out
 }
 
+/// A replica `name` (lease term `ttl`) that holds the fill lease of `digest` (upstream
+/// `ghcr.io`) and wrote the first `chunks` MiB of `body` as its upload's chunks, listed.
+async fn holding_upload(
+    mem: &Arc<InMemory>,
+    name: &str,
+    ttl: Duration,
+    digest: &str,
+    body: &bytes::Bytes,
+    chunks: usize,
+) -> (tender_bucket::Lease, tender_bucket::PartUpload) {
+    let d: tender_oci::Digest = digest.parse().unwrap();
+    let holder = bucket_with_ttl(mem, name, ttl);
+    let key = format!("ghcr.io@{digest}");
+    let lease = match holder.lease(&key).await.unwrap() {
+        tender_bucket::LeaseOutcome::Won(l) => l,
+        o => panic!("{o:?}"),
+    };
+    let mut up = holder.begin_parts(Some(&key), Some(d), Some(body.len() as u64));
+    for i in 0..chunks {
+        up.put_chunk(body.slice(i << 20..(i + 1) << 20)).await.unwrap();
+    }
+    up.flush().await.unwrap();
+    (lease, up)
+}
+
 /// Issue 19 (9): the replica a waiter follows dies mid-fill (its upload stops, its lease runs
 /// out): the waiter's fill continues from the upstream at the byte it reached, and its client
 /// sees nothing but latency.
@@ -482,18 +507,9 @@ async fn should_continue_from_upstream_when_the_followed_replica_dies() {
     let fake = FakeUpstream::start().await;
     let body = random_bytes((2 << 20) + 333, 92);
     let digest = fake.add_blob(body.clone());
-    let d: tender_oci::Digest = digest.parse().unwrap();
     let mem = Arc::new(InMemory::new());
     // The dead replica: it held the lease and wrote one chunk, then stopped.
-    let ghost = bucket_with_ttl(&mem, "ghost", Duration::from_secs(2));
-    let key = format!("ghcr.io@{digest}");
-    let lease = match ghost.lease(&key).await.unwrap() {
-        tender_bucket::LeaseOutcome::Won(l) => l,
-        o => panic!("{o:?}"),
-    };
-    let mut up = ghost.begin_parts(Some(&key), Some(d), Some(body.len() as u64));
-    up.put_chunk(body.slice(0..1 << 20)).await.unwrap();
-    up.flush().await.unwrap();
+    let (lease, up) = holding_upload(&mem, "ghost", Duration::from_secs(2), &digest, &body, 1).await;
     drop((up, lease));
 
     let b = replica(&fake, None, bucket_with_ttl(&mem, "b", Duration::from_millis(300))).await;
@@ -537,18 +553,8 @@ async fn should_leave_a_followed_upload_that_lost_a_listed_chunk_for_the_upstrea
     let fake = FakeUpstream::start().await;
     let body = random_bytes((2 << 20) + 5, 93);
     let digest = fake.add_blob(body.clone());
-    let d: tender_oci::Digest = digest.parse().unwrap();
     let mem = Arc::new(InMemory::new());
-    let holder = bucket_with_ttl(&mem, "holder", Duration::from_secs(60));
-    let key = format!("ghcr.io@{digest}");
-    let lease = match holder.lease(&key).await.unwrap() {
-        tender_bucket::LeaseOutcome::Won(l) => l,
-        o => panic!("{o:?}"),
-    };
-    let mut up = holder.begin_parts(Some(&key), Some(d), Some(body.len() as u64));
-    up.put_chunk(body.slice(0..1 << 20)).await.unwrap();
-    up.put_chunk(body.slice(1 << 20..2 << 20)).await.unwrap();
-    up.flush().await.unwrap();
+    let (lease, up) = holding_upload(&mem, "holder", Duration::from_secs(60), &digest, &body, 2).await;
     mem.delete(&object_store::path::Path::from(format!("parts/{}/00000001", up.upload_id()))).await.unwrap();
 
     let b = replica(&fake, None, bucket(&mem, "b")).await;
@@ -571,17 +577,8 @@ async fn should_leave_an_upload_that_shows_no_progress_for_a_lease_term_though_i
     let fake = FakeUpstream::start().await;
     let body = random_bytes((2 << 20) + 7, 94);
     let digest = fake.add_blob(body.clone());
-    let d: tender_oci::Digest = digest.parse().unwrap();
     let mem = Arc::new(InMemory::new());
-    let holder = bucket_with_ttl(&mem, "holder", Duration::from_millis(600));
-    let key = format!("ghcr.io@{digest}");
-    let lease = match holder.lease(&key).await.unwrap() {
-        tender_bucket::LeaseOutcome::Won(l) => l,
-        o => panic!("{o:?}"),
-    };
-    let mut up = holder.begin_parts(Some(&key), Some(d), Some(body.len() as u64));
-    up.put_chunk(body.slice(0..1 << 20)).await.unwrap();
-    up.flush().await.unwrap();
+    let (lease, up) = holding_upload(&mem, "holder", Duration::from_millis(600), &digest, &body, 1).await;
     // The upload dies (its record is not renewed any more); the lease is renewed on.
     drop(up);
 
