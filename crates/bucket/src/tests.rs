@@ -322,6 +322,8 @@ struct Faulty {
     fault: std::sync::Mutex<Fault>,
     /// Every key deleted (for [`Fault::EmptyDirs`]).
     deleted: std::sync::Mutex<Vec<ObjectPath>>,
+    /// Bytes of content the GETs answered with (what a read costs in transfer).
+    got_bytes: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Display for Faulty {
@@ -332,7 +334,12 @@ impl std::fmt::Display for Faulty {
 
 impl Faulty {
     fn new(fault: Fault) -> Faulty {
-        Faulty { inner: InMemory::new(), fault: std::sync::Mutex::new(fault), deleted: Default::default() }
+        Faulty {
+            inner: InMemory::new(),
+            fault: std::sync::Mutex::new(fault),
+            deleted: Default::default(),
+            got_bytes: Default::default(),
+        }
     }
 
     fn set(&self, f: Fault) {
@@ -439,7 +446,12 @@ impl ObjectStore for Faulty {
         options: object_store::GetOptions,
     ) -> object_store::Result<object_store::GetResult> {
         self.gate().await?;
-        self.inner.get_opts(location, options).await
+        let head = options.head;
+        let got = self.inner.get_opts(location, options).await?;
+        if !head {
+            self.got_bytes.fetch_add(got.range.end - got.range.start, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(got)
     }
 
     async fn delete(&self, location: &ObjectPath) -> object_store::Result<()> {
@@ -748,6 +760,43 @@ fn should_call_an_upload_abandoned_only_past_three_lease_ttls_without_a_live_lea
         (0, u64::MAX, false, true),
     ] {
         assert_eq!(uploads::is_abandoned(renewed, now, ttl, live), abandoned, "{renewed} {now} {live}");
+    }
+}
+
+/// Issue 36: a 1 MiB range of an object in chunks of 4 MiB fetches the sub-chunks of 1 MiB that
+/// cover it, not the whole chunks, byte-exact, at chunk boundaries and the object's ends alike.
+#[tokio::test]
+async fn should_fetch_only_the_sub_chunks_a_range_needs() {
+    let store = Arc::new(Faulty::new(Fault::None));
+    let mut s = BucketSettings::new("test");
+    s.chunk_size = 4 << 20;
+    let b = Bucket::with_store(store.clone(), s, BucketMetrics::default());
+    let bytes = content((10 << 20) + 12345);
+    let d = uploaded(&b, &bytes).await;
+    let index = b.index(&d).await.unwrap().unwrap();
+    let (mib, n) = (1usize << 20, bytes.len());
+    for (start, end) in [
+        (0, mib),
+        (0, 1),
+        (n - 1, n),
+        (mib / 2, mib / 2 + mib),
+        ((4 << 20) - 10, (4 << 20) + 10),
+        ((8 << 20) - mib, 8 << 20),
+        (8 << 20, n),
+        (3 * mib + 7, 3 * mib + 8),
+        (5000, 5000),
+    ] {
+        let (fetched, counted) =
+            (store.got_bytes.load(std::sync::atomic::Ordering::Relaxed), b.metrics().read_bytes.get());
+        let mut got = Vec::new();
+        let mut r = b.read(d, index.clone(), start as u64, end as u64);
+        while let Some(c) = r.next().await {
+            got.extend_from_slice(&c.unwrap());
+        }
+        assert!(got == bytes[start..end], "{start}..{end}: not the object's bytes");
+        let fetched = store.got_bytes.load(std::sync::atomic::Ordering::Relaxed) - fetched;
+        assert!(fetched <= (end - start + 2 * mib) as u64, "{start}..{end}: fetched {fetched} bytes");
+        assert_eq!(b.metrics().read_bytes.get() - counted, fetched, "{start}..{end}: read_bytes counts what was read");
     }
 }
 
