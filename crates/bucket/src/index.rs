@@ -131,7 +131,7 @@ impl ChunkIndex {
         if self.upload.is_none() {
             return Err("sub-chunk digests in an index of format 1".into());
         }
-        if s == 0 || s >= self.chunk_size || self.chunk_size % s != 0 {
+        if s == 0 || s >= self.chunk_size || !self.chunk_size.is_multiple_of(s) {
             return Err(format!("sub-chunk size {s} does not divide the chunk size {} into pieces", self.chunk_size));
         }
         if self.sub_chunks.len() != self.chunks.len() {

@@ -853,6 +853,17 @@ impl Bucket {
         })
     }
 
+    /// The sha256 of each piece of `s` bytes, in hex (empty bytes are one piece), on a
+    /// blocking thread.
+    pub(crate) async fn sub_hashes(&self, bytes: &Bytes, s: u64) -> Result<Vec<String>, BucketError> {
+        let hashed = bytes.clone();
+        let s = usize::try_from(s).unwrap_or(usize::MAX).max(1);
+        tokio::task::spawn_blocking(move || hash_pieces(&hashed, s)).await.map_err(|e| BucketError::Setup {
+            bucket: self.settings.bucket.clone(),
+            message: format!("hashing sub-chunks: {e}"),
+        })
+    }
+
     pub(crate) fn remember_index(&self, d: &Digest, index: Arc<ChunkIndex>) {
         if let Ok(mut m) = self.indexes.lock() {
             if m.len() >= INDEX_CACHE {
@@ -959,15 +970,7 @@ impl Bucket {
                 return Ok(None);
             }
         };
-        let hashed = bytes.clone();
-        let got = tokio::task::spawn_blocking(move || {
-            hashed.chunks(s as usize).map(|c| hex::encode(Sha256::digest(c))).collect::<Vec<_>>()
-        })
-        .await
-        .map_err(|e| BucketError::Setup {
-            bucket: self.settings.bucket.clone(),
-            message: format!("hashing sub-chunks: {e}"),
-        })?;
+        let got = self.sub_hashes(&bytes, s).await?;
         if bytes.len() as u64 != span.end - span.start || got.as_slice() != &hashes[a..b] {
             let bad = got.iter().zip(&hashes[a..b]).position(|(g, w)| g != w).map_or(a, |k| a + k);
             return Err(self.corrupt(
@@ -1103,6 +1106,14 @@ pub(crate) fn hash_chunk(bytes: &[u8], sub: Option<u64>) -> (String, Option<Vec<
         subs.push(hex::encode(Sha256::digest(piece)));
     }
     (hex::encode(whole.finalize()), Some(subs))
+}
+
+/// The sha256 of each piece of `s` bytes (empty bytes are one piece, empty).
+fn hash_pieces(bytes: &[u8], s: usize) -> Vec<String> {
+    if bytes.is_empty() {
+        return vec![hex::encode(Sha256::digest(bytes))];
+    }
+    bytes.chunks(s).map(|c| hex::encode(Sha256::digest(c))).collect()
 }
 
 #[cfg(test)]

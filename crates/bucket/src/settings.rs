@@ -111,7 +111,7 @@ impl BucketSettings {
     /// The sub-chunk size an upload in chunks of `chunk_size` records hashes for, if any.
     pub fn sub_chunks_of(&self, chunk_size: u64) -> Option<u64> {
         let s = self.sub_chunk_size;
-        (s > 0 && s < chunk_size && chunk_size % s == 0).then_some(s)
+        (s > 0 && s < chunk_size && chunk_size.is_multiple_of(s)).then_some(s)
     }
 
     pub(crate) fn build(&self) -> Result<Arc<AmazonS3>, BucketError> {
