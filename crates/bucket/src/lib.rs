@@ -11,8 +11,9 @@
 //!                               replicas waiting on the fill lease `key` read chunks as they
 //!                               appear instead of waiting for the index
 //! objects/<alg>/<hex>           content as one object (written before format 3; still read)
-//! index/<alg>/<hex>.json        size, chunk size, the sha256 of every chunk and the upload
-//!                               that wrote them; written last, after the content was re-hashed
+//! index/<alg>/<hex>.json        size, chunk size, the sha256 of every chunk and of its
+//!                               sub-chunks of 1 MiB (optional), the upload that wrote them;
+//!                               written last, after the content was re-hashed
 //!                               (with <alg>) and uploaded: an object without its index does
 //!                               not exist for readers
 //! known/<alg>/<hex>/<sha256(upstream)>.json
@@ -31,8 +32,9 @@
 //! ```
 //! The `sha512/` trees sit beside the `sha256/` ones in the same format: a format-2 bucket
 //! written before tender knew sha512 is read as is.
-//! Every read, whole or ranged, fetches whole chunks and checks each against the index before
-//! a byte of it is handed on.
+//! Every read fetches whole chunks and checks each against the index before a byte of it is
+//! handed on; a range that needs only part of a chunk whose sub-chunk hashes the index records
+//! fetches only the sub-chunks that cover it, each checked the same way.
 //! A chunk missing under its index is put back by the next replica that holds the object's
 //! verified bytes (module `heal`): never by rewriting the index, never over a chunk that exists.
 //!
