@@ -965,9 +965,12 @@ impl Bucket {
                 self.forget(d);
                 return Err(self.store_err("get", &p, e));
             }
+            Err(e) if matches!(Cause::of(&e), Some(Cause::Timeout | Cause::Connect | Cause::Denied)) => {
+                return Err(self.store_err("get", &p, e));
+            }
             Err(e) => {
-                // A server that refuses the range, or a chunk shorter than the range: the
-                // whole chunk is read and judged as before.
+                // An answer that refuses the range (a server without ranges, a chunk shorter
+                // than the range): the whole chunk is read and judged as before sub-chunks.
                 tracing::debug!(key = %p, error = %e, "ranged read of sub-chunks refused; reading the whole chunk");
                 return Ok(None);
             }

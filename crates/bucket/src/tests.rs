@@ -922,6 +922,22 @@ async fn should_refuse_a_corrupt_sub_chunk_and_serve_the_rest_of_its_chunk() {
     // The whole chunk (a copy, or a range over all of it) is refused.
     let e = read_all(&reader, d, 4096, 8192).await.unwrap_err();
     assert!(e.is_corrupt() && e.to_string().contains("chunk 1"), "{e}");
+
+    // A chunk replaced by 64 MiB, or cut short: refused from the answer's head, unread.
+    let (r, fetched) = {
+        store.inner.put(&p, PutPayload::from(vec![0u8; 64 << 20])).await.unwrap();
+        read_counted(&store, &reader, d, &index, 4096 + 10, 4096 + 20).await
+    };
+    let e = r.unwrap_err();
+    assert!(e.is_corrupt() && e.to_string().contains("not the 4096"), "{e}");
+    assert!(fetched <= 1024, "fetched {fetched}");
+    store.inner.put(&p, PutPayload::from(bytes[4096..4096 + 100].to_vec())).await.unwrap();
+    for (start, end) in [(4096 + 10, 4096 + 20), (4096 + 2000, 4096 + 2010)] {
+        let (r, _) = read_counted(&store, &reader, d, &index, start, end).await;
+        let e = r.unwrap_err();
+        assert!(e.is_corrupt(), "{start}..{end}: {e}");
+    }
+    assert!(reader.state() == BucketState::Up, "a corrupt chunk says nothing about the bucket");
 }
 
 /// An index an older tender wrote has no sub-chunk hashes: its ranges read whole chunks, and
