@@ -1,4 +1,6 @@
-//! The index of an object in the bucket: its size and the sha256 of each chunk.
+//! The index of an object in the bucket: its size, the sha256 of each chunk and, when the
+//! chunk size is a multiple of the sub-chunk size, the sha256 of each sub-chunk (so a range
+//! reads and verifies only the sub-chunks it needs).
 
 use std::ops::Range;
 
@@ -23,6 +25,14 @@ pub struct ChunkIndex {
     /// upload this names (format 1: one object, `objects/<alg>/<hex>`, read by ranges).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upload: Option<String>,
+    /// Format 2 only, optional (older tenders neither write nor read it, so the index format
+    /// stays 2): the size of the sub-chunks `sub_chunks` hashes, a divisor of `chunk_size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_chunk_size: Option<u64>,
+    /// For each chunk, the lowercase hex sha256 of each of its sub-chunks of `sub_chunk_size`
+    /// bytes, in order (the last may be shorter; an empty chunk has one, empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sub_chunks: Vec<Vec<String>>,
 }
 
 impl ChunkIndex {
@@ -36,6 +46,8 @@ impl ChunkIndex {
             uploaded_at: tender_store::now_secs(),
             media_type: None,
             upload: None,
+            sub_chunk_size: None,
+            sub_chunks: Vec::new(),
         }
     }
 
@@ -55,8 +67,30 @@ impl ChunkIndex {
 
     /// The byte range of chunk `i`.
     pub fn chunk_range(&self, i: usize) -> Range<u64> {
-        let start = i as u64 * self.chunk_size;
-        start..(start + self.chunk_size).min(self.size)
+        let start = (i as u64).saturating_mul(self.chunk_size);
+        start..start.saturating_add(self.chunk_size).min(self.size)
+    }
+
+    /// Record the sub-chunk hashes of every chunk (`subs[i]`: chunk `i`'s), or none when they
+    /// do not describe the chunks (then ranges read whole chunks).
+    pub fn with_sub_chunks(mut self, sub_chunk_size: u64, subs: Vec<Vec<String>>) -> ChunkIndex {
+        self.sub_chunk_size = Some(sub_chunk_size);
+        self.sub_chunks = subs;
+        if let Err(m) = self.validate_sub_chunks() {
+            debug_assert!(false, "sub-chunk hashes unlike the chunks: {m}");
+            tracing::warn!(error = %m, "sub-chunk hashes left out of an index; ranges of it read whole chunks");
+            self.sub_chunk_size = None;
+            self.sub_chunks = Vec::new();
+        }
+        self
+    }
+
+    /// Chunk `i`'s sub-chunk size and hashes, when the index records them (format 2).
+    pub fn sub_hashes(&self, i: usize) -> Option<(u64, &[String])> {
+        match (self.sub_chunk_size, &self.upload) {
+            (Some(s), Some(_)) => self.sub_chunks.get(i).map(|h| (s, h.as_slice())),
+            _ => None,
+        }
     }
 
     /// A record another replica (or a person) wrote must still describe a readable object.
@@ -82,6 +116,40 @@ impl ChunkIndex {
         }
         if let Some(bad) = self.chunks.iter().find(|c| c.len() != 64 || !c.bytes().all(|b| b.is_ascii_hexdigit())) {
             return Err(format!("chunk digest {bad:?} is not 64 hex characters"));
+        }
+        self.validate_sub_chunks()
+    }
+
+    /// The sub-chunk hashes, if any, must describe the chunks (checked after the chunks).
+    fn validate_sub_chunks(&self) -> Result<(), String> {
+        let Some(s) = self.sub_chunk_size else {
+            if self.sub_chunks.is_empty() {
+                return Ok(());
+            }
+            return Err("sub-chunk digests without a sub-chunk size".into());
+        };
+        if self.upload.is_none() {
+            return Err("sub-chunk digests in an index of format 1".into());
+        }
+        if s == 0 || s >= self.chunk_size || !self.chunk_size.is_multiple_of(s) {
+            return Err(format!("sub-chunk size {s} does not divide the chunk size {} into pieces", self.chunk_size));
+        }
+        if self.sub_chunks.len() != self.chunks.len() {
+            return Err(format!("sub-chunk digests for {} of {} chunks", self.sub_chunks.len(), self.chunks.len()));
+        }
+        for (i, subs) in self.sub_chunks.iter().enumerate() {
+            let r = self.chunk_range(i);
+            let want = ChunkIndex::chunk_count(r.end - r.start, s);
+            if subs.len() != want {
+                return Err(format!(
+                    "{} sub-chunk digests for chunk {i} of {} bytes in pieces of {s}",
+                    subs.len(),
+                    r.end - r.start
+                ));
+            }
+            if let Some(bad) = subs.iter().find(|c| c.len() != 64 || !c.bytes().all(|b| b.is_ascii_hexdigit())) {
+                return Err(format!("sub-chunk digest {bad:?} is not 64 hex characters"));
+            }
         }
         Ok(())
     }

@@ -11,8 +11,9 @@
 //!                               replicas waiting on the fill lease `key` read chunks as they
 //!                               appear instead of waiting for the index
 //! objects/<alg>/<hex>           content as one object (written before format 3; still read)
-//! index/<alg>/<hex>.json        size, chunk size, the sha256 of every chunk and the upload
-//!                               that wrote them; written last, after the content was re-hashed
+//! index/<alg>/<hex>.json        size, chunk size, the sha256 of every chunk and of its
+//!                               sub-chunks of 1 MiB (optional), the upload that wrote them;
+//!                               written last, after the content was re-hashed
 //!                               (with <alg>) and uploaded: an object without its index does
 //!                               not exist for readers
 //! known/<alg>/<hex>/<sha256(upstream)>.json
@@ -31,8 +32,9 @@
 //! ```
 //! The `sha512/` trees sit beside the `sha256/` ones in the same format: a format-2 bucket
 //! written before tender knew sha512 is read as is.
-//! Every read, whole or ranged, fetches whole chunks and checks each against the index before
-//! a byte of it is handed on.
+//! Every read fetches whole chunks and checks each against the index before a byte of it is
+//! handed on; a range that needs only part of a chunk whose sub-chunk hashes the index records
+//! fetches only the sub-chunks that cover it, each checked the same way.
 //! A chunk missing under its index is put back by the next replica that holds the object's
 //! verified bytes (module `heal`): never by rewriting the index, never over a chunk that exists.
 //!
@@ -80,7 +82,7 @@ pub use maintenance::{BucketFsckReport, BucketProblem};
 pub use metrics::BucketMetrics;
 pub use parts::{PartUpload, Progress};
 pub use served::SERVED_PER_SHARD;
-pub use settings::{BucketSettings, Credentials, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
+pub use settings::{BucketSettings, Credentials, MAX_CHUNK_SIZE, MAX_SUB_CHUNKS, MIN_CHUNK_SIZE, SUB_CHUNK_SIZE};
 pub use uploads::AbandonedUpload;
 
 /// Chunks a copy into a replica's cache requests at once (so holds in memory at most).
@@ -886,6 +888,32 @@ impl Bucket {
         })
     }
 
+    /// The sha256 of a chunk and, with `sub`, of each of its sub-chunks of `sub` bytes: one
+    /// pass over the bytes (each piece goes into the chunk's hasher and its own while it is in
+    /// cache), on a blocking thread.
+    pub(crate) async fn chunk_hashes(
+        &self,
+        bytes: &Bytes,
+        sub: Option<u64>,
+    ) -> Result<(String, Option<Vec<String>>), BucketError> {
+        let hashed = bytes.clone();
+        tokio::task::spawn_blocking(move || hash_chunk(&hashed, sub)).await.map_err(|e| BucketError::Setup {
+            bucket: self.settings.bucket.clone(),
+            message: format!("hashing a chunk: {e}"),
+        })
+    }
+
+    /// The sha256 of each piece of `s` bytes, in hex (empty bytes are one piece), on a
+    /// blocking thread.
+    pub(crate) async fn sub_hashes(&self, bytes: &Bytes, s: u64) -> Result<Vec<String>, BucketError> {
+        let hashed = bytes.clone();
+        let s = usize::try_from(s).unwrap_or(usize::MAX).max(1);
+        tokio::task::spawn_blocking(move || hash_pieces(&hashed, s)).await.map_err(|e| BucketError::Setup {
+            bucket: self.settings.bucket.clone(),
+            message: format!("hashing sub-chunks: {e}"),
+        })
+    }
+
     pub(crate) fn remember_index(&self, d: &Digest, index: Arc<ChunkIndex>) {
         if let Ok(mut m) = self.indexes.lock() {
             if m.len() >= INDEX_CACHE {
@@ -935,7 +963,85 @@ impl Bucket {
         Ok(bytes)
     }
 
-    /// Bytes `start..end` of a committed object. Each chunk is verified before any of it is
+    /// Bytes `within` of chunk `i` (offsets in the chunk) read as the sub-chunks that cover
+    /// them, with one ranged GET, each checked against the index. `None` when the index has
+    /// no sub-chunk hashes, the range needs the whole chunk, or the bucket did not answer the
+    /// ranged GET with the range (then the whole chunk is read, as before sub-chunks).
+    async fn sub_chunks(
+        &self,
+        d: &Digest,
+        index: &ChunkIndex,
+        i: usize,
+        within: Range<u64>,
+    ) -> Result<Option<Bytes>, BucketError> {
+        let (Some((s, hashes)), Some(upload)) = (index.sub_hashes(i), &index.upload) else { return Ok(None) };
+        let chunk = index.chunk_range(i);
+        let len = chunk.end - chunk.start;
+        let (a, b) = ((within.start / s) as usize, within.end.div_ceil(s) as usize);
+        if within.start >= within.end || b > hashes.len() || (a == 0 && b == hashes.len()) {
+            return Ok(None);
+        }
+        let span = a as u64 * s..(b as u64 * s).min(len);
+        let p = self.part_path(upload, i);
+        let opts = object_store::GetOptions {
+            range: Some(object_store::GetRange::Bounded(span.clone())),
+            ..Default::default()
+        };
+        let get = async {
+            let got = self.store.get_opts(&p, opts).await?;
+            // The chunk's size is in the response head: a chunk unlike its index is refused
+            // before a byte of it is read, as by `get_at_most`.
+            if got.meta.size != len || got.range != span {
+                return Ok(Err((got.meta.size, got.range)));
+            }
+            Ok(Ok(got.bytes().await?))
+        };
+        let bytes = match self.call("get", &p, get).await? {
+            Ok(Ok(b)) => b,
+            Ok(Err((size, got))) => {
+                return Err(self.corrupt(
+                    &p,
+                    format!(
+                        "chunk {i} is {size} bytes (answered bytes {}-{}), not the {len} its index says; not read",
+                        got.start,
+                        got.end.saturating_sub(1)
+                    ),
+                ))
+            }
+            Err(e @ object_store::Error::NotFound { .. }) => {
+                // Quarantined or deleted since its index was read: forget the index.
+                self.forget(d);
+                return Err(self.store_err("get", &p, e));
+            }
+            Err(e) if matches!(Cause::of(&e), Some(Cause::Timeout | Cause::Connect | Cause::Denied)) => {
+                return Err(self.store_err("get", &p, e));
+            }
+            Err(e) => {
+                // An answer that refuses the range (a server without ranges, a chunk shorter
+                // than the range): the whole chunk is read and judged as before sub-chunks.
+                tracing::debug!(key = %p, error = %e, "ranged read of sub-chunks refused; reading the whole chunk");
+                return Ok(None);
+            }
+        };
+        let got = self.sub_hashes(&bytes, s).await?;
+        if bytes.len() as u64 != span.end - span.start || got.as_slice() != &hashes[a..b] {
+            let bad = got.iter().zip(&hashes[a..b]).position(|(g, w)| g != w).map_or(a, |k| a + k);
+            return Err(self.corrupt(
+                &p,
+                format!(
+                    "chunk {i} sub-chunk {bad} (bytes {}-{} of the chunk, {} read) does not match its index; not served",
+                    span.start,
+                    span.end.saturating_sub(1),
+                    bytes.len()
+                ),
+            ));
+        }
+        self.metrics.read_bytes.inc_by(bytes.len() as u64);
+        Ok(Some(bytes.slice((within.start - span.start) as usize..(within.end - span.start) as usize)))
+    }
+
+    /// Bytes `start..end` of a committed object. Each chunk, or each sub-chunk when the index
+    /// records them and the range needs only part of a chunk, is verified before any of it is
     /// yielded; a mismatch ends the stream with an error. One chunk is read ahead (a range
     /// holds at most two chunks in memory).
     pub fn read(
@@ -945,12 +1051,12 @@ impl Bucket {
         start: u64,
         end: u64,
     ) -> BoxStream<'static, Result<Bytes, BucketError>> {
-        self.read_ahead(d, index, start, end, 2)
+        self.read_ahead(d, index, start, end, 2, true)
     }
 
     /// A whole object copied into a replica's cache: [`Bucket::read`] with [`COPY_AHEAD`]
     /// chunks requested at once (one request per chunk costs a round trip that one stream of
-    /// the same bytes would not; several in flight hide it).
+    /// the same bytes would not; several in flight hide it), always whole chunks.
     pub fn copy(
         self: &Arc<Self>,
         d: Digest,
@@ -958,7 +1064,7 @@ impl Bucket {
         start: u64,
         end: u64,
     ) -> BoxStream<'static, Result<Bytes, BucketError>> {
-        self.read_ahead(d, index, start, end, COPY_AHEAD)
+        self.read_ahead(d, index, start, end, COPY_AHEAD, false)
     }
 
     fn read_ahead(
@@ -968,6 +1074,7 @@ impl Bucket {
         start: u64,
         end: u64,
         ahead: usize,
+        sub_chunks: bool,
     ) -> BoxStream<'static, Result<Bytes, BucketError>> {
         let end = end.min(index.size);
         if start >= end {
@@ -981,11 +1088,16 @@ impl Bucket {
                 let (me, index) = (me.clone(), index.clone());
                 // Each chunk its own task: its request goes on while the reader writes.
                 let task = tokio::spawn(async move {
-                    let bytes = me.chunk(&d, &index, i).await?;
                     let base = i as u64 * cs;
-                    let from = start.saturating_sub(base) as usize;
-                    let to = ((end - base) as usize).min(bytes.len());
-                    Ok(bytes.slice(from..to))
+                    let (from, to) = (start.saturating_sub(base), (end - base).min(cs));
+                    if sub_chunks {
+                        if let Some(piece) = me.sub_chunks(&d, &index, i, from..to).await? {
+                            return Ok(piece);
+                        }
+                    }
+                    let bytes = me.chunk(&d, &index, i).await?;
+                    let (from, to) = (from as usize, (to as usize).min(bytes.len()));
+                    Ok(bytes.slice(from.min(to)..to))
                 });
                 let bucket = me_name.clone();
                 async move {
@@ -1039,6 +1151,33 @@ fn is_bulk(op: &str, p: &ObjectPath) -> bool {
             || key.contains("/parts/")
             || key.starts_with("objects/")
             || key.contains("/objects/"))
+}
+
+/// The sha256 of `bytes` and, with `sub`, of each piece of `sub` bytes (an empty chunk has one
+/// piece, empty), in one loop over the bytes.
+pub(crate) fn hash_chunk(bytes: &[u8], sub: Option<u64>) -> (String, Option<Vec<String>>) {
+    let Some(sub) = sub.and_then(|s| usize::try_from(s).ok()).filter(|s| *s > 0) else {
+        return (hex::encode(Sha256::digest(bytes)), None);
+    };
+    if bytes.is_empty() {
+        let empty = hex::encode(Sha256::digest(bytes));
+        return (empty.clone(), Some(vec![empty]));
+    }
+    let mut whole = Sha256::new();
+    let mut subs = Vec::with_capacity(bytes.len().div_ceil(sub));
+    for piece in bytes.chunks(sub) {
+        whole.update(piece);
+        subs.push(hex::encode(Sha256::digest(piece)));
+    }
+    (hex::encode(whole.finalize()), Some(subs))
+}
+
+/// The sha256 of each piece of `s` bytes (empty bytes are one piece, empty).
+fn hash_pieces(bytes: &[u8], s: usize) -> Vec<String> {
+    if bytes.is_empty() {
+        return vec![hex::encode(Sha256::digest(bytes))];
+    }
+    bytes.chunks(s).map(|c| hex::encode(Sha256::digest(c))).collect()
 }
 
 #[cfg(test)]

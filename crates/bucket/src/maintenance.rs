@@ -1,4 +1,5 @@
-//! `tender fsck` over the bucket: every indexed object re-read chunk by chunk and hashed whole;
+//! `tender fsck` over the bucket: every indexed object re-read chunk by chunk and hashed whole
+//! (and each chunk's sub-chunks against the index, when it records them);
 //! the keys nothing names (module `books`) reported, and removed with `--repair`.
 
 use futures::TryStreamExt;
@@ -59,7 +60,17 @@ impl Bucket {
         let mut whole = d.algorithm().hasher();
         for i in 0..index.chunks.len() {
             match self.chunk(d, &index, i).await {
-                Ok(bytes) => whole.update(&bytes),
+                Ok(bytes) => {
+                    if let Some((s, want)) = index.sub_hashes(i) {
+                        if self.sub_hashes(&bytes, s).await? != want {
+                            self.metrics.corrupt.inc();
+                            return Ok(Some(format!(
+                                "chunk {i} matches the index but its sub-chunk digests do not; its ranges fail"
+                            )));
+                        }
+                    }
+                    whole.update(&bytes)
+                }
                 Err(e) if e.is_corrupt() => return Ok(Some(e.to_string())),
                 Err(BucketError::Store { source, .. }) if matches!(*source, object_store::Error::NotFound { .. }) => {
                     return Ok(Some("content missing under its index".into()))

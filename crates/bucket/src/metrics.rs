@@ -12,7 +12,7 @@ pub struct BucketMetrics {
     /// Objects uploaded, and their bytes.
     pub uploads: Counter,
     pub uploaded_bytes: Counter,
-    /// Verified chunk bytes read from the bucket.
+    /// Verified chunk and sub-chunk bytes read from the bucket (what was fetched).
     pub read_bytes: Counter,
     /// Chunks or records that did not match their index (never served).
     pub corrupt: Counter,
@@ -47,7 +47,7 @@ impl BucketMetrics {
         r.register("tender_bucket_uploaded_bytes", "Bytes uploaded to the shared bucket", self.uploaded_bytes.clone());
         r.register(
             "tender_bucket_read_bytes",
-            "Verified chunk bytes read from the shared bucket",
+            "Verified chunk and sub-chunk bytes read from the shared bucket",
             self.read_bytes.clone(),
         );
         r.register("tender_bucket_corrupt", "Bucket chunks or records that failed verification", self.corrupt.clone());

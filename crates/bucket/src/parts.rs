@@ -117,17 +117,28 @@ impl Progress {
 /// A record and the chunks that landed out of order (listed once those before them did).
 struct Recorded {
     progress: Progress,
-    landed: std::collections::BTreeMap<usize, String>,
+    landed: std::collections::BTreeMap<usize, (String, Option<Vec<String>>)>,
+    /// The sub-chunk hashes of each chunk listed, for the index (kept here, not in the record:
+    /// followers read whole chunks); `None` once a chunk had none or there are more than
+    /// [`crate::MAX_SUB_CHUNKS`].
+    subs: Option<Vec<Vec<String>>>,
+    /// Sub-chunk hashes in `subs`.
+    sub_count: usize,
 }
 
 impl Recorded {
     /// Chunk `i` is in the bucket: list it, with any landed after it that now follow on.
     /// Whether the list grew.
-    fn land(&mut self, i: usize, hash: String) -> bool {
-        self.landed.insert(i, hash);
+    fn land(&mut self, i: usize, hash: String, sub: Option<Vec<String>>) -> bool {
+        self.landed.insert(i, (hash, sub));
         let before = self.progress.chunks.len();
-        while let Some(h) = self.landed.remove(&self.progress.chunks.len()) {
+        while let Some((h, sub)) = self.landed.remove(&self.progress.chunks.len()) {
             self.progress.chunks.push(h);
+            self.sub_count = self.sub_count.saturating_add(sub.as_ref().map_or(0, Vec::len));
+            match (self.subs.as_mut(), sub) {
+                (Some(all), Some(sub)) if self.sub_count <= crate::MAX_SUB_CHUNKS => all.push(sub),
+                _ => self.subs = None,
+            }
         }
         if !self.progress.chunks.is_empty() {
             // The first chunk holds the head's bytes, verified.
@@ -145,6 +156,8 @@ pub struct PartUpload {
     /// record's lock).
     upload: String,
     chunk_size: u64,
+    /// The sub-chunks each chunk's pieces are hashed in, for the index (none: whole chunks).
+    sub_chunk_size: Option<u64>,
     path: ObjectPath,
     /// The record, written under this lock so writes never overtake one another.
     record: Arc<tokio::sync::Mutex<Recorded>>,
@@ -255,10 +268,10 @@ impl PartUpload {
         self.queued += 1;
         let p = self.bucket.part_path(&self.upload_id(), i);
         let (me, record, path) = (self.bucket.clone(), self.record.clone(), self.path.clone());
-        let failed = self.failed.clone();
+        let (failed, sub) = (self.failed.clone(), self.sub_chunk_size);
         self.pending.push_back(tokio::spawn(async move {
             let put = async {
-                let hash = me.sha256_hex(&bytes).await?;
+                let (hash, subs) = me.chunk_hashes(&bytes, sub).await?;
                 let n = bytes.len() as u64;
                 me.call("put", &p, me.store.put(&p, PutPayload::from(bytes)))
                     .await?
@@ -266,7 +279,7 @@ impl PartUpload {
                 me.metrics.uploaded_bytes.inc_by(n);
                 // Listed at once, so a follower waits for the chunk and not for the next one.
                 let mut r = record.lock().await;
-                if r.land(i, hash) {
+                if r.land(i, hash, subs) {
                     r.progress.renewed_at = now_ms();
                     me.put_json(&path, &r.progress, PutMode::Overwrite).await?;
                 }
@@ -350,12 +363,17 @@ impl PartUpload {
         if let Some(r) = self.renewer.take() {
             r.abort();
         }
-        let (chunks, chunk_size, upload) = {
-            let r = self.record.lock().await;
-            (r.progress.chunks.clone(), self.chunk_size, self.upload.clone())
+        let (chunks, subs, chunk_size, upload) = {
+            let mut r = self.record.lock().await;
+            (r.progress.chunks.clone(), r.subs.take(), self.chunk_size, self.upload.clone())
         };
         let b = self.bucket.clone();
         let mut index = ChunkIndex::of_parts(size, chunk_size, chunks, &b.settings.replica, &upload);
+        if let (Some(s), Some(subs)) = (self.sub_chunk_size, subs) {
+            if index.validate().is_ok() {
+                index = index.with_sub_chunks(s, subs);
+            }
+        }
         index.media_type = media_type.map(str::to_string);
         index.validate().map_err(|m| b.corrupt(&b.index_path(d), m))?;
         b.put_json(&b.index_path(d), &index, PutMode::Overwrite).await?;
@@ -433,12 +451,19 @@ impl Bucket {
             started_at: now,
             renewed_at: now,
         };
+        let sub_chunk_size = self.settings.sub_chunks_of(record.chunk_size);
         PartUpload {
             bucket: self.clone(),
             upload: record.upload.clone(),
             chunk_size: record.chunk_size,
+            sub_chunk_size,
             path: self.progress_path(&key),
-            record: Arc::new(tokio::sync::Mutex::new(Recorded { progress: record, landed: Default::default() })),
+            record: Arc::new(tokio::sync::Mutex::new(Recorded {
+                progress: record,
+                landed: Default::default(),
+                subs: sub_chunk_size.map(|_| Vec::new()),
+                sub_count: 0,
+            })),
             pending: VecDeque::new(),
             queued: 0,
             recorded: false,

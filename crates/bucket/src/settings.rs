@@ -14,6 +14,15 @@ pub const MIN_CHUNK_SIZE: u64 = 5 << 20;
 /// The largest chunk: a chunk is read whole into memory, so no record may name a larger one.
 pub const MAX_CHUNK_SIZE: u64 = 1 << 30;
 
+/// The piece of a chunk whose sha256 the index records besides the chunk's: a range reads and
+/// verifies the sub-chunks that cover it, not the whole chunk (a 1 MiB range of an object in
+/// chunks of 8 MiB fetches 1-2 MiB, not 8-16).
+pub const SUB_CHUNK_SIZE: u64 = 1 << 20;
+/// Sub-chunk hashes one index may record (an object of 64 GiB in pieces of 1 MiB, about 5 MB of
+/// index); a larger object's index has none (its ranges read whole chunks), so no index comes
+/// near the 16 MiB a record may be.
+pub const MAX_SUB_CHUNKS: usize = 1 << 16;
+
 /// Static keys read from files or the environment. `Debug` never shows them.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
@@ -48,6 +57,9 @@ pub struct BucketSettings {
     /// and object is verified against its sha256 when read; responses are never signed).
     pub sign_payload: bool,
     pub chunk_size: u64,
+    /// [`SUB_CHUNK_SIZE`] (tests set it smaller); uploads record no sub-chunk hashes unless
+    /// it divides `chunk_size` into two pieces or more.
+    pub sub_chunk_size: u64,
     /// Take a lease in the bucket before fetching a cold object from upstream (one upstream
     /// fetch in total across replicas); off: at most one per replica.
     pub lease: bool,
@@ -83,6 +95,7 @@ impl BucketSettings {
             path_style: true,
             sign_payload: false,
             chunk_size: 8 << 20,
+            sub_chunk_size: SUB_CHUNK_SIZE,
             lease: true,
             lease_ttl: Duration::from_secs(30),
             replica: "tender".into(),
@@ -93,6 +106,12 @@ impl BucketSettings {
             max_size: None,
             gc_grace: Duration::from_secs(600),
         }
+    }
+
+    /// The sub-chunk size an upload in chunks of `chunk_size` records hashes for, if any.
+    pub fn sub_chunks_of(&self, chunk_size: u64) -> Option<u64> {
+        let s = self.sub_chunk_size;
+        (s > 0 && s < chunk_size && chunk_size.is_multiple_of(s)).then_some(s)
     }
 
     pub(crate) fn build(&self) -> Result<Arc<AmazonS3>, BucketError> {

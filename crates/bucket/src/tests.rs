@@ -322,6 +322,8 @@ struct Faulty {
     fault: std::sync::Mutex<Fault>,
     /// Every key deleted (for [`Fault::EmptyDirs`]).
     deleted: std::sync::Mutex<Vec<ObjectPath>>,
+    /// Bytes of content the GETs answered with (what a read costs in transfer).
+    got_bytes: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Display for Faulty {
@@ -332,7 +334,12 @@ impl std::fmt::Display for Faulty {
 
 impl Faulty {
     fn new(fault: Fault) -> Faulty {
-        Faulty { inner: InMemory::new(), fault: std::sync::Mutex::new(fault), deleted: Default::default() }
+        Faulty {
+            inner: InMemory::new(),
+            fault: std::sync::Mutex::new(fault),
+            deleted: Default::default(),
+            got_bytes: Default::default(),
+        }
     }
 
     fn set(&self, f: Fault) {
@@ -439,7 +446,12 @@ impl ObjectStore for Faulty {
         options: object_store::GetOptions,
     ) -> object_store::Result<object_store::GetResult> {
         self.gate().await?;
-        self.inner.get_opts(location, options).await
+        let head = options.head;
+        let got = self.inner.get_opts(location, options).await?;
+        if !head {
+            self.got_bytes.fetch_add(got.range.end - got.range.start, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(got)
     }
 
     async fn delete(&self, location: &ObjectPath) -> object_store::Result<()> {
@@ -749,6 +761,285 @@ fn should_call_an_upload_abandoned_only_past_three_lease_ttls_without_a_live_lea
     ] {
         assert_eq!(uploads::is_abandoned(renewed, now, ttl, live), abandoned, "{renewed} {now} {live}");
     }
+}
+
+/// Issue 36: a 1 MiB range of an object in chunks of 4 MiB fetches the sub-chunks of 1 MiB that
+/// cover it, not the whole chunks, byte-exact, at chunk boundaries and the object's ends alike.
+#[tokio::test]
+async fn should_fetch_only_the_sub_chunks_a_range_needs() {
+    let store = Arc::new(Faulty::new(Fault::None));
+    let mut s = BucketSettings::new("test");
+    s.chunk_size = 4 << 20;
+    let b = Bucket::with_store(store.clone(), s, BucketMetrics::default());
+    let bytes = content((10 << 20) + 12345);
+    let d = uploaded(&b, &bytes).await;
+    let index = b.index(&d).await.unwrap().unwrap();
+    let (mib, n) = (1usize << 20, bytes.len());
+    for (start, end) in [
+        (0, mib),
+        (0, 1),
+        (n - 1, n),
+        (mib / 2, mib / 2 + mib),
+        ((4 << 20) - 10, (4 << 20) + 10),
+        ((8 << 20) - mib, 8 << 20),
+        (8 << 20, n),
+        (3 * mib + 7, 3 * mib + 8),
+        (5000, 5000),
+    ] {
+        let (fetched, counted) =
+            (store.got_bytes.load(std::sync::atomic::Ordering::Relaxed), b.metrics().read_bytes.get());
+        let mut got = Vec::new();
+        let mut r = b.read(d, index.clone(), start as u64, end as u64);
+        while let Some(c) = r.next().await {
+            got.extend_from_slice(&c.unwrap());
+        }
+        assert!(got == bytes[start..end], "{start}..{end}: not the object's bytes");
+        let fetched = store.got_bytes.load(std::sync::atomic::Ordering::Relaxed) - fetched;
+        assert!(fetched <= (end - start + 2 * mib) as u64, "{start}..{end}: fetched {fetched} bytes");
+        assert_eq!(b.metrics().read_bytes.get() - counted, fetched, "{start}..{end}: read_bytes counts what was read");
+    }
+}
+
+/// A bucket over a counting store with chunks of 4 KiB in sub-chunks of 1 KiB.
+fn sub_bucket(store: &Arc<Faulty>, replica: &str) -> Arc<Bucket> {
+    let mut s = BucketSettings::new("test");
+    s.chunk_size = 4096;
+    s.sub_chunk_size = 1024;
+    s.replica = replica.into();
+    Bucket::with_store(store.clone(), s, BucketMetrics::default())
+}
+
+/// `start..end` read through `index`, and the bytes the store answered GETs with meanwhile.
+async fn read_counted(
+    store: &Faulty,
+    b: &Arc<Bucket>,
+    d: Digest,
+    index: &Arc<ChunkIndex>,
+    start: u64,
+    end: u64,
+) -> (Result<Vec<u8>, BucketError>, u64) {
+    let before = store.got_bytes.load(std::sync::atomic::Ordering::Relaxed);
+    let mut s = b.read(d, index.clone(), start, end);
+    let mut out = Vec::new();
+    let r = loop {
+        match s.next().await {
+            Some(Ok(c)) => out.extend_from_slice(&c),
+            Some(Err(e)) => break Err(e),
+            None => break Ok(out),
+        }
+    };
+    (r, store.got_bytes.load(std::sync::atomic::Ordering::Relaxed) - before)
+}
+
+/// The upload records the sha256 of every sub-chunk (computed with the chunk's in one pass),
+/// and every range, at sub-chunk and chunk boundaries, the first and last byte, empty or
+/// whole, is byte-exact and fetches at most the span and two sub-chunks more.
+#[tokio::test]
+async fn should_record_sub_chunk_hashes_and_read_any_range_from_them_byte_exact() {
+    let store = Arc::new(Faulty::new(Fault::None));
+    let b = sub_bucket(&store, "a");
+    let bytes = content(3 * 4096 + 1500);
+    let d = uploaded(&b, &bytes).await;
+    let raw = store.inner.get(&ObjectPath::from(format!("index/sha256/{}.json", d.hex()))).await.unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&raw.bytes().await.unwrap()).unwrap();
+    assert_eq!(json["subChunkSize"], 1024);
+    assert_eq!(json["format"], 2, "a compatible addition: the index format stays 2");
+    let index = sub_bucket(&store, "b").index(&d).await.unwrap().unwrap();
+    let want: Vec<Vec<String>> =
+        bytes.chunks(4096).map(|c| c.chunks(1024).map(|p| hex::encode(Sha256::digest(p))).collect()).collect();
+    assert_eq!(index.sub_chunks, want);
+    assert_eq!(index.sub_chunks.iter().map(Vec::len).collect::<Vec<_>>(), [4, 4, 4, 2]);
+
+    let n = bytes.len() as u64;
+    let points =
+        [0, 1, 1023, 1024, 1025, 2047, 2048, 4095, 4096, 4097, 5000, 8191, 8192, 12287, 12288, 13311, n - 1, n];
+    let reader = sub_bucket(&store, "c");
+    for &start in &points {
+        for &end in points.iter().filter(|&&e| e >= start) {
+            let (got, fetched) = read_counted(&store, &reader, d, &index, start, end).await;
+            let got = got.unwrap();
+            assert!(got == bytes[start as usize..end as usize], "{start}..{end}: not the object's bytes");
+            assert!(fetched <= end - start + 2 * 1024, "{start}..{end}: fetched {fetched} bytes");
+        }
+    }
+    assert_eq!(reader.metrics().corrupt.get(), 0);
+    // A whole copy reads whole chunks.
+    let before = store.got_bytes.load(std::sync::atomic::Ordering::Relaxed);
+    let mut c = reader.copy(d, index.clone(), 0, n);
+    let mut out = Vec::new();
+    while let Some(piece) = c.next().await {
+        out.extend_from_slice(&piece.unwrap());
+    }
+    assert!(out == bytes);
+    assert_eq!(store.got_bytes.load(std::sync::atomic::Ordering::Relaxed) - before, n);
+    // An empty object has one empty chunk, and one empty sub-chunk.
+    let e = uploaded(&b, b"").await;
+    let ei = reader.index(&e).await.unwrap().unwrap();
+    assert_eq!(ei.sub_chunks, vec![vec![hex::encode(Sha256::digest(b""))]]);
+    assert_eq!(read_all(&reader, e, 0, 0).await.unwrap(), b"");
+    assert!(reader.fsck(false).await.unwrap().is_clean());
+}
+
+/// A sub-chunk that fails its hash is refused as corrupt (as a chunk is: the server falls back
+/// to upstream at the same byte) for a range over it; a range elsewhere in the same chunk reads
+/// only other sub-chunks, which verify, so it is served.
+#[tokio::test]
+async fn should_refuse_a_corrupt_sub_chunk_and_serve_the_rest_of_its_chunk() {
+    let store = Arc::new(Faulty::new(Fault::None));
+    let b = sub_bucket(&store, "a");
+    let bytes = content(3 * 4096);
+    let d = uploaded(&b, &bytes).await;
+    let index = b.index(&d).await.unwrap().unwrap();
+    let upload = index.upload.clone().unwrap();
+    // Chunk 1, sub-chunk 2 (bytes 6144..7168 of the object) rots.
+    let p = ObjectPath::from(format!("parts/{upload}/00000001"));
+    let mut bad = bytes[4096..8192].to_vec();
+    bad[2048 + 5] ^= 1;
+    store.inner.put(&p, PutPayload::from(bad)).await.unwrap();
+    let reader = sub_bucket(&store, "b");
+
+    let (r, _) = read_counted(&store, &reader, d, &index, 6144 + 100, 6144 + 200).await;
+    let e = r.unwrap_err();
+    assert!(e.is_corrupt() && e.to_string().contains("sub-chunk 2"), "{e}");
+    assert_eq!(reader.metrics().corrupt.get(), 1);
+    // Over it from the chunk before: chunk 0's bytes come, then the error, not a byte of chunk 1.
+    let mut s = reader.read(d, index.clone(), 1000, 7000);
+    let mut got = Vec::new();
+    let e = loop {
+        match s.next().await {
+            Some(Ok(c)) => got.extend_from_slice(&c),
+            Some(Err(e)) => break e,
+            None => panic!("a corrupt sub-chunk was served"),
+        }
+    };
+    assert!(e.is_corrupt(), "{e}");
+    assert_eq!(got, &bytes[1000..4096]);
+    // Elsewhere in the same chunk: sub-chunks 0, 1 and 3 verify.
+    for (start, end) in [(4096, 6144), (4096 + 10, 4096 + 20), (7168, 8192), (7168, 9000)] {
+        let (r, _) = read_counted(&store, &reader, d, &index, start, end).await;
+        assert!(r.unwrap() == bytes[start as usize..end as usize], "{start}..{end}");
+    }
+    // The whole chunk (a copy, or a range over all of it) is refused.
+    let e = read_all(&reader, d, 4096, 8192).await.unwrap_err();
+    assert!(e.is_corrupt() && e.to_string().contains("chunk 1"), "{e}");
+
+    // A chunk replaced by 64 MiB, or cut short: refused from the answer's head, unread.
+    let (r, fetched) = {
+        store.inner.put(&p, PutPayload::from(vec![0u8; 64 << 20])).await.unwrap();
+        read_counted(&store, &reader, d, &index, 4096 + 10, 4096 + 20).await
+    };
+    let e = r.unwrap_err();
+    assert!(e.is_corrupt() && e.to_string().contains("not the 4096"), "{e}");
+    assert!(fetched <= 1024, "fetched {fetched}");
+    store.inner.put(&p, PutPayload::from(bytes[4096..4096 + 100].to_vec())).await.unwrap();
+    for (start, end) in [(4096 + 10, 4096 + 20), (4096 + 2000, 4096 + 2010)] {
+        let (r, _) = read_counted(&store, &reader, d, &index, start, end).await;
+        let e = r.unwrap_err();
+        assert!(e.is_corrupt(), "{start}..{end}: {e}");
+    }
+    assert!(reader.state() == BucketState::Up, "a corrupt chunk says nothing about the bucket");
+}
+
+/// An index an older tender wrote has no sub-chunk hashes: its ranges read whole chunks, and
+/// what this tender writes carries nothing an older one refuses (the new fields are optional).
+#[tokio::test]
+async fn should_read_whole_chunks_of_an_index_without_sub_chunk_hashes() {
+    let store = Arc::new(Faulty::new(Fault::None));
+    let b = sub_bucket(&store, "a");
+    let bytes = content(2 * 4096 + 100);
+    let d = uploaded(&b, &bytes).await;
+    let key = ObjectPath::from(format!("index/sha256/{}.json", d.hex()));
+    let raw = store.inner.get(&key).await.unwrap().bytes().await.unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    let obj = json.as_object_mut().unwrap();
+    assert!(obj.remove("subChunkSize").is_some() && obj.remove("subChunks").is_some());
+    store.inner.put(&key, PutPayload::from(serde_json::to_vec(&json).unwrap())).await.unwrap();
+    let reader = sub_bucket(&store, "b");
+    let index = reader.index(&d).await.unwrap().unwrap();
+    assert!(index.sub_chunk_size.is_none() && index.sub_chunks.is_empty());
+    let (r, fetched) = read_counted(&store, &reader, d, &index, 5000, 5100).await;
+    assert!(r.unwrap() == bytes[5000..5100]);
+    assert_eq!(fetched, 4096, "the whole chunk, as before sub-chunks");
+    // A chunk size that is no multiple of the sub-chunk size records none.
+    let plain = bucket_on(&Arc::new(InMemory::new()), "c");
+    let e = uploaded(&plain, &bytes).await;
+    assert!(plain.index(&e).await.unwrap().unwrap().sub_chunk_size.is_none());
+}
+
+/// Sub-chunk hashes from the bucket are checked like the rest of the index: a wrong count, an
+/// absurd sub-chunk size or a digest that is not hex is refused (corrupt), never a panic or an
+/// allocation the index does not pay for.
+#[tokio::test]
+async fn should_refuse_an_index_with_sub_chunk_hashes_unlike_its_chunks() {
+    let store = Arc::new(Faulty::new(Fault::None));
+    let b = sub_bucket(&store, "a");
+    let bytes = content(2 * 4096 + 100);
+    let d = uploaded(&b, &bytes).await;
+    let good = (*b.index(&d).await.unwrap().unwrap()).clone();
+    good.validate().unwrap();
+    type Spoil = fn(&mut ChunkIndex);
+    let cases: Vec<(&str, Spoil)> = vec![
+        ("a chunk's count", |i| {
+            i.sub_chunks[0].pop();
+        }),
+        ("a chunk's count", |i| i.sub_chunks[2].push("0".repeat(64))),
+        ("of 3 chunks", |i| {
+            i.sub_chunks.pop();
+        }),
+        ("size", |i| i.sub_chunk_size = Some(0)),
+        ("size", |i| i.sub_chunk_size = Some(1000)),
+        ("size", |i| i.sub_chunk_size = Some(4096)),
+        ("size", |i| i.sub_chunk_size = Some(u64::MAX)),
+        ("a chunk's count", |i| i.sub_chunk_size = Some(1)),
+        ("hex", |i| i.sub_chunks[1][3] = "zz".repeat(32)),
+        ("without a sub-chunk size", |i| i.sub_chunk_size = None),
+        ("format 1", |i| (i.format, i.upload) = (1, None)),
+    ];
+    for (want, spoil) in cases {
+        let mut bad = good.clone();
+        spoil(&mut bad);
+        let key = ObjectPath::from(format!("index/sha256/{}.json", d.hex()));
+        store.inner.put(&key, PutPayload::from(serde_json::to_vec(&bad).unwrap())).await.unwrap();
+        let e = sub_bucket(&store, "b").index(&d).await.unwrap_err();
+        let want = if want == "a chunk's count" { "sub-chunk digests for chunk" } else { want };
+        assert!(e.is_corrupt() && e.to_string().contains(want), "{want}: {e}");
+    }
+    // Digests that are hex but wrong: the index reads, the range over them is refused, and
+    // fsck says why.
+    let mut wrong = good.clone();
+    wrong.sub_chunks[1][0] = "ab".repeat(32);
+    let key = ObjectPath::from(format!("index/sha256/{}.json", d.hex()));
+    store.inner.put(&key, PutPayload::from(serde_json::to_vec(&wrong).unwrap())).await.unwrap();
+    let reader = sub_bucket(&store, "c");
+    let e = read_all(&reader, d, 4096, 4097).await.unwrap_err();
+    assert!(e.is_corrupt(), "{e}");
+    let r = reader.fsck(false).await.unwrap();
+    assert!(r.corrupt.len() == 1 && r.corrupt[0].problem.contains("sub-chunk digests"), "{r:?}");
+}
+
+/// An upload resumed from the chunks the fill's streamer wrote records the sub-chunk hashes of
+/// those chunks too (kept with the upload in memory; the progress record lists chunks only).
+#[tokio::test]
+async fn should_record_sub_chunk_hashes_of_an_upload_resumed_from_the_fill() {
+    let store = Arc::new(Faulty::new(Fault::None));
+    let b = sub_bucket(&store, "a");
+    let bytes = content(3 * 4096 + 7);
+    let d = Digest::of(&bytes);
+    let mut u = b.begin_parts(Some("k"), Some(d), Some(bytes.len() as u64));
+    u.put_chunk(Bytes::copy_from_slice(&bytes[..4096])).await.unwrap();
+    u.put_chunk(Bytes::copy_from_slice(&bytes[4096..8192])).await.unwrap();
+    u.flush().await.unwrap();
+    let p = b.progress("k").await.unwrap().unwrap();
+    assert_eq!(p.chunks.len(), 2);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("obj"), &bytes).unwrap();
+    let index = b.upload_resumed(&d, &dir.path().join("obj"), Some("k"), Some(u)).await.unwrap();
+    assert_eq!(index.sub_chunks.iter().map(Vec::len).collect::<Vec<_>>(), [4, 4, 4, 1]);
+    let reader = sub_bucket(&store, "b");
+    let index = reader.index(&d).await.unwrap().unwrap();
+    let (r, fetched) = read_counted(&store, &reader, d, &index, 1024, 2048).await;
+    assert!(r.unwrap() == bytes[1024..2048]);
+    assert_eq!(fetched, 1024);
 }
 
 /// A bucket written before format 3 keeps working: an object stored whole under `objects/`

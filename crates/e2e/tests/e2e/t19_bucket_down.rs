@@ -403,6 +403,55 @@ fn should_serve_byte_exact_ranges_right_after_fsck_repair() {
     drop((a, c));
 }
 
+/// `tender_bucket_read_bytes_total` of a replica.
+fn bucket_read_bytes(t: &Tender) -> u64 {
+    let m = tender_e2e::http::get(t.addr, "/metrics").expect("metrics").text();
+    m.lines()
+        .find_map(|l| l.strip_prefix("tender_bucket_read_bytes_total ").and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0)
+}
+
+/// Issue 36 (3): a replica that never had the blob serves a 1 MiB `Range` from the bucket by
+/// reading the 1 MiB sub-chunks that cover it (their sha256 in the index), not the 5 MiB
+/// chunks: byte-exact, and its bucket reads grow by two sub-chunks at most past the range.
+#[test]
+fn should_serve_a_1_mib_range_from_the_bucket_reading_only_its_sub_chunks() {
+    const SIZE: usize = 12 << 20;
+    let dir = TestDir::new("s3-subchunks");
+    let (s3, _upstream, body, digest, cfgs) = blob_and_bucket(&dir, "sub", &["a", "c"], SIZE, 1 << 30);
+    let a = Tender::start(&cfgs[0], &dir.path().join("a-data"), &dir.path().join("a.log"));
+    let path = format!("/v2/ghcr.io/e2e/big/blobs/{digest}");
+    let (status, got, _) = timed_get(&a, &path, &[]).expect("a's fill");
+    assert_eq!((status, got.len()), (200, SIZE));
+    let index = format!("sub/index/sha256/{}.json", &digest[7..]);
+    poll_until("the blob to reach the bucket", Duration::from_secs(60), || s3.has(&index).then_some(()));
+    let json: serde_json::Value = serde_json::from_slice(&s3.get(&index).expect("the index")).unwrap();
+    assert_eq!(json["subChunkSize"], 1 << 20, "{json}");
+    assert_eq!(json["subChunks"].as_array().map(Vec::len), Some(3), "{json}");
+
+    let c = Tender::start(&cfgs[1], &dir.path().join("c-data"), &dir.path().join("c.log"));
+    let mut read = bucket_read_bytes(&c);
+    for (from, len) in [((6 << 20) + 100, 1 << 20), (5 << 20, 1 << 20), (SIZE - (1 << 20), 1 << 20), (0, 10)] {
+        let to = from + len - 1;
+        let range = format!("bytes={from}-{to}");
+        let (status, got, _) = timed_get(&c, &path, &[("Range", range.as_str())]).expect("a range, not cut");
+        assert_eq!(status, 206, "{range}");
+        assert!(got == body[from..=to], "{range}: byte-exact");
+        let now = bucket_read_bytes(&c);
+        let grew = now - read;
+        eprintln!("{range}: {grew} bytes read from the bucket");
+        assert!(grew > 0, "{range}: served from the bucket");
+        assert!(grew <= (len + (2 << 20)) as u64, "{range}: read {grew} bytes from the bucket, whole chunks");
+        read = now;
+    }
+    let lines = poll_until("c's access log", Duration::from_secs(10), || {
+        let l: Vec<_> = c.access().into_iter().filter(|x| x.path == path).collect();
+        (l.len() >= 4).then_some(l)
+    });
+    assert!(lines.iter().all(|x| x.cache == "shared"), "every range came from the bucket: {lines:?}");
+    drop((a, c));
+}
+
 /// Issue 36 (2): a chunk object gone from under its index (a lifecycle rule, a partial
 /// restore) is put back by the next replica that holds the object's verified bytes: its fill
 /// copies up to the hole, continues from the upstream at that byte, commits, and re-uploads the
