@@ -584,6 +584,27 @@ fn should_fetch_a_manifest_by_digest_once_for_two_replicas_at_once() {
     drop(replicas);
 }
 
+/// Replica `name` of bucket prefix `prefix` (config `<name>.yaml`, data `<name>-data`, log
+/// `<name>.log` in `dir`), upstream `ghcr.io` = `upstream`, `extra` lines under `s3:`; it
+/// reaches the bucket at `endpoint` (a [`tender_e2e::throttle::Throttle`]) when given.
+fn replica_via(
+    dir: &TestDir,
+    s3: &S3Server,
+    upstream: &str,
+    prefix: &str,
+    name: &str,
+    extra: &str,
+    endpoint: Option<String>,
+) -> Tender {
+    let cfg = dir.path().join(format!("{name}.yaml"));
+    let mut storage = s3.storage_yaml(dir.path(), prefix, name, extra);
+    if let Some(e) = endpoint {
+        storage = storage.replace(&s3.url(), &e);
+    }
+    write_config(&cfg, &[("ghcr.io", upstream)], &storage);
+    Tender::start(&cfg, &dir.path().join(format!("{name}-data")), &dir.path().join(format!("{name}.log")))
+}
+
 /// Issue 36 (1): a replica never waits on an upload nobody is doing. The holder's link to the
 /// bucket turns slow just after it announced its upload: small requests (its lease, its record,
 /// the breaker's probe) still go through, a chunk cannot within `requestTimeout`. The holder
@@ -605,15 +626,8 @@ fn should_never_wait_on_an_upload_its_holder_stopped() {
     let link = tender_e2e::throttle::Throttle::start(s3.addr);
     let (lease_ttl, request_timeout) = (Duration::from_secs(3), Duration::from_secs(2));
     let extra = "    requestTimeout: 2s\n    probeInterval: 1s\n";
-    let start = |name: &str, endpoint: Option<String>| {
-        let cfg = dir.path().join(format!("{name}.yaml"));
-        let mut storage = s3.storage_yaml(dir.path(), "dead", name, extra);
-        if let Some(e) = endpoint {
-            storage = storage.replace(&s3.url(), &e);
-        }
-        write_config(&cfg, &[("ghcr.io", &upstream.url())], &storage);
-        Tender::start(&cfg, &dir.path().join(format!("{name}-data")), &dir.path().join(format!("{name}.log")))
-    };
+    let start =
+        |name: &str, endpoint: Option<String>| replica_via(&dir, &s3, &upstream.url(), "dead", name, extra, endpoint);
     let (a, b, c) = (start("a", Some(link.url())), start("b", None), start("c", None));
     let path = format!("/v2/ghcr.io/e2e/big/blobs/{digest}");
 
@@ -670,15 +684,8 @@ fn should_fetch_from_the_upstream_when_the_bucket_is_measured_slower() {
         .collect();
     let upstream = tender_e2e::slow::SlowBlobServer::start_many("e2e/big", blobs.clone(), 16 << 20);
     let link = tender_e2e::throttle::Throttle::start(s3.addr);
-    let start = |name: &str, endpoint: Option<String>| {
-        let cfg = dir.path().join(format!("{name}.yaml"));
-        let mut storage = s3.storage_yaml(dir.path(), "slow", name, "");
-        if let Some(e) = endpoint {
-            storage = storage.replace(&s3.url(), &e);
-        }
-        write_config(&cfg, &[("ghcr.io", &upstream.url())], &storage);
-        Tender::start(&cfg, &dir.path().join(format!("{name}-data")), &dir.path().join(format!("{name}.log")))
-    };
+    let start =
+        |name: &str, endpoint: Option<String>| replica_via(&dir, &s3, &upstream.url(), "slow", name, "", endpoint);
     let (a, b) = (start("a", None), start("b", Some(link.url())));
     let path = |d: &str| format!("/v2/ghcr.io/e2e/big/blobs/{d}");
     let get = |t: &Tender, d: &str| {
