@@ -14,9 +14,19 @@
 #           same bytes as one object (curl --aws-sigv4, once per repetition: run=weed)
 #   range   the third replica after a restart with an empty disk: RANGE_N ranged GETs of 1 MiB at
 #           random offsets, straight from the bucket (chunk-verified)
+# and, with one client per replica (the same client everywhere: bench/firstbyte.py, sha256 per
+# client), tender's CPU-seconds (utime + stime from /proc/PID/stat) per GiB of the blob (issue 36):
+#   cpu-cold    one tender without a bucket, a cold fill
+#   cpu-hit     the same tender again: a local hit
+#   cpu-holder  two fresh replicas on a fresh prefix: the first client's replica wins the fill lease
+#   cpu-follower and the second client's (started once the lease is won) follows its upload;
+#               both measured until the holder's upload finished
+#   cpu-bucket  a third fresh replica, the blob only in the bucket
+# SeaweedFS's and the clients' CPU are recorded beside each (the clients hash in every arm).
 # Recorded: wall time, upstream blob GETs and bytes (upstream-bytes.sh), first body bytes, and the
 # issue 19 ratios. Prints Markdown tables; with BENCH_OUT they are appended to that file.
 # env: REPS=3 SIZE_MB=1024 N=8 RANGE_N=32 PORT_BASE=17300 TENDER_BIN=<repo>/target/release/tender
+#      CPU_ONLY= (1: the CPU phases alone) INDEX_KEY= (1: the replicas share storage.s3.indexKeyFile)
 #      HARNESS=<repo>/scripts/testbed  TENDER_WEED=<cache>/seaweedfs-venv/bin/weed
 set -eu
 BENCH=$(cd "$(dirname "$0")" && pwd)
@@ -76,6 +86,8 @@ i=0; until curl -fsS -H 'Accept: application/json' "http://127.0.0.1:$((PB + 10)
   i=$((i + 1)); [ $i -le 300 ] || die "SeaweedFS did not come up"; sleep 0.1
 done
 printf 'AKIABENCH\n' >"$W/key-id"; printf 'bench-secret\n' >"$W/secret"
+# INDEX_KEY=1: the replicas share storage.s3.indexKeyFile (signed indexes: each byte hashed once)
+openssl rand -hex 32 >"$W/index-key"
 
 # config PREFIX REPLICA : a config with the bucket (upstream and listen come from tender-cache.sh)
 config() {
@@ -90,6 +102,7 @@ storage:
     secretAccessKeyFile: $W/secret
     replica: $2
 EOF
+  [ -z "${INDEX_KEY:-}" ] || echo "    indexKeyFile: $W/index-key" >>"$W/$2.yaml"
   echo "$W/$2.yaml"
 }
 # start NAME PORT [CONFIG] : a fresh tender (wiped data directory)
@@ -99,7 +112,8 @@ start() {
   TENDER_ARGS=${3:+--config $3} "$BENCH/tender-cache.sh" start "$d" "$2" "$UPURL" >/dev/null
 }
 stop() { cp "$W/t-$1/tender.log" "$W/logs/$1-$2.log" 2>/dev/null || true; "$BENCH/tender-cache.sh" stop "$W/t-$1" >/dev/null; }
-fan() { EXPECT_BYTES=$BIG_SIZE "$H/fanout.sh" "http://127.0.0.1:$1" "$BIG_REPO" "$BIG_DIGEST" "$2" 2>&1 | tail -1; }
+# The same client in every arm (firstbyte.py, its body hashed), as the issue-19 arms always used.
+fan() { fbb "$1" "$2" | tail -1; }
 metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 ~ "^"n {s += $2} END {print s + 0}'; }
 # idle PORT... : wait until no fill runs on any PORT and one of them uploaded the blob (the upload
 # follows the commit; the replica that lost the lease uploads nothing)
@@ -115,13 +129,28 @@ idle() {
 }
 
 fbb() { python3 "$BENCH/firstbyte.py" "http://127.0.0.1:$1/v2/$BIG_REPO/blobs/$BIG_DIGEST" "$2" --sha256 "${BIG_DIGEST#sha256:}" --expect-bytes "$BIG_SIZE" 2>&1; }
+# CPU-seconds (user + system, all threads) a process used so far; the fields after "(comm) ".
+HZ=$(getconf CLK_TCK)
+cpu() { sed 's/^.*) //' "/proc/$1/stat" | awk -v hz="$HZ" '{printf "%.3f", ($12 + $13) / hz}'; }
+tpid() { cat "$W/t-$1/pid"; }
+# cfbb PORT OUT : one client (firstbyte.py), its body hashed; writes its result line and, last,
+# "client_cpu_s=.." (the subshell's children's user + system time, from `times`)
+cfbb() {
+  # `times` runs in this subshell (not in a pipeline, which would be a subshell of its own)
+  (fbb "$1" 1 | tail -1; times >"$2.times") >"$2"
+  tail -1 "$2.times" | awk '{split($1, u, /[ms]/); split($2, s, /[ms]/); printf "client_cpu_s=%.3f\n", u[1] * 60 + u[2] + s[1] * 60 + s[2]}' >>"$2"
+}
+# settle PORT : wait until no fill runs (the commit follows the last byte sent)
+settle() { local i=0; while [ "$(metric "$1" tender_fills_active)" != 0 ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done; }
+d_cpu() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", b - a}'; }
 # The blob as one S3 object, for SeaweedFS's own GET (the ceiling of a bucket-only read).
 curl -fsS -o "$W/blob" "$UPURL/v2/$BIG_REPO/blobs/$BIG_DIGEST"
 curl -fsS -o /dev/null -X PUT -T "$W/blob" --aws-sigv4 'aws:amz:us-east-1:s3' --user AKIABENCH:bench-secret \
   "$S3URL/tender-bench/whole/blob" || die "could not put the whole blob into SeaweedFS"
 rm -f "$W/blob"
 
-for r in $(seq "$REPS"); do
+[ -n "${CPU_ONLY:-}" ] && WALL_REPS=0 || WALL_REPS=$REPS
+for r in $(seq "$WALL_REPS"); do
   # local: one replica, local disk
   start local "$L_PORT"
   "$H/upstream-bytes.sh" "$UP" reset
@@ -185,6 +214,40 @@ for r in $(seq "$REPS"); do
   stop c "r$r-range"
 done
 
+# CPU per GiB (issue 36): one client per replica, the same client in every arm.
+for r in $(seq "$REPS"); do
+  start local "$L_PORT"; lp=$(tpid local)
+  c0=$(cpu "$lp"); cfbb "$L_PORT" "$W/cc.txt"; settle "$L_PORT"; c1=$(cpu "$lp")
+  rec "run=cpu-cold rep=$r tender_cpu_s=$(d_cpu "$c0" "$c1") $(tail -1 "$W/cc.txt") ok=$(head -1 "$W/cc.txt" | kv ok)"
+  c0=$(cpu "$lp"); cfbb "$L_PORT" "$W/cc.txt"; c1=$(cpu "$lp")
+  rec "run=cpu-hit rep=$r tender_cpu_s=$(d_cpu "$c0" "$c1") $(tail -1 "$W/cc.txt") ok=$(head -1 "$W/cc.txt" | kv ok)"
+  stop local "cpu$r"
+
+  p=cpu$r
+  start a "$A_PORT" "$(config "$p" a)"; start b "$B_PORT" "$(config "$p" b)"
+  ap=$(tpid a) bp=$(tpid b) wp=$(cat "$W/weed.pid")
+  a0=$(cpu "$ap") b0=$(cpu "$bp") w0=$(cpu "$wp")
+  cfbb "$A_PORT" "$W/ca.txt" & fa=$!
+  i=0; until [ "$(metric "$A_PORT" 'tender_bucket_leases_total{outcome="won"}')" -ge 1 ] 2>/dev/null; do
+    i=$((i + 1)); [ $i -le 600 ] || break; sleep 0.05
+  done
+  cfbb "$B_PORT" "$W/cb.txt" & fb=$!
+  wait $fa $fb || true
+  idle "$A_PORT" "$B_PORT"
+  a1=$(cpu "$ap") b1=$(cpu "$bp") w1=$(cpu "$wp")
+  bw=$(metric "$B_PORT" 'tender_bucket_leases_total{outcome="won"}')
+  rec "run=cpu-holder rep=$r tender_cpu_s=$(d_cpu "$a0" "$a1") $(tail -1 "$W/ca.txt") weed_cpu_s=$(d_cpu "$w0" "$w1") ok=$(head -1 "$W/ca.txt" | kv ok) follower_won=${bw:-0}"
+  rec "run=cpu-follower rep=$r tender_cpu_s=$(d_cpu "$b0" "$b1") $(tail -1 "$W/cb.txt") ok=$(head -1 "$W/cb.txt" | kv ok)"
+  stop a "cpu$r"; stop b "cpu$r"
+
+  start c "$C_PORT" "$(config "$p" c)"; cp_=$(tpid c)
+  c0=$(cpu "$cp_") w0=$(cpu "$wp")
+  cfbb "$C_PORT" "$W/cc.txt"; settle "$C_PORT"
+  c1=$(cpu "$cp_") w1=$(cpu "$wp")
+  rec "run=cpu-bucket rep=$r tender_cpu_s=$(d_cpu "$c0" "$c1") $(tail -1 "$W/cc.txt") weed_cpu_s=$(d_cpu "$w0" "$w1") ok=$(head -1 "$W/cc.txt" | kv ok)"
+  stop c "cpu$r"
+done
+
 python3 - "$RES" "$SIZE_MB" "$N" "$RANGE_N" <<'EOF' | tee "$W/table.md"
 import sys, statistics as st
 res, size, n, rn = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
@@ -193,46 +256,70 @@ def med(run, key):
     v = [float(r[key]) for r in rows if r["run"] == run and key in r]
     return st.median(v) if v else float("nan")
 base = med("local", "wall_s")
+wall_rows = any(r["run"] == "local" for r in rows)
 size_b = int(size) * 1048576
-print(f"| run ({size} MiB blob) | clients | wall s (median) | vs local | upstream GETs | upstream bytes / blob | ok |")
-print("|---|---|---|---|---|---|---|")
-names = {"local": "one replica, local disk", "s3": "two replicas on S3, half the clients each",
-         "bucket": "a third replica, blob only in the bucket", "bucket1": "the same, one client",
-         "range": f"ranges of 1 MiB from the bucket"}
-for run in ["local", "s3", "bucket", "bucket1", "range"]:
-    rs = [r for r in rows if r["run"] == run]
-    if not rs:
-        continue
-    w = med(run, "wall_s")
-    gets = "/".join(r.get("up_gets", "-") for r in rs)
-    ub = "/".join(f"{int(r['up_bytes']) / size_b:.2f}" if "up_bytes" in r else "-" for r in rs)
-    ok = "/".join(r["ok"] for r in rs)
-    clients = rn if run == "range" else ("1" if run == "bucket1" else n)
-    vs = f"{w / base:.2f}x" if run != "range" else "-"
-    print(f"| {names[run]} | {clients} | {w:.2f} | {vs} | {gets} | {ub} | {ok} |")
+if wall_rows:
+    print(f"| run ({size} MiB blob) | clients | wall s (median) | vs local | upstream GETs | upstream bytes / blob | ok |")
+    print("|---|---|---|---|---|---|---|")
+    names = {"local": "one replica, local disk", "s3": "two replicas on S3, half the clients each",
+             "bucket": "a third replica, blob only in the bucket", "bucket1": "the same, one client",
+             "range": f"ranges of 1 MiB from the bucket"}
+    for run in ["local", "s3", "bucket", "bucket1", "range"]:
+        rs = [r for r in rows if r["run"] == run]
+        if not rs:
+            continue
+        w = med(run, "wall_s")
+        gets = "/".join(r.get("up_gets", "-") for r in rs)
+        ub = "/".join(f"{int(r['up_bytes']) / size_b:.2f}" if "up_bytes" in r else "-" for r in rs)
+        ok = "/".join(r["ok"] for r in rs)
+        clients = rn if run == "range" else ("1" if run == "bucket1" else n)
+        vs = f"{w / base:.2f}x" if run != "range" else "-"
+        print(f"| {names[run]} | {clients} | {w:.2f} | {vs} | {gets} | {ub} | {ok} |")
 
-def each(run, key):
-    return [float(r[key]) for r in rows if r["run"] == run and key in r and r[key] not in ("-", "")]
-def spread(v, fmt="{:.2f}"):
-    if not v:
-        return "-"
-    m = st.median(v)
-    return (fmt + "x [" + fmt + "–" + fmt + "]").format(m, min(v), max(v)) if len(v) > 1 else (fmt + "x").format(m)
-s3 = [r for r in rows if r["run"] == "s3"]
-ub = [int(r["up_bytes"]) / size_b for r in s3 if "up_bytes" in r]
-wall = [float(r["wall_s"]) / base for r in s3]
-fbb = [float(r["waiter_fbb_s"]) / float(r["holder_fbb_s"]) for r in s3
-       if r.get("holder_fbb_s", "-") not in ("-", "") and r.get("waiter_fbb_s", "-") not in ("-", "")]
-weed = {r["rep"]: float(r["wall_s"]) for r in rows if r["run"] == "weed" and r.get("ok") == "1"}
-one = [weed[r["rep"]] / float(r["wall_s"]) for r in rows if r["run"] == "bucket1" and r["rep"] in weed]
-hf = each("s3", "holder_fbb_s"); wf = each("s3", "waiter_fbb_s")
-print()
-print("| issue 19 figure | target | result (median [min–max]) |")
-print("|---|---|---|")
-print(f"| upstream bytes, two replicas | exactly 1.00x | {spread(ub)} |")
-print(f"| wall time, two replicas cold vs one on local disk | ≤ 1.3x | {spread(wall)} |")
-print(f"| waiter's first body byte vs holder's (medians per run: holder {st.median(hf) if hf else float('nan'):.3f} s, waiter {st.median(wf) if wf else float('nan'):.3f} s) | ≤ 2x | {spread(fbb)} |")
-print(f"| bucket-only read (one client) vs SeaweedFS GET of the same bytes | ≥ 0.8x | {spread(one)} |")
+    def each(run, key):
+        return [float(r[key]) for r in rows if r["run"] == run and key in r and r[key] not in ("-", "")]
+    def spread(v, fmt="{:.2f}"):
+        if not v:
+            return "-"
+        m = st.median(v)
+        return (fmt + "x [" + fmt + "–" + fmt + "]").format(m, min(v), max(v)) if len(v) > 1 else (fmt + "x").format(m)
+    s3 = [r for r in rows if r["run"] == "s3"]
+    ub = [int(r["up_bytes"]) / size_b for r in s3 if "up_bytes" in r]
+    wall = [float(r["wall_s"]) / base for r in s3]
+    fbb = [float(r["waiter_fbb_s"]) / float(r["holder_fbb_s"]) for r in s3
+           if r.get("holder_fbb_s", "-") not in ("-", "") and r.get("waiter_fbb_s", "-") not in ("-", "")]
+    weed = {r["rep"]: float(r["wall_s"]) for r in rows if r["run"] == "weed" and r.get("ok") == "1"}
+    one = [weed[r["rep"]] / float(r["wall_s"]) for r in rows if r["run"] == "bucket1" and r["rep"] in weed]
+    hf = each("s3", "holder_fbb_s"); wf = each("s3", "waiter_fbb_s")
+    print()
+    print("| issue 19 figure | target | result (median [min–max]) |")
+    print("|---|---|---|")
+    print(f"| upstream bytes, two replicas | exactly 1.00x | {spread(ub)} |")
+    print(f"| wall time, two replicas cold vs one on local disk | ≤ 1.3x | {spread(wall)} |")
+    print(f"| waiter's first body byte vs holder's (medians per run: holder {st.median(hf) if hf else float('nan'):.3f} s, waiter {st.median(wf) if wf else float('nan'):.3f} s) | ≤ 2x | {spread(fbb)} |")
+    print(f"| bucket-only read (one client) vs SeaweedFS GET of the same bytes | ≥ 0.8x | {spread(one)} |")
+
+cpu = {k: [r for r in rows if r["run"] == "cpu-" + k] for k in ["cold", "hit", "holder", "follower", "bucket"]}
+if cpu["cold"]:
+    gib = int(size) / 1024
+    def per(k, key="tender_cpu_s"):
+        v = [float(r[key]) / gib for r in cpu[k] if key in r]
+        return st.median(v) if v else float("nan")
+    cold = per("cold")
+    print()
+    print(f"| CPU-seconds per GiB ({size} MiB blob, one client per replica) | tender | vs cold fill | target | clients | SeaweedFS | ok |")
+    print("|---|---|---|---|---|---|---|")
+    names = {"cold": "cold fill, no bucket", "hit": "local hit", "holder": "fill as lease holder (upload included)",
+             "follower": "fill as follower", "bucket": "bucket-only read (copy into the cache)"}
+    targets = {"holder": "≤ 1.3x", "follower": "≤ 1.2x", "bucket": "≤ 1.2x"}
+    for k in ["cold", "hit", "holder", "follower", "bucket"]:
+        if not cpu[k]:
+            continue
+        t = per(k)
+        each_r = "/".join(f"{float(r['tender_cpu_s']) / gib:.2f}" for r in cpu[k])
+        weed = per("holder", "weed_cpu_s") if k in ("holder", "follower") else (per(k, "weed_cpu_s") if k == "bucket" else float("nan"))
+        weed_s = "-" if weed != weed else (f"{weed:.2f} (both)" if k in ("holder", "follower") else f"{weed:.2f}")
+        print(f"| {names[k]} | {t:.2f} ({each_r}) | {t / cold:.2f}x | {targets.get(k, '-')} | {per(k, 'client_cpu_s'):.2f} | {weed_s} | {'/'.join(r.get('ok', '-') for r in cpu[k])} |")
 EOF
 if [ -n "${BENCH_OUT:-}" ]; then
   { echo; echo "Run $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), \`REPS=$REPS SIZE_MB=$SIZE_MB N=$N bash bench/s3.sh\`:"; echo; cat "$W/table.md"; } >>"$BENCH_OUT"

@@ -1,10 +1,54 @@
 //! The index of an object in the bucket: its size, the sha256 of each chunk and, when the
 //! chunk size is a multiple of the sub-chunk size, the sha256 of each sub-chunk (so a range
 //! reads and verifies only the sub-chunks it needs).
+//!
+//! With `storage.s3.indexKeyFile`, the replica that wrote an index signs it (`mac`, an
+//! HMAC-SHA256 under the key the replicas share, over the digest the index is for and every
+//! field that says which bytes are that digest's); a reader with the same key that finds the
+//! signature good marks the index [`ChunkIndex::signed`], and then takes chunks verified
+//! against it for the digest's bytes without hashing the whole object again.
 
 use std::ops::Range;
+use std::sync::Arc;
 
+use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use tender_oci::Digest;
+
+/// The key the replicas share to sign and check indexes (`storage.s3.indexKeyFile`).
+#[derive(Clone)]
+pub struct IndexKey(Arc<[u8]>);
+
+impl std::fmt::Debug for IndexKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IndexKey(..)")
+    }
+}
+
+impl IndexKey {
+    pub fn new(key: &[u8]) -> IndexKey {
+        IndexKey(Arc::from(key))
+    }
+
+    fn mac(&self, d: &Digest, index: &ChunkIndex) -> Hmac<Sha256> {
+        // HMAC takes a key of any length.
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!());
+        m.update(&index.signed_bytes(d));
+        m
+    }
+
+    /// The signature of `index` as the index of `d`, in hex.
+    pub fn sign(&self, d: &Digest, index: &ChunkIndex) -> String {
+        hex::encode(self.mac(d, index).finalize().into_bytes())
+    }
+
+    /// Whether `index` carries a good signature as the index of `d` (compared in constant time).
+    pub fn verify(&self, d: &Digest, index: &ChunkIndex) -> bool {
+        let Some(sig) = index.mac.as_deref().and_then(|m| hex::decode(m).ok()) else { return false };
+        self.mac(d, index).verify_slice(&sig).is_ok()
+    }
+}
 
 /// Written after an object's content; its presence makes the object visible to readers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +77,14 @@ pub struct ChunkIndex {
     /// bytes, in order (the last may be shorter; an empty chunk has one, empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sub_chunks: Vec<Vec<String>>,
+    /// The writer's signature with the replicas' index key ([`IndexKey::sign`]), in hex;
+    /// absent without a key (older tenders neither write nor read it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    /// Set by the reader, never stored: `mac` is good under this replica's key for the digest
+    /// the index was read as, so chunks verified against it are that digest's bytes.
+    #[serde(skip)]
+    pub signed: bool,
 }
 
 impl ChunkIndex {
@@ -48,7 +100,35 @@ impl ChunkIndex {
             upload: None,
             sub_chunk_size: None,
             sub_chunks: Vec::new(),
+            mac: None,
+            signed: false,
         }
+    }
+
+    /// What the signature covers: the digest, then every field that says which bytes are the
+    /// digest's (variable strings length-prefixed, so no two indexes give the same bytes).
+    /// Who wrote it and when are not covered: they say nothing about the bytes.
+    fn signed_bytes(&self, d: &Digest) -> Vec<u8> {
+        let text = |s: Option<&str>| s.map_or_else(|| "-".to_string(), |s| format!("{}:{s}", s.len()));
+        let mut out = format!(
+            "tender-index-signature-1\n{d}\n{}\n{}\n{}\n{}\n{}\n{}\n",
+            self.format,
+            self.size,
+            self.chunk_size,
+            text(self.upload.as_deref()),
+            text(self.media_type.as_deref()),
+            self.sub_chunk_size.map_or_else(|| "-".to_string(), |s| s.to_string()),
+        );
+        for c in &self.chunks {
+            out.push_str(c);
+            out.push('\n');
+        }
+        for (i, subs) in self.sub_chunks.iter().enumerate() {
+            out.push_str(&format!("{i}:"));
+            out.push_str(&subs.join(","));
+            out.push('\n');
+        }
+        out.into_bytes()
     }
 
     /// The index of content written as chunk objects by `upload` (format 2).

@@ -76,7 +76,7 @@ pub use books::Stray;
 pub use breaker::{BucketState, Cause};
 pub use gc::{BucketGcReport, EvictedObject};
 pub use heal::HealReport;
-pub use index::ChunkIndex;
+pub use index::{ChunkIndex, IndexKey};
 pub use lease::{GiveUp, Lease, LeaseOutcome};
 pub use maintenance::{BucketFsckReport, BucketProblem};
 pub use metrics::BucketMetrics;
@@ -667,8 +667,9 @@ impl Bucket {
             return Ok(Some(i));
         }
         let p = self.index_path(d);
-        let Some(index) = self.get_json::<ChunkIndex>(&p).await? else { return Ok(None) };
+        let Some(mut index) = self.get_json::<ChunkIndex>(&p).await? else { return Ok(None) };
         index.validate().map_err(|m| self.corrupt(&p, m))?;
+        index.signed = self.signs(d, &index);
         let index = Arc::new(index);
         if let Ok(mut m) = self.indexes.lock() {
             if m.len() >= INDEX_CACHE {
@@ -677,6 +678,24 @@ impl Bucket {
             m.insert(*d, index.clone());
         }
         Ok(Some(index))
+    }
+
+    /// Whether `index` is signed with this replica's index key as the index of `d`. A
+    /// signature that does not hold (another key, or none) is not an error: the readers of
+    /// the object hash it whole, as without a key.
+    fn signs(&self, d: &Digest, index: &ChunkIndex) -> bool {
+        let Some(k) = &self.settings.index_key else { return false };
+        if index.mac.is_none() {
+            return false;
+        }
+        let good = k.verify(d, index);
+        if !good {
+            self.metrics.unsigned_indexes.inc();
+            tracing::warn!(bucket = %self.settings.bucket, digest = %d, by = %index.uploaded_by,
+                "an index's signature does not hold under this replica's storage.s3.indexKeyFile (another key, or \
+                 forged): its object is hashed whole when read");
+        }
+        good
     }
 
     /// The trust record of an asset key, if a replica recorded one.
@@ -801,6 +820,17 @@ impl Bucket {
         let size = file.metadata().await.map_err(local_err)?.len();
         let mut file = tokio::io::BufReader::with_capacity(1 << 20, file);
         let (mut upload, mut done) = match resume {
+            Some(mut u) if u.chunk_size() == chunk && u.covers(size) => {
+                // Every chunk was written during the fill from its spool file, which the fill
+                // hashed as it wrote it and committed under `d`: the file is not read and
+                // hashed a second time (the trust model in SECURITY.md).
+                u.set_total(Some(size)).await;
+                let index = u.finish(d, size, media_type).await?;
+                self.metrics.uploads.inc();
+                tracing::info!(bucket = %self.settings.bucket, digest = %d, bytes = size, streamed = true,
+                    ms = started.elapsed().as_millis() as u64, "uploaded to the bucket");
+                return Ok(index);
+            }
             Some(mut u) if u.chunk_size() == chunk => {
                 u.set_total(Some(size)).await;
                 let done = u.chunks().await;

@@ -39,6 +39,11 @@ pub struct BucketMetrics {
     pub healed_chunks: Counter,
     /// Fills that went to the upstream because the bucket was measured slower than it.
     pub bypassed_slow: Counter,
+    /// Indexes whose signature does not hold under this replica's index key (read whole).
+    pub unsigned_indexes: Counter,
+    /// Bytes copied into this replica's cache without a second hash pass: every chunk was
+    /// verified against a signed index that names the object's digest.
+    pub vouched_bytes: Counter,
 }
 
 impl BucketMetrics {
@@ -88,6 +93,16 @@ impl BucketMetrics {
             "tender_bucket_bypassed_slow",
             "Fills that went to the upstream because the bucket was measured slower than it",
             self.bypassed_slow.clone(),
+        );
+        r.register(
+            "tender_bucket_unsigned_indexes",
+            "Indexes read whose signature does not hold under storage.s3.indexKeyFile (their objects are hashed whole)",
+            self.unsigned_indexes.clone(),
+        );
+        r.register(
+            "tender_bucket_vouched_bytes",
+            "Bytes copied from the bucket into the cache hashed once: each chunk verified against a signed index",
+            self.vouched_bytes.clone(),
         );
     }
 

@@ -163,8 +163,12 @@ pub struct PartUpload {
     record: Arc<tokio::sync::Mutex<Recorded>>,
     /// Chunk uploads in flight, in order; each lists its chunk in the record when it landed.
     pending: VecDeque<tokio::task::JoinHandle<Result<(), BucketError>>>,
-    /// Chunks handed to [`PartUpload::put_chunk`] so far.
+    /// Chunks handed to [`PartUpload::put_chunk`] so far, and their bytes.
     queued: usize,
+    handed: u64,
+    /// A chunk shorter than `chunk_size` was handed over before another one (only the last
+    /// may be short): the chunks do not tile an object.
+    ragged: bool,
     /// Whether the record was written yet (it is, before the first chunk).
     recorded: bool,
     renewer: Option<tokio::task::JoinHandle<()>>,
@@ -198,6 +202,12 @@ impl PartUpload {
     /// The object's size, once known (readers following the upload use it).
     pub async fn set_total(&mut self, total: Option<u64>) {
         self.record.lock().await.progress.total = total;
+    }
+
+    /// Whether the chunks handed over are, in order, exactly `size` bytes in chunks of
+    /// `chunk_size` (the last one shorter): an object of that size, whole.
+    pub fn covers(&self, size: u64) -> bool {
+        !self.ragged && self.handed == size && self.queued == ChunkIndex::chunk_count(size, self.chunk_size)
     }
 
     /// The sha256 of every chunk written (after [`PartUpload::flush`], every chunk handed over).
@@ -265,7 +275,11 @@ impl PartUpload {
         }
         self.announce().await?;
         let i = self.queued;
+        if i > 0 && self.handed != (i as u64).saturating_mul(self.chunk_size) {
+            self.ragged = true;
+        }
         self.queued += 1;
+        self.handed = self.handed.saturating_add(bytes.len() as u64);
         let p = self.bucket.part_path(&self.upload_id(), i);
         let (me, record, path) = (self.bucket.clone(), self.record.clone(), self.path.clone());
         let (failed, sub) = (self.failed.clone(), self.sub_chunk_size);
@@ -376,6 +390,10 @@ impl PartUpload {
         }
         index.media_type = media_type.map(str::to_string);
         index.validate().map_err(|m| b.corrupt(&b.index_path(d), m))?;
+        if let Some(k) = &b.settings.index_key {
+            index.mac = Some(k.sign(d, &index));
+            index.signed = true;
+        }
         b.put_json(&b.index_path(d), &index, PutMode::Overwrite).await?;
         self.drop_record(&upload).await;
         let index = Arc::new(index);
@@ -466,6 +484,8 @@ impl Bucket {
             })),
             pending: VecDeque::new(),
             queued: 0,
+            handed: 0,
+            ragged: false,
             recorded: false,
             renewer: None,
             failed: Arc::new(tokio::sync::watch::channel(false).0),

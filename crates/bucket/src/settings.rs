@@ -82,6 +82,11 @@ pub struct BucketSettings {
     /// replica may be reading them right now. Keys nothing names (module `books`) are removed
     /// by the sweep and gc once older than this.
     pub gc_grace: Duration,
+    /// The key the replicas share to authenticate the indexes they write
+    /// (`storage.s3.indexKeyFile`; module `index`): a replica that verified an object's digest
+    /// signs its index, and a reader trusts a signed index's chunk hashes as that digest's, so
+    /// it hashes each byte once. `None`: every reader hashes the whole object as well.
+    pub index_key: Option<crate::IndexKey>,
 }
 
 impl BucketSettings {
@@ -105,6 +110,7 @@ impl BucketSettings {
             probe_interval: Duration::from_secs(5),
             max_size: None,
             gc_grace: Duration::from_secs(600),
+            index_key: None,
         }
     }
 

@@ -1740,3 +1740,82 @@ async fn should_make_a_second_heal_a_no_op() {
     a.forget(&gone);
     assert_eq!(b.heal_missing(&gone, &local).await.unwrap(), HealReport::NoIndex);
 }
+
+fn keyed_on(store: &Arc<InMemory>, replica: &str, key: Option<&str>) -> Arc<Bucket> {
+    let mut s = BucketSettings::new("test");
+    s.chunk_size = 1024;
+    s.prefix = "fleet".into();
+    s.replica = replica.into();
+    s.index_key = key.map(|k| IndexKey::new(k.as_bytes()));
+    Bucket::with_store(store.clone(), s, BucketMetrics::default())
+}
+
+const KEY: &str = "0123456789abcdef0123456789abcdef";
+
+/// Issue 36: with `storage.s3.indexKeyFile` the uploading replica signs the index; another
+/// replica with the same key finds it signed (and then takes chunks verified against it for
+/// the digest's bytes); without the key, with another key, for another digest, or with any
+/// field that says which bytes are the digest's changed, it is not signed.
+#[tokio::test]
+async fn should_sign_indexes_so_only_a_replica_with_the_key_trusts_them() {
+    let mem = Arc::new(InMemory::new());
+    let a = keyed_on(&mem, "a", Some(KEY));
+    let bytes = content(3 * 1024 + 9);
+    let d = uploaded(&a, &bytes).await;
+    let stored: ChunkIndex = serde_json::from_slice(
+        &mem.get(&ObjectPath::from(format!("fleet/index/sha256/{}.json", d.hex())))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(stored.mac.as_deref().is_some_and(|m| m.len() == 64), "{stored:?}");
+    assert!(!stored.signed, "never stored");
+    assert!(keyed_on(&mem, "b", Some(KEY)).index(&d).await.unwrap().unwrap().signed);
+    assert!(!keyed_on(&mem, "c", None).index(&d).await.unwrap().unwrap().signed, "no key: read as today");
+    let other = keyed_on(&mem, "d", Some("another key of thirty-two bytes!"));
+    assert!(!other.index(&d).await.unwrap().unwrap().signed, "another key");
+    assert_eq!(other.metrics().unsigned_indexes.get(), 1);
+    assert_eq!(
+        read_all(&other, d, 0, bytes.len() as u64).await.unwrap(),
+        bytes,
+        "still read, hashed whole by its reader"
+    );
+
+    let k = IndexKey::new(KEY.as_bytes());
+    assert!(k.verify(&d, &stored));
+    assert!(!k.verify(&Digest::of(b"another object"), &stored), "the signature names the digest");
+    let mut changed = stored.clone();
+    changed.chunks[1] = "00".repeat(32);
+    assert!(!k.verify(&d, &changed), "a chunk hash");
+    let mut changed = stored.clone();
+    changed.size -= 1;
+    assert!(!k.verify(&d, &changed), "the size");
+    let mut changed = stored.clone();
+    changed.upload = Some("f".repeat(32));
+    assert!(!k.verify(&d, &changed), "the chunk objects");
+    let mut changed = stored.clone();
+    changed.media_type = Some("application/json".into());
+    assert!(!k.verify(&d, &changed), "the media type");
+    let mut changed = stored.clone();
+    changed.uploaded_by = "someone".into();
+    assert!(k.verify(&d, &changed), "who wrote it says nothing about the bytes");
+    let mut changed = stored.clone();
+    changed.mac = Some("zz".into());
+    assert!(!k.verify(&d, &changed), "not hex");
+
+    // A signed index copied under another digest, with that digest's... nothing: refused as
+    // signed, so its reader hashes the whole and finds it is not that object.
+    let e = Digest::of(b"the object a forger wants served");
+    mem.put(
+        &ObjectPath::from(format!("fleet/index/sha256/{}.json", e.hex())),
+        PutPayload::from(serde_json::to_vec(&stored).unwrap()),
+    )
+    .await
+    .unwrap();
+    let b = keyed_on(&mem, "e", Some(KEY));
+    assert!(!b.index(&e).await.unwrap().unwrap().signed);
+    assert!(b.read_small(&e, 1 << 20).await.unwrap_err().is_corrupt(), "the whole read shows it");
+}

@@ -88,6 +88,7 @@ pub struct RawS3 {
     pub probe_interval: Option<String>,
     pub max_size: Option<String>,
     pub gc_grace: Option<String>,
+    pub index_key_file: Option<PathBuf>,
 }
 
 /// Another tender that every upstream request goes to (tiered caches).
@@ -1046,6 +1047,20 @@ fn resolve_s3(name: &str, raw: &RawS3) -> Result<tender_bucket::BucketSettings, 
         })?);
     }
     s.gc_grace = duration(name, "storage.s3.gcGrace", &raw.gc_grace, s.gc_grace)?;
+    if let Some(f) = &raw.index_key_file {
+        let key = read("storage.s3.indexKeyFile", f)?;
+        if key.len() < 32 {
+            return Err(err(
+                "storage.s3.indexKeyFile",
+                format!(
+                    "{}: the key is {} characters; give at least 32 (e.g. `openssl rand -hex 32`), the same on every replica",
+                    f.display(),
+                    key.len()
+                ),
+            ));
+        }
+        s.index_key = Some(tender_bucket::IndexKey::new(key.as_bytes()));
+    }
     s.replica = match &raw.replica {
         Some(r) => r.clone(),
         None => std::env::var("HOSTNAME")

@@ -18,6 +18,10 @@ pub struct Opened {
     /// The whole object's length, when the upstream says it.
     pub total: Option<u64>,
     pub body: BoxStream<'static, Result<Bytes, FetchError>>,
+    /// Set by a source that proves the object's digest once its body, opened at the first
+    /// byte, ended (a shared bucket's signed index): the fill then writes the bytes without
+    /// hashing them again (see [`tender_store::Vouch`]).
+    pub vouch: Option<tender_store::Vouch>,
 }
 
 /// Where a fill gets its bytes: opens the object at an offset (0, or a resume point).

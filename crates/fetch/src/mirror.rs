@@ -1146,7 +1146,7 @@ pub(crate) fn opened_from(up: &Arc<Upstream>, resp: reqwest::Response, offset: u
     };
     let err_name = name.clone();
     let body = resp.bytes_stream().map(move |r| r.map_err(|e| FetchError::from_reqwest(&err_name, &e))).boxed();
-    Ok(Opened { partial, total, body })
+    Ok(Opened { partial, total, body, vouch: None })
 }
 
 /// `bytes <start>-<end>/<total|*>` -> (start, total).

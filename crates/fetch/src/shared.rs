@@ -365,11 +365,50 @@ impl Source for BucketSource {
         async move {
             let total = index.size;
             let b = bucket.clone();
-            let body = bucket.copy(d, index, offset, total).map(move |r| r.map_err(|e| fetch_error(&b, e))).boxed();
-            Ok(Opened { partial: true, total: Some(total), body })
+            // A signed index names the digest of the chunks it lists: a copy of every chunk,
+            // each verified against it, is that digest's bytes.
+            let vouch = (index.signed && offset == 0).then(tender_store::Vouch::new);
+            let body = bucket.copy(d, index, offset, total).map(move |r| r.map_err(|e| fetch_error(&b, e)));
+            let body = match &vouch {
+                Some(v) => vouching(body, v.clone(), d, total).boxed(),
+                None => body.boxed(),
+            };
+            Ok(Opened { partial: true, total: Some(total), body, vouch })
         }
         .boxed()
     }
+}
+
+/// `body` (chunks verified against a signed index of `d`), proving `d` once it ended after
+/// `len` bytes without an error.
+fn vouching<E: Send + 'static>(
+    body: impl futures::Stream<Item = Result<bytes::Bytes, E>> + Send + 'static,
+    vouch: tender_store::Vouch,
+    d: Digest,
+    len: u64,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, E>> + Send + 'static {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let (seen, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+    let (s2, f2) = (seen.clone(), failed.clone());
+    body.inspect(move |r| match r {
+        Ok(b) => {
+            s2.fetch_add(b.len() as u64, Ordering::Relaxed);
+        }
+        Err(_) => f2.store(true, Ordering::Relaxed),
+    })
+    .map(Some)
+    .chain(futures::stream::once(async move {
+        if !failed.load(Ordering::Relaxed) && seen.load(Ordering::Relaxed) == len {
+            vouch.prove(d);
+        }
+        None
+    }))
+    .filter_map(futures::future::ready)
+}
+
+/// Whether `index` is signed and lists `verified` as its first chunks.
+fn lists(index: &ChunkIndex, verified: &[String]) -> bool {
+    index.signed && index.chunks.get(..verified.len()).is_some_and(|c| c == verified)
 }
 
 /// A fill's source that reads another replica's upload in progress chunk by chunk as its
@@ -398,11 +437,37 @@ struct Follow {
     last_news: Instant,
     /// The object finished: the rest comes by its index.
     rest: Option<futures::stream::BoxStream<'static, Result<bytes::Bytes, BucketError>>>,
+    /// With the replicas' index key and opened at the first byte: proven once every chunk
+    /// followed is the one the object's signed index lists (then the fill hashes no byte
+    /// twice), along with the hashes the chunks followed were verified against.
+    vouch: Option<(tender_store::Vouch, Vec<String>)>,
 }
 
 impl Follow {
     fn err(&self, message: String) -> BucketError {
         BucketError::Setup { bucket: self.bucket.name().to_string(), message }
+    }
+
+    /// Every chunk of the object was followed: prove its digest when the signed index, which
+    /// the holder writes right after its last chunk, lists exactly the chunks followed (waited
+    /// for at most a lease term; without it the fill hashes its bytes as before).
+    async fn vouch_at_end(&mut self, total: u64) {
+        let Some((vouch, verified)) = self.vouch.take() else { return };
+        let waited = Instant::now();
+        loop {
+            match finished_index(&self.bucket, &self.finished).await {
+                Ok(Some((d, index))) => {
+                    if index.size == total && index.chunks.len() == verified.len() && lists(&index, &verified) {
+                        vouch.prove(d);
+                    }
+                    return;
+                }
+                Ok(None) if waited.elapsed() < self.bucket.settings().lease_ttl => {
+                    tokio::time::sleep(FOLLOW_POLL.min(first_pause(waited.elapsed()))).await;
+                }
+                _ => return,
+            }
+        }
     }
 
     /// The next piece of the object, `None` at its end.
@@ -414,6 +479,7 @@ impl Follow {
             let cs = self.progress.chunk_size;
             if let Some(total) = self.progress.total {
                 if (self.next as u64).saturating_mul(cs).saturating_add(self.skip as u64) >= total {
+                    self.vouch_at_end(total).await;
                     return None;
                 }
             }
@@ -434,6 +500,9 @@ impl Follow {
                             ))));
                         }
                     }
+                }
+                if let Some((_, verified)) = self.vouch.as_mut() {
+                    verified.push(hash.clone());
                 }
                 self.next = self.next.saturating_add(1);
                 let from = std::mem::take(&mut self.skip).min(b.len());
@@ -471,7 +540,13 @@ impl Follow {
                         Ok(Some((d, index))) => {
                             let at = (self.next as u64).saturating_mul(cs).saturating_add(self.skip as u64);
                             let size = index.size;
-                            self.rest = Some(self.bucket.copy(d, index, at, size));
+                            let vouch =
+                                self.vouch.take().filter(|(_, verified)| self.skip == 0 && lists(&index, verified));
+                            let rest = self.bucket.copy(d, index, at, size);
+                            self.rest = Some(match vouch {
+                                Some((v, _)) => vouching(rest, v, d, size.saturating_sub(at)).boxed(),
+                                None => rest,
+                            });
                             continue;
                         }
                         // An asset's trust record follows its index: look again while the
@@ -521,14 +596,17 @@ impl Source for FollowSource {
             began: Instant::now(),
             last_news: Instant::now(),
             rest: None,
+            vouch: (offset == 0 && self.bucket.settings().index_key.is_some())
+                .then(|| (tender_store::Vouch::new(), Vec::new())),
         };
+        let vouch = follow.vouch.as_ref().map(|(v, _)| v.clone());
         let total = self.progress.total;
         let bucket = self.bucket.clone();
         async move {
             let body = futures::stream::unfold(follow, |mut f| async move { f.next().await.map(|r| (r, f)) })
                 .map(move |r| r.map_err(|e| fetch_error(&bucket, e)))
                 .boxed();
-            Ok(Opened { partial: true, total, body })
+            Ok(Opened { partial: true, total, body, vouch })
         }
         .boxed()
     }

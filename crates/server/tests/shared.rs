@@ -594,3 +594,102 @@ async fn should_leave_an_upload_that_shows_no_progress_for_a_lease_term_though_i
     assert!(lease.held(), "the holder's lease lived throughout");
     drop(lease);
 }
+
+const INDEX_KEY: &str = "0123456789abcdef0123456789abcdef";
+
+/// [`bucket`] with the replicas' index key (`storage.s3.indexKeyFile`), or another, or none.
+fn keyed(mem: &Arc<InMemory>, replica: &str, key: Option<&str>) -> Arc<Bucket> {
+    let mut s = BucketSettings::new("fleet");
+    s.chunk_size = 1 << 20;
+    s.replica = replica.into();
+    s.index_key = key.map(|k| tender_bucket::IndexKey::new(k.as_bytes()));
+    Bucket::with_store(mem.clone(), s, BucketMetrics::default())
+}
+
+/// Issue 36 (one hash pass per byte): with the index key, a replica that follows another's
+/// upload, and one that copies the finished object, verify each chunk against the signed
+/// index and do not hash the whole object again (`tender_bucket_vouched_bytes`); without the
+/// key a replica hashes as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_hash_each_byte_once_when_following_or_copying_under_a_signed_index() {
+    let fake = FakeUpstream::start().await;
+    let body = random_bytes(3 << 20, 93);
+    let digest = fake.add_blob(body.clone());
+    *fake.state.steady.lock().unwrap() = Some(Fault::SlowDrip(2 << 20));
+    let mem = Arc::new(InMemory::new());
+    let (ba, bb) = (keyed(&mem, "a", Some(INDEX_KEY)), keyed(&mem, "b", Some(INDEX_KEY)));
+    let a = replica(&fake, None, ba.clone()).await;
+    let b = replica(&fake, None, bb.clone()).await;
+    let path = format!("/v2/ghcr.io/x/blobs/{digest}");
+    let holder = tokio::spawn(get_owned(a.url(&path)));
+    let (probe, key) = (bucket(&mem, "probe"), format!("ghcr.io@{digest}"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while probe.progress(&key).await.unwrap().is_none_or(|p| p.chunks.is_empty()) {
+        assert!(Instant::now() < deadline, "the holder's upload never listed a chunk");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(get_owned(b.url(&path)).await, body, "the follower's client");
+    assert_eq!(holder.await.unwrap(), body);
+    a.wait_idle().await;
+    b.wait_idle().await;
+    assert_eq!(fake.blob_gets(), 1);
+    assert_eq!(bb.metrics().vouched_bytes.get(), body.len() as u64, "the follower hashed each byte once");
+    assert_eq!(ba.metrics().vouched_bytes.get(), 0, "the holder hashed what the upstream sent");
+    let d: tender_oci::Digest = digest.parse().unwrap();
+    assert!(keyed(&mem, "check", Some(INDEX_KEY)).index(&d).await.unwrap().unwrap().signed);
+
+    *fake.state.steady.lock().unwrap() = None;
+    let bc = keyed(&mem, "c", Some(INDEX_KEY));
+    let c = replica(&fake, None, bc.clone()).await;
+    assert_eq!(get_owned(c.url(&path)).await, body, "a copy from the bucket");
+    c.wait_idle().await;
+    assert_eq!(bc.metrics().vouched_bytes.get(), body.len() as u64, "the copy hashed each byte once");
+    let plain = keyed(&mem, "d", None);
+    let d_ = replica(&fake, None, plain.clone()).await;
+    assert_eq!(get_owned(d_.url(&path)).await, body);
+    d_.wait_idle().await;
+    assert_eq!(plain.metrics().vouched_bytes.get(), 0, "no key: the whole object hashed as before");
+    assert_eq!(fake.blob_gets(), 1, "every replica from the bucket");
+}
+
+/// Issue 36: a bucket writer without the replicas' index key writes chunk objects and an
+/// index for a digest that describe other bytes (consistently: each chunk matches its hash),
+/// unsigned or signed with a key of its own. A replica with the key never serves them: the
+/// index is not signed under its key, so the copy is hashed whole, found wrong, and the
+/// object comes from the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_never_serve_a_forged_index_and_forged_chunks_with_the_index_key() {
+    for forger_key in [None, Some("a forger's own key of 32 bytes!!")] {
+        let fake = FakeUpstream::start().await;
+        let len = (2 << 20) + 5;
+        let body = random_bytes(len, 94);
+        let digest = fake.add_blob(body.clone());
+        let d: tender_oci::Digest = digest.parse().unwrap();
+        let mem = Arc::new(InMemory::new());
+        let forger = keyed(&mem, "x", forger_key);
+        let forged = random_bytes(len, 95);
+        let mut u = forger.begin_parts(None, Some(d), Some(len as u64));
+        for piece in forged.chunks(1 << 20) {
+            u.put_chunk(bytes::Bytes::copy_from_slice(piece)).await.unwrap();
+        }
+        u.finish(&d, len as u64, None).await.unwrap();
+
+        let bc = keyed(&mem, "c", Some(INDEX_KEY));
+        let c = replica(&fake, None, bc.clone()).await;
+        let path = format!("/v2/ghcr.io/x/blobs/{digest}");
+        let first = get(&c.url(&path), &[]).await;
+        if let (200, Ok(got)) = (first.status, &first.body) {
+            assert_eq!(sha(got), sha(&body), "never the forged bytes ({forger_key:?})");
+        }
+        c.wait_idle().await;
+        let again = get(&c.url(&path), &[]).await;
+        assert_eq!(sha(&again.body.unwrap()), sha(&body), "from the upstream ({forger_key:?})");
+        assert_eq!(bc.metrics().vouched_bytes.get(), 0);
+        assert_eq!(
+            bc.metrics().unsigned_indexes.get(),
+            u64::from(forger_key.is_some()),
+            "a signature that does not hold"
+        );
+        assert!(fake.blob_gets() >= 1);
+    }
+}

@@ -22,6 +22,54 @@ pub struct SpoolWriter {
     /// Bytes from this offset on were hashed but not written (a pass-through fill: the disk
     /// could not take them); the file, unlinked, holds only what came before.
     unstored_from: Option<u64>,
+    /// The bytes are written but not hashed (from the first): their source vouches for the
+    /// object's digest once it delivered them all ([`SpoolWriter::defer_hashing`]).
+    deferred: Option<Vouch>,
+}
+
+/// A source's word for a fill's digest: set once the source delivered, from the object's first
+/// byte to its last, only bytes it verified against a record that names that digest (a shared
+/// bucket's signed index). Until it is set the bytes count as unhashed.
+#[derive(Debug, Clone, Default)]
+pub struct Vouch(std::sync::Arc<std::sync::OnceLock<Digest>>);
+
+impl Vouch {
+    pub fn new() -> Vouch {
+        Vouch::default()
+    }
+
+    /// Every byte delivered is the object `d`'s (the first call wins).
+    pub fn prove(&self, d: Digest) {
+        let _ = self.0.set(d);
+    }
+
+    pub fn proven(&self) -> Option<Digest> {
+        self.0.get().copied()
+    }
+}
+
+/// The hashing a deferred writer still owes, done off the writer (on a blocking thread): the
+/// bytes of its file from the first to `len`.
+#[derive(Debug)]
+pub struct CatchUp {
+    file: File,
+    len: u64,
+    hasher: Hasher,
+}
+
+impl CatchUp {
+    /// Hash the bytes (blocking).
+    pub fn run(mut self) -> io::Result<CatchUp> {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut at = 0u64;
+        while at < self.len {
+            let n = usize::try_from((self.len - at).min(buf.len() as u64)).unwrap_or(buf.len());
+            self.file.read_exact_at(&mut buf[..n], at)?;
+            self.hasher.update(&buf[..n]);
+            at += n as u64;
+        }
+        Ok(self)
+    }
 }
 
 /// A spool file whose writing is finished: its path, length and digest.
@@ -38,7 +86,7 @@ impl SpoolWriter {
             std::fs::create_dir_all(dir)?;
         }
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
-        Ok(SpoolWriter { path, file, hasher: algorithm.hasher(), len: 0, unstored_from: None })
+        Ok(SpoolWriter { path, file, hasher: algorithm.hasher(), len: 0, unstored_from: None, deferred: None })
     }
 
     /// Reopen an existing spool file and re-hash its content, to append after it.
@@ -55,7 +103,7 @@ impl SpoolWriter {
             hasher.update(&buf[..n]);
             len += n as u64;
         }
-        Ok(SpoolWriter { path, file, hasher, len, unstored_from: None })
+        Ok(SpoolWriter { path, file, hasher, len, unstored_from: None, deferred: None })
     }
 
     /// A writer that stores nothing (the spool file could not even be created: no space, no
@@ -63,13 +111,63 @@ impl SpoolWriter {
     /// anonymous memory file, so readers have a handle like any other fill's.
     pub(crate) fn unstored(path: PathBuf, algorithm: Algorithm) -> io::Result<SpoolWriter> {
         let fd = rustix::fs::memfd_create("tender-pass-through", rustix::fs::MemfdFlags::CLOEXEC)?;
-        Ok(SpoolWriter { path, file: File::from(fd), hasher: algorithm.hasher(), len: 0, unstored_from: Some(0) })
+        Ok(SpoolWriter {
+            path,
+            file: File::from(fd),
+            hasher: algorithm.hasher(),
+            len: 0,
+            unstored_from: Some(0),
+            deferred: None,
+        })
+    }
+
+    /// Write the bytes that follow without hashing them, because `vouch` will prove the
+    /// object's digest (see [`Vouch`]); only from the first byte of a stored spool. Whatever
+    /// `vouch` does not prove is hashed from the file before the digest is given
+    /// ([`SpoolWriter::catch_up`], [`SpoolWriter::seal`]): the digest is never taken on trust
+    /// without the proof. Returns whether hashing is deferred.
+    pub fn defer_hashing(&mut self, vouch: Vouch) -> bool {
+        if self.len == 0 && self.unstored_from.is_none() {
+            self.deferred = Some(vouch);
+        }
+        self.deferred.is_some()
+    }
+
+    /// Hashing was deferred and is still (proven or not).
+    pub fn is_deferred(&self) -> bool {
+        self.deferred.is_some()
+    }
+
+    /// Hashing is deferred and no proof came (yet): [`SpoolWriter::catch_up`] owes it.
+    pub fn owes_hashing(&self) -> bool {
+        self.deferred.as_ref().is_some_and(|v| v.proven().is_none())
+    }
+
+    /// The hashing a deferred writer owes, for a blocking thread; `None` when it owes none.
+    /// Give the result to [`SpoolWriter::caught_up`].
+    pub fn catch_up(&self) -> io::Result<Option<CatchUp>> {
+        if !self.owes_hashing() {
+            return Ok(None);
+        }
+        Ok(Some(CatchUp { file: self.file.try_clone()?, len: self.len, hasher: self.algorithm().hasher() }))
+    }
+
+    /// Take the hash of a finished [`CatchUp`]: the writer hashes as usual from here on.
+    pub fn caught_up(&mut self, done: CatchUp) -> io::Result<()> {
+        if done.len != self.len {
+            return Err(io::Error::other(format!("caught up to byte {} of {}", done.len, self.len)));
+        }
+        self.hasher = done.hasher;
+        self.deferred = None;
+        Ok(())
     }
 
     /// Stop writing to disk: from here on [`SpoolWriter::append_unstored`] hashes the bytes
     /// without storing them. The spool file is unlinked at once (its handles, readers' too,
-    /// keep what it holds until they close), so nothing partial stays on disk.
+    /// keep what it holds until they close), so nothing partial stays on disk. A writer that
+    /// owes hashing must catch up first.
     pub fn stop_storing(&mut self) {
+        debug_assert!(!self.owes_hashing(), "a deferred writer stops storing before it caught up");
         if self.unstored_from.is_none() {
             self.unstored_from = Some(self.len);
             let _ = std::fs::remove_file(&self.path);
@@ -92,7 +190,9 @@ impl SpoolWriter {
 
     /// Hash bytes that follow without writing them (after [`SpoolWriter::stop_storing`]).
     pub fn append_unstored(&mut self, bytes: &[u8]) {
-        self.hasher.update(bytes);
+        if self.deferred.is_none() {
+            self.hasher.update(bytes);
+        }
         self.len += bytes.len() as u64;
     }
 
@@ -120,7 +220,9 @@ impl SpoolWriter {
     /// the two, not their sum; smaller spans are hashed in line (a thread costs more than
     /// them). A failed append leaves the writer as it was.
     pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if bytes.len() < PARALLEL_APPEND_MIN {
+        if self.deferred.is_some() {
+            self.file.write_all_at(bytes, self.len)?;
+        } else if bytes.len() < PARALLEL_APPEND_MIN {
             self.file.write_all_at(bytes, self.len)?;
             self.hasher.update(bytes);
         } else {
@@ -155,9 +257,20 @@ impl SpoolWriter {
         Ok(have[..] == bytes[..n])
     }
 
-    /// The digest of what was written so far, without finishing.
-    pub fn digest_so_far(&self) -> Digest {
-        self.hasher.clone().finalize()
+    /// The digest of what was written so far, without finishing: the vouched one when hashing
+    /// was deferred and proven; hashed from the file now when it was deferred and not proven
+    /// (call [`SpoolWriter::catch_up`] on a blocking thread first to spare this one).
+    pub fn digest_so_far(&self) -> io::Result<Digest> {
+        match &self.deferred {
+            None => Ok(self.hasher.clone().finalize()),
+            Some(v) => match v.proven() {
+                Some(d) => Ok(d),
+                None => Ok(CatchUp { file: self.file.try_clone()?, len: self.len, hasher: self.algorithm().hasher() }
+                    .run()?
+                    .hasher
+                    .finalize()),
+            },
+        }
     }
 
     /// The algorithm the bytes are hashed with.
@@ -170,8 +283,9 @@ impl SpoolWriter {
         if let Some(at) = self.unstored_from {
             return Err(io::Error::other(format!("bytes from {at} on were passed through, not stored")));
         }
+        let digest = self.digest_so_far()?;
         self.file.sync_all()?;
-        Ok(Sealed { digest: self.hasher.finalize(), path: self.path, len: self.len })
+        Ok(Sealed { digest, path: self.path, len: self.len })
     }
 
     /// Remove the spool file (a failed or discarded fill).

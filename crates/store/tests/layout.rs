@@ -200,7 +200,7 @@ fn should_keep_sha512_objects_in_their_own_tree_verified_with_sha512() {
     drop(w);
     let mut w = store.resume_spool("blob", Algorithm::Sha512).unwrap().unwrap();
     w.append(b"world").unwrap();
-    assert_eq!(w.digest_so_far(), Algorithm::Sha512.digest(b"hello world"));
+    assert_eq!(w.digest_so_far().unwrap(), Algorithm::Sha512.digest(b"hello world"));
     let want = Algorithm::Sha512.digest(b"hello world");
     store.commit(w.seal().unwrap(), &want).unwrap();
     assert_eq!(store.read_object(&want).unwrap().unwrap(), b"hello world");
@@ -267,9 +267,61 @@ fn should_spool_large_spans_hashed_on_a_second_thread_exactly_as_in_line() {
         for s in &spans {
             w.append(s).unwrap();
         }
-        assert_eq!((w.len(), w.digest_so_far()), (whole.len() as u64, expected));
+        assert_eq!((w.len(), w.digest_so_far().unwrap()), (whole.len() as u64, expected));
         assert_eq!(fs::read(w.path()).unwrap(), whole);
         let path = store.commit(w.seal().unwrap(), &expected).unwrap();
         assert_eq!(fs::read(path).unwrap(), whole, "{algorithm:?} committed");
     }
+}
+
+/// Issue 36: a spool whose source vouches for the digest writes its bytes unhashed; the
+/// vouched digest is taken only once proven, and anything unproven is hashed from the file
+/// before a digest is given (so a missing proof never lets a wrong object in).
+#[test]
+fn should_hash_deferred_bytes_only_when_their_source_proves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), OpenMode::Exclusive).unwrap();
+    let real = Digest::of(b"chunk one, chunk two");
+
+    // Proven: the vouched digest is the writer's, and no byte was hashed (a vouch for other
+    // bytes shows it: the digest is taken as proven, which is what the source is trusted for).
+    let mut w = store.create_spool("proven", Algorithm::Sha256).unwrap();
+    let vouch = tender_store::Vouch::new();
+    assert!(w.defer_hashing(vouch.clone()));
+    w.append(b"chunk one, ").unwrap();
+    w.append(b"chunk two").unwrap();
+    assert!(w.owes_hashing(), "unproven until the source ended");
+    let said = Digest::of(b"what the signed index names");
+    vouch.prove(said);
+    assert!(!w.owes_hashing() && w.is_deferred());
+    assert_eq!(w.digest_so_far().unwrap(), said, "proven: not hashed again");
+    w.discard();
+
+    // Not proven (the source broke off, or its index was not signed): hashed from the file.
+    let mut w = store.create_spool("unproven", Algorithm::Sha256).unwrap();
+    assert!(w.defer_hashing(tender_store::Vouch::new()));
+    w.append(b"chunk one, ").unwrap();
+    w.append(b"chunk two").unwrap();
+    assert_eq!(w.digest_so_far().unwrap(), real, "hashed from the file");
+    let job = w.catch_up().unwrap().unwrap(); // it owes its hashing
+    w.caught_up(job.run().unwrap()).unwrap();
+    assert!(!w.is_deferred(), "hashing as usual from here on");
+    w.append(b"!").unwrap();
+    assert_eq!(w.digest_so_far().unwrap(), Digest::of(b"chunk one, chunk two!"));
+    let want = Digest::of(b"chunk one, chunk two!");
+    store.commit(w.seal().unwrap(), &want).unwrap();
+
+    // Sealed without catching up first: seal hashes what it owes.
+    let mut w = store.create_spool("sealed", Algorithm::Sha256).unwrap();
+    assert!(w.defer_hashing(tender_store::Vouch::new()));
+    w.append(b"chunk one, chunk two").unwrap();
+    store.commit(w.seal().unwrap(), &real).unwrap();
+    assert_eq!(store.read_object(&real).unwrap().unwrap(), b"chunk one, chunk two");
+
+    // Only from the first byte: a writer that holds bytes hashes on.
+    let mut w = store.create_spool("late", Algorithm::Sha256).unwrap();
+    w.append(b"x").unwrap();
+    assert!(!w.defer_hashing(tender_store::Vouch::new()), "a vouch covers a whole object, not a tail");
+    assert_eq!(w.digest_so_far().unwrap(), Digest::of(b"x"));
+    w.discard();
 }

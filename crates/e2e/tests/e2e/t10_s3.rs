@@ -46,10 +46,14 @@ fn should_share_a_bucket_between_replicas_and_never_serve_a_corrupt_object() {
     let s3 = S3Server::start(bed.dir.path(), BUCKET);
     let upstream = [("ghcr.io", bed.registry.url())];
     let ups: Vec<(&str, &str)> = upstream.iter().map(|(n, u)| (*n, u.as_str())).collect();
+    // Issue 36: the replicas share an index key (signed indexes, each byte hashed once).
+    let key = bed.path("index-key");
+    std::fs::write(&key, "7f3a0c9e51b2d4e8a6f0c3b7d9e1a5c28b4f6d0e2a9c7b5d3f1e8a6c4b2d0f9e\n").unwrap();
+    let keyed = format!("    indexKeyFile: {}\n", key.display());
     let mut replicas = Vec::new();
     for name in ["a", "b", "c"] {
         let cfg = bed.path(&format!("{name}.yaml"));
-        write_config(&cfg, &ups, &s3.storage_yaml(bed.dir.path(), "fleet", name, ""));
+        write_config(&cfg, &ups, &s3.storage_yaml(bed.dir.path(), "fleet", name, &keyed));
         replicas.push(cfg);
     }
     let a = Tender::start(&replicas[0], &bed.path("a-data"), &bed.path("a.log"));
@@ -70,6 +74,24 @@ fn should_share_a_bucket_between_replicas_and_never_serve_a_corrupt_object() {
     for (digest, gets) in &stats.blob_gets_by_digest {
         assert_eq!(*gets, 1, "{digest} fetched {gets} times from the upstream by two replicas (one lease)");
     }
+    // Each blob came from the upstream to one replica and through the bucket to the other,
+    // which verified its chunks against the signed index and hashed no byte twice.
+    let blob_bytes: u64 = stats
+        .blob_gets_by_digest
+        .keys()
+        .map(|d| std::fs::metadata(bed.images.blob_path(d)).map(|m| m.len()).unwrap_or(0))
+        .sum();
+    let vouched: u64 = [&a, &b]
+        .iter()
+        .map(|t| {
+            let m = tender_e2e::http::get(t.addr, "/metrics").unwrap().text();
+            m.lines()
+                .find_map(|l| l.strip_prefix("tender_bucket_vouched_bytes_total "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0) as u64
+        })
+        .sum();
+    assert!(vouched > 0 && vouched <= blob_bytes, "bytes hashed once: {vouched} of {blob_bytes}");
 
     // A third replica answers ranges of every blob from the bucket without asking the upstream.
     let blob = stats
@@ -140,6 +162,8 @@ fn should_share_a_bucket_between_replicas_and_never_serve_a_corrupt_object() {
     drop((a, b, c, d));
     for log in ["a.log", "b.log", "c.log", "d.log"] {
         no_secret_in(&bed.path(log));
+        let text = std::fs::read_to_string(bed.path(log)).unwrap_or_default();
+        assert!(!text.contains("7f3a0c9e51b2d4e8"), "the index key never in a log ({log})");
     }
 }
 

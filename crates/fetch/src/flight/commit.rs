@@ -27,7 +27,24 @@ impl Flights {
         known_in: Option<&str>,
     ) -> Result<Digest, (FetchError, Option<SpoolWriter>)> {
         let err = |kind, m: String| FetchError::new(kind, upstream, m);
-        let got = writer.digest_so_far();
+        let mut writer = writer;
+        // Written unhashed for a source that was to vouch for the digest and did not: hashed
+        // now, from the file.
+        let vouched = writer.is_deferred() && !writer.owes_hashing();
+        if let Err(e) = super::transfer::catch_up(&mut writer).await {
+            return Err((err(FetchErrorKind::Local, format!("hashing the spooled bytes: {e}")), Some(writer)));
+        }
+        let got = match writer.digest_so_far() {
+            Ok(d) => d,
+            Err(e) => {
+                return Err((err(FetchErrorKind::Local, format!("hashing the spooled bytes: {e}")), Some(writer)))
+            }
+        };
+        if vouched {
+            if let Some(b) = &self.shared {
+                b.metrics().vouched_bytes.inc_by(writer.len());
+            }
+        }
         let (want, trust) = match expect {
             Expect::Digest(want) => {
                 if got != *want {

@@ -47,6 +47,11 @@ impl Flights {
     /// disk space goes back at once (to another fill, which may then be stored).
     async fn pass_through(&self, fill: &Fill, writer: &mut SpoolWriter, upstream: &str, why: &str) {
         let at = writer.len();
+        // Bytes written unhashed (their source was to vouch for them) are hashed from the file
+        // while it still holds them.
+        if let Err(e) = catch_up(writer).await {
+            tracing::warn!(key = %fill.key, error = %e, "could not hash the spooled bytes; the fill fails its check");
+        }
         writer.stop_storing();
         let mut moved = false;
         if at > 0 && at <= crate::window::WINDOW / 2 {
@@ -113,6 +118,10 @@ impl Flights {
         let err = |kind, m: String| FetchError::new(kind, &upstream, m);
         let have = writer.len();
         let opened = source.open(have).await?;
+        if let Some(v) = &opened.vouch {
+            // The source proves the digest once its body ended: no second hash of its bytes.
+            writer.defer_hashing(v.clone());
+        }
         let known_total = fill.state.borrow().total;
         if let (Some(before), Some(now)) = (known_total, opened.total) {
             if before != now {
@@ -319,6 +328,14 @@ fn coalesce(body: BoxStream<'static, Result<Bytes, FetchError>>) -> BoxStream<'s
         Some((Ok(buf.freeze()), st))
     })
     .boxed()
+}
+
+/// Hash what a writer owes (its bytes were written unhashed and no proof came) on a blocking
+/// thread, so its digest is ready without blocking the ones serving connections.
+pub(super) async fn catch_up(writer: &mut SpoolWriter) -> std::io::Result<()> {
+    let Some(job) = writer.catch_up()? else { return Ok(()) };
+    let done = tokio::task::spawn_blocking(move || job.run()).await.map_err(std::io::Error::other)??;
+    writer.caught_up(done)
 }
 
 #[cfg(test)]
