@@ -9,46 +9,12 @@
 //! against it for the digest's bytes without hashing the whole object again.
 
 use std::ops::Range;
-use std::sync::Arc;
 
-use hmac::{Hmac, Mac};
+use hmac::Mac;
 use serde::{Deserialize, Serialize};
-use sha2::Sha256;
 use tender_oci::Digest;
 
-/// The key the replicas share to sign and check indexes (`storage.s3.indexKeyFile`).
-#[derive(Clone)]
-pub struct IndexKey(Arc<[u8]>);
-
-impl std::fmt::Debug for IndexKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("IndexKey(..)")
-    }
-}
-
-impl IndexKey {
-    pub fn new(key: &[u8]) -> IndexKey {
-        IndexKey(Arc::from(key))
-    }
-
-    fn mac(&self, d: &Digest, index: &ChunkIndex) -> Hmac<Sha256> {
-        // HMAC takes a key of any length.
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!());
-        m.update(&index.signed_bytes(d));
-        m
-    }
-
-    /// The signature of `index` as the index of `d`, in hex.
-    pub fn sign(&self, d: &Digest, index: &ChunkIndex) -> String {
-        hex::encode(self.mac(d, index).finalize().into_bytes())
-    }
-
-    /// Whether `index` carries a good signature as the index of `d` (compared in constant time).
-    pub fn verify(&self, d: &Digest, index: &ChunkIndex) -> bool {
-        let Some(sig) = index.mac.as_deref().and_then(|m| hex::decode(m).ok()) else { return false };
-        self.mac(d, index).verify_slice(&sig).is_ok()
-    }
-}
+use crate::settings::IndexKey;
 
 /// Written after an object's content; its presence makes the object visible to readers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,7 +43,7 @@ pub struct ChunkIndex {
     /// bytes, in order (the last may be shorter; an empty chunk has one, empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sub_chunks: Vec<Vec<String>>,
-    /// The writer's signature with the replicas' index key ([`IndexKey::sign`]), in hex;
+    /// The writer's signature with the replicas' index key ([`ChunkIndex::sign`]), in hex;
     /// absent without a key (older tenders neither write nor read it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
@@ -103,6 +69,22 @@ impl ChunkIndex {
             mac: None,
             signed: false,
         }
+    }
+
+    /// The signature of this index as the index of `d` under `key`, in hex.
+    pub fn sign(&self, key: &IndexKey, d: &Digest) -> String {
+        let mut m = key.mac();
+        m.update(&self.signed_bytes(d));
+        hex::encode(m.finalize().into_bytes())
+    }
+
+    /// Whether `mac` is a good signature of this index as the index of `d` under `key`
+    /// (compared in constant time).
+    pub fn verify(&self, key: &IndexKey, d: &Digest) -> bool {
+        let Some(sig) = self.mac.as_deref().and_then(|m| hex::decode(m).ok()) else { return false };
+        let mut m = key.mac();
+        m.update(&self.signed_bytes(d));
+        m.verify_slice(&sig).is_ok()
     }
 
     /// What the signature covers: the digest, then every field that says which bytes are the

@@ -76,13 +76,15 @@ pub use books::Stray;
 pub use breaker::{BucketState, Cause};
 pub use gc::{BucketGcReport, EvictedObject};
 pub use heal::HealReport;
-pub use index::{ChunkIndex, IndexKey};
+pub use index::ChunkIndex;
 pub use lease::{GiveUp, Lease, LeaseOutcome};
 pub use maintenance::{BucketFsckReport, BucketProblem};
 pub use metrics::BucketMetrics;
 pub use parts::{PartUpload, Progress};
 pub use served::SERVED_PER_SHARD;
-pub use settings::{BucketSettings, Credentials, MAX_CHUNK_SIZE, MAX_SUB_CHUNKS, MIN_CHUNK_SIZE, SUB_CHUNK_SIZE};
+pub use settings::{
+    BucketSettings, Credentials, IndexKey, MAX_CHUNK_SIZE, MAX_SUB_CHUNKS, MIN_CHUNK_SIZE, SUB_CHUNK_SIZE,
+};
 pub use uploads::AbandonedUpload;
 
 /// Chunks a copy into a replica's cache requests at once (so holds in memory at most).
@@ -688,7 +690,7 @@ impl Bucket {
         if index.mac.is_none() {
             return false;
         }
-        let good = k.verify(d, index);
+        let good = index.verify(k, d);
         if !good {
             self.metrics.unsigned_indexes.inc();
             tracing::warn!(bucket = %self.settings.bucket, digest = %d, by = %index.uploaded_by,
@@ -833,8 +835,15 @@ impl Bucket {
             }
             Some(mut u) if u.chunk_size() == chunk => {
                 u.set_total(Some(size)).await;
-                let done = u.chunks().await;
-                (u, done)
+                // Every chunk handed over is listed once landed (the streamer flushes; a caller
+                // that did not would otherwise have its chunks in flight written twice).
+                if u.flush().await.is_ok() {
+                    let done = u.chunks().await;
+                    (u, done)
+                } else {
+                    u.abort().await;
+                    (self.begin_parts(lease, Some(*d), Some(size)), Vec::new())
+                }
             }
             Some(u) => {
                 u.abort().await;

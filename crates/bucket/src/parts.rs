@@ -391,7 +391,7 @@ impl PartUpload {
         index.media_type = media_type.map(str::to_string);
         index.validate().map_err(|m| b.corrupt(&b.index_path(d), m))?;
         if let Some(k) = &b.settings.index_key {
-            index.mac = Some(k.sign(d, &index));
+            index.mac = Some(index.sign(k, d));
             index.signed = true;
         }
         b.put_json(&b.index_path(d), &index, PutMode::Overwrite).await?;

@@ -86,7 +86,30 @@ pub struct BucketSettings {
     /// (`storage.s3.indexKeyFile`; module `index`): a replica that verified an object's digest
     /// signs its index, and a reader trusts a signed index's chunk hashes as that digest's, so
     /// it hashes each byte once. `None`: every reader hashes the whole object as well.
-    pub index_key: Option<crate::IndexKey>,
+    pub index_key: Option<IndexKey>,
+}
+
+/// The key the replicas share to sign and check indexes (`storage.s3.indexKeyFile`; the
+/// index module signs and checks with it).
+#[derive(Clone)]
+pub struct IndexKey(Arc<[u8]>);
+
+impl std::fmt::Debug for IndexKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IndexKey(..)")
+    }
+}
+
+impl IndexKey {
+    pub fn new(key: &[u8]) -> IndexKey {
+        IndexKey(Arc::from(key))
+    }
+
+    /// A fresh HMAC-SHA256 under the key.
+    pub(crate) fn mac(&self) -> hmac::Hmac<sha2::Sha256> {
+        // HMAC takes a key of any length.
+        <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!())
+    }
 }
 
 impl BucketSettings {

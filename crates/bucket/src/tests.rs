@@ -1785,26 +1785,26 @@ async fn should_sign_indexes_so_only_a_replica_with_the_key_trusts_them() {
     );
 
     let k = IndexKey::new(KEY.as_bytes());
-    assert!(k.verify(&d, &stored));
-    assert!(!k.verify(&Digest::of(b"another object"), &stored), "the signature names the digest");
+    assert!(stored.verify(&k, &d));
+    assert!(!stored.verify(&k, &Digest::of(b"another object")), "the signature names the digest");
     let mut changed = stored.clone();
     changed.chunks[1] = "00".repeat(32);
-    assert!(!k.verify(&d, &changed), "a chunk hash");
+    assert!(!changed.verify(&k, &d), "a chunk hash");
     let mut changed = stored.clone();
     changed.size -= 1;
-    assert!(!k.verify(&d, &changed), "the size");
+    assert!(!changed.verify(&k, &d), "the size");
     let mut changed = stored.clone();
     changed.upload = Some("f".repeat(32));
-    assert!(!k.verify(&d, &changed), "the chunk objects");
+    assert!(!changed.verify(&k, &d), "the chunk objects");
     let mut changed = stored.clone();
     changed.media_type = Some("application/json".into());
-    assert!(!k.verify(&d, &changed), "the media type");
+    assert!(!changed.verify(&k, &d), "the media type");
     let mut changed = stored.clone();
     changed.uploaded_by = "someone".into();
-    assert!(k.verify(&d, &changed), "who wrote it says nothing about the bytes");
+    assert!(changed.verify(&k, &d), "who wrote it says nothing about the bytes");
     let mut changed = stored.clone();
     changed.mac = Some("zz".into());
-    assert!(!k.verify(&d, &changed), "not hex");
+    assert!(!changed.verify(&k, &d), "not hex");
 
     // A signed index copied under another digest, with that digest's... nothing: refused as
     // signed, so its reader hashes the whole and finds it is not that object.
@@ -1818,4 +1818,51 @@ async fn should_sign_indexes_so_only_a_replica_with_the_key_trusts_them() {
     let b = keyed_on(&mem, "e", Some(KEY));
     assert!(!b.index(&e).await.unwrap().unwrap().signed);
     assert!(b.read_small(&e, 1 << 20).await.unwrap_err().is_corrupt(), "the whole read shows it");
+}
+
+/// Issue 36 (one hash pass): an upload whose chunks the fill's streamer wrote, all of them,
+/// is finished without reading the committed file again (the fill hashed those bytes as it
+/// spooled them; SECURITY.md); one that wrote only some of them, or chunks that do not tile
+/// an object, has the file read and hashed as before.
+#[tokio::test]
+async fn should_finish_a_fully_streamed_upload_without_reading_the_file_again() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let bytes = content(3 * 1024 + 7);
+    let d = Digest::of(&bytes);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("obj");
+    // The file the fill committed; not read when every chunk streamed. (Other bytes of the
+    // same length stand for "not read": were it read, its digest would refuse the upload.)
+    std::fs::write(&file, content(3 * 1024 + 7).iter().map(|x| x ^ 1).collect::<Vec<u8>>()).unwrap();
+    let mut u = b.begin_parts(Some("k"), Some(d), Some(bytes.len() as u64));
+    for piece in bytes.chunks(1024) {
+        u.put_chunk(Bytes::copy_from_slice(piece)).await.unwrap();
+    }
+    assert!(u.covers(bytes.len() as u64));
+    let index = b.upload_resumed(&d, &file, Some("k"), Some(u)).await.unwrap();
+    assert_eq!(index.chunks.len(), 4);
+    assert_eq!(read_all(&bucket_on(&mem, "b"), d, 0, bytes.len() as u64).await.unwrap(), bytes);
+
+    // Two chunks of three: the file is read, hashed, and its wrong bytes refused.
+    let bytes = content(3 * 1024);
+    let d = Digest::of(&bytes);
+    let mut u = b.begin_parts(Some("k2"), Some(d), Some(bytes.len() as u64));
+    u.put_chunk(Bytes::copy_from_slice(&bytes[..1024])).await.unwrap();
+    u.put_chunk(Bytes::copy_from_slice(&bytes[1024..2048])).await.unwrap();
+    assert!(!u.covers(bytes.len() as u64));
+    std::fs::write(&file, bytes.iter().map(|x| x ^ 1).collect::<Vec<u8>>()).unwrap();
+    let e = b.upload_resumed(&d, &file, Some("k2"), Some(u)).await.expect_err("read and refused");
+    assert!(e.is_corrupt(), "{e}");
+
+    // Chunks that do not tile the object (a short one before the last): read as before.
+    let mut u = b.begin_parts(Some("k3"), Some(d), Some(bytes.len() as u64));
+    u.put_chunk(Bytes::copy_from_slice(&bytes[..1000])).await.unwrap();
+    u.put_chunk(Bytes::copy_from_slice(&bytes[1000..2024])).await.unwrap();
+    u.put_chunk(Bytes::copy_from_slice(&bytes[2024..])).await.unwrap();
+    assert!(!u.covers(bytes.len() as u64), "1000 + 1024 + 1048 bytes: not chunks of 1024");
+    std::fs::write(&file, &bytes).unwrap();
+    let index = b.upload_resumed(&d, &file, Some("k3"), Some(u)).await.unwrap();
+    assert_eq!(read_all(&bucket_on(&mem, "c"), d, 0, bytes.len() as u64).await.unwrap(), bytes);
+    assert_eq!(index.size, bytes.len() as u64);
 }

@@ -1456,6 +1456,35 @@ mod tests {
         check_err(&format!("{base}    gcGrace: soon\n"), &none, &["storage.s3.gcGrace", "not a duration"]);
     }
 
+    /// Issue 36: `storage.s3.indexKeyFile`, a key of 32 characters or more, read from its file.
+    #[test]
+    fn should_read_the_index_key_and_refuse_a_short_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (good, short) = (dir.path().join("good"), dir.path().join("short"));
+        std::fs::write(&good, format!("{}\n", "ab".repeat(32))).unwrap();
+        std::fs::write(&short, "secret\n").unwrap();
+        let base = "storage:\n  s3:\n    endpoint: http://127.0.0.1:9000\n    bucket: fleet\n    replica: r\n";
+        let load = |extra: &str| {
+            let yaml = format!("{base}{extra}");
+            resolve("t", parse("t", &yaml).unwrap(), &Overrides::default()).unwrap().storage.unwrap()
+        };
+        assert!(load("").index_key.is_none());
+        let s = load(&format!("    indexKeyFile: {}\n", good.display()));
+        assert!(s.index_key.is_some());
+        assert_eq!(format!("{:?}", s.index_key), "Some(IndexKey(..))", "never printed");
+        let none = Overrides::default();
+        check_err(
+            &format!("{base}    indexKeyFile: {}\n", short.display()),
+            &none,
+            &["storage.s3.indexKeyFile", "6 characters", "at least 32"],
+        );
+        check_err(
+            &format!("{base}    indexKeyFile: {}\n", dir.path().join("absent").display()),
+            &none,
+            &["storage.s3.indexKeyFile", "absent"],
+        );
+    }
+
     #[test]
     fn should_parse_sizes() {
         assert_eq!(parse_size("1024"), Some(1024));

@@ -18,6 +18,10 @@ use crate::expect::{Expect, Opened, Source};
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
 /// How often it asks while its clients have no byte yet (see [`first_pause`]).
 const FIRST_POLL: Duration = Duration::from_millis(25);
+/// How long a follower that read every chunk waits for the holder's signed index before it
+/// hashes the object itself: the holder writes it right after its last chunk, and the
+/// follower's clients wait for their last byte meanwhile.
+const VOUCH_WAIT: Duration = Duration::from_secs(2);
 
 /// The pause between two looks for the holder's first bytes, `waited` into the wait: they are
 /// due within milliseconds (the holder announces its upload with them), so 10 ms for the first
@@ -449,8 +453,9 @@ impl Follow {
     }
 
     /// Every chunk of the object was followed: prove its digest when the signed index, which
-    /// the holder writes right after its last chunk, lists exactly the chunks followed (waited
-    /// for at most a lease term; without it the fill hashes its bytes as before).
+    /// the holder writes right after its last chunk, lists exactly the chunks followed. Waited
+    /// for at most [`VOUCH_WAIT`] (the client's last byte waits on the fill's verdict); without
+    /// it the fill hashes its bytes from its file, as a follower without the key does.
     async fn vouch_at_end(&mut self, total: u64) {
         let Some((vouch, verified)) = self.vouch.take() else { return };
         let waited = Instant::now();
@@ -462,7 +467,7 @@ impl Follow {
                     }
                     return;
                 }
-                Ok(None) if waited.elapsed() < self.bucket.settings().lease_ttl => {
+                Ok(None) if waited.elapsed() < VOUCH_WAIT.min(self.bucket.settings().lease_ttl) => {
                     tokio::time::sleep(FOLLOW_POLL.min(first_pause(waited.elapsed()))).await;
                 }
                 _ => return,

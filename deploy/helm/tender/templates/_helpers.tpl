@@ -105,6 +105,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{-     $_ := set $s3 "accessKeyIdFile" "/etc/tender-s3/access-key-id" -}}
 {{-     $_ := set $s3 "secretAccessKeyFile" "/etc/tender-s3/secret-access-key" -}}
 {{-   end -}}
+{{-   if $v.storage.s3.indexKeySecret -}}
+{{-     $_ := set $s3 "indexKeyFile" "/etc/tender-s3-index/index-key" -}}
+{{-   end -}}
 {{-   $_ := set $cfg "storage" (dict "s3" $s3) -}}
 {{- end -}}
 {{- toYaml $cfg -}}
