@@ -15,11 +15,7 @@ use object_store::{PutMode, PutOptions};
 use super::*;
 
 fn bucket_on(store: &Arc<InMemory>, replica: &str) -> Arc<Bucket> {
-    let mut s = BucketSettings::new("test");
-    s.chunk_size = 1024;
-    s.prefix = "fleet".into();
-    s.replica = replica.into();
-    Bucket::with_store(store.clone(), s, BucketMetrics::default())
+    keyed_on(store, replica, None)
 }
 
 fn content(n: usize) -> Vec<u8> {

@@ -23,11 +23,17 @@ fn bucket(mem: &Arc<InMemory>, replica: &str) -> Arc<Bucket> {
 
 /// [`bucket`] with its own fill lease TTL.
 fn bucket_with_ttl(mem: &Arc<InMemory>, replica: &str, ttl: Duration) -> Arc<Bucket> {
+    let mut s = settings(replica);
+    s.lease_ttl = ttl;
+    Bucket::with_store(mem.clone(), s, BucketMetrics::default())
+}
+
+/// A replica's bucket settings: chunks of 1 MiB.
+fn settings(replica: &str) -> BucketSettings {
     let mut s = BucketSettings::new("fleet");
     s.chunk_size = 1 << 20;
     s.replica = replica.into();
-    s.lease_ttl = ttl;
-    Bucket::with_store(mem.clone(), s, BucketMetrics::default())
+    s
 }
 
 async fn replica(fake: &FakeUpstream, factory: Option<String>, b: Arc<Bucket>) -> Tender {
@@ -599,9 +605,7 @@ const INDEX_KEY: &str = "0123456789abcdef0123456789abcdef";
 
 /// [`bucket`] with the replicas' index key (`storage.s3.indexKeyFile`), or another, or none.
 fn keyed(mem: &Arc<InMemory>, replica: &str, key: Option<&str>) -> Arc<Bucket> {
-    let mut s = BucketSettings::new("fleet");
-    s.chunk_size = 1 << 20;
-    s.replica = replica.into();
+    let mut s = settings(replica);
     s.index_key = key.map(|k| tender_bucket::IndexKey::new(k.as_bytes()));
     Bucket::with_store(mem.clone(), s, BucketMetrics::default())
 }
