@@ -67,6 +67,10 @@ pub(crate) struct Books {
     pub records: u64,
 }
 
+/// Index entries the books remember between sweeps (about 250 bytes each, so at most about
+/// 32 MB); past it, the indexes of a larger bucket are read again at each sweep.
+pub(crate) const NAMES_CACHE: usize = if cfg!(test) { 4 } else { 131_072 };
+
 /// What an index names, as read (cached by the index key's ETag: an index is rewritten in place
 /// when an object is healed).
 #[derive(Debug, Clone)]
@@ -325,7 +329,9 @@ impl Bucket {
                             uploaded_at: i.uploaded_at,
                         };
                         if let Ok(mut c) = self.names.lock() {
-                            c.insert(m.location.to_string(), e.clone());
+                            if c.len() < NAMES_CACHE || c.contains_key(m.location.as_ref()) {
+                                c.insert(m.location.to_string(), e.clone());
+                            }
                         }
                         e
                     }

@@ -1862,3 +1862,22 @@ async fn should_finish_a_fully_streamed_upload_without_reading_the_file_again() 
     assert_eq!(read_all(&bucket_on(&mem, "c"), d, 0, bytes.len() as u64).await.unwrap(), bytes);
     assert_eq!(index.size, bytes.len() as u64);
 }
+
+/// The books remember at most `NAMES_CACHE` index entries between sweeps (4 in tests): a
+/// larger bucket's other indexes are read again, and every one is still named.
+#[tokio::test]
+async fn should_remember_a_bounded_number_of_index_entries_between_sweeps() {
+    let mem = Arc::new(InMemory::new());
+    let b = bucket_on(&mem, "a");
+    let mut ds = Vec::new();
+    for i in 0..(books::NAMES_CACHE + 3) {
+        ds.push(uploaded(&b, &content(100 + i)).await);
+    }
+    for _ in 0..2 {
+        let (names, indexed) = b.fresh_names(true).await.unwrap();
+        assert!(names.complete);
+        assert_eq!(names.indexes.len(), ds.len(), "every index named");
+        assert!(ds.iter().all(|d| indexed.contains(d)));
+        assert!(b.names.lock().unwrap().len() <= books::NAMES_CACHE, "bounded");
+    }
+}
