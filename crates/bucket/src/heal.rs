@@ -61,7 +61,7 @@ impl Drop for Healing<'_> {
 
 impl Bucket {
     /// Put back the chunks of `d`'s index that the bucket lacks, from `local`, the replica's
-    /// committed (verified) copy of `d`. Each is checked against its sha256 in the index before
+    /// committed (verified) copy of `d`. Each is checked against its entry in the index before
     /// it is written (a local chunk that differs fails the heal with [`BucketError::Corrupt`]
     /// and is not written) and written only if still absent (a conditional create: one that
     /// another replica wrote meanwhile is left as it is). The index is read afresh and never
@@ -73,7 +73,7 @@ impl Bucket {
         let p = self.index_path(d);
         // From the bucket, not the memory: the index may have gone or been replaced since.
         let Some(index) = self.get_json::<ChunkIndex>(&p).await? else { return Ok(HealReport::NoIndex) };
-        index.validate().map_err(|m| self.corrupt(&p, m))?;
+        index.validate_for(d).map_err(|m| self.corrupt(&p, m))?;
         let Some(upload) = index.upload.clone() else { return Ok(HealReport::Whole) };
         let present = self.listed_parts(&upload).await?;
         let missing: Vec<usize> = (0..index.chunks.len()).filter(|i| !present.contains(i)).collect();
@@ -101,16 +101,13 @@ impl Bucket {
         let mut restored = Vec::new();
         for &i in &missing {
             let bytes = self.local_chunk(&file, &index, i).await.map_err(local_err)?;
-            let got = self.sha256_hex(&bytes).await?;
-            if got != index.chunks[i] {
+            let Some(check) = index.check_of(i, d) else { return Ok(HealReport::NoIndex) };
+            if let Err(m) = self.check_chunk(&bytes, &check, None).await? {
                 self.metrics.corrupt.inc();
                 return Err(BucketError::Corrupt {
                     bucket: self.settings.bucket.clone(),
                     key: local.display().to_string(),
-                    message: format!(
-                        "chunk {i} of the local copy of {d} has sha256 {got}, its index {}; not re-uploaded",
-                        index.chunks[i]
-                    ),
+                    message: format!("chunk {i} of the local copy of {d} {m}; not re-uploaded"),
                 });
             }
             let n = bytes.len() as u64;

@@ -2,6 +2,11 @@
 //! chunk size is a multiple of the sub-chunk size, the sha256 of each sub-chunk (so a range
 //! reads and verifies only the sub-chunks it needs).
 //!
+//! Format 3 (bucket format 4) lists the chunks as links of the object's own sha256 instead
+//! ([`crate::chain`]): `chunks[i]` is the hash state after chunk `i` (the object's sha256 for
+//! the last), `sub_chunks[i]` the states at the piece boundaries inside it, every
+//! `sub_chunk_size` bytes. Checking a whole copy then computes the object's digest.
+//!
 //! With `storage.s3.indexKeyFile`, the replica that wrote an index signs it (`mac`, an
 //! HMAC-SHA256 under the key the replicas share, over the digest the index is for and every
 //! field that says which bytes are that digest's); a reader with the same key that finds the
@@ -23,7 +28,8 @@ pub struct ChunkIndex {
     pub format: u32,
     pub size: u64,
     pub chunk_size: u64,
-    /// Lowercase hex sha256 of each chunk, in order; the last may be shorter.
+    /// Lowercase hex sha256 of each chunk, in order; the last may be shorter. Format 3: the
+    /// hash state after each chunk, and the object's sha256 for the last.
     pub chunks: Vec<String>,
     /// The replica that uploaded it, and when (seconds since the Unix epoch).
     pub uploaded_by: String,
@@ -31,7 +37,7 @@ pub struct ChunkIndex {
     /// A manifest's media type (absent for blobs and assets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_type: Option<String>,
-    /// Format 2: the content is one object per chunk, `parts/<upload>/<i>`, written by the
+    /// Formats 2 and 3: the content is one object per chunk, `parts/<upload>/<i>`, written by the
     /// upload this names (format 1: one object, `objects/<alg>/<hex>`, read by ranges).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upload: Option<String>,
@@ -40,7 +46,8 @@ pub struct ChunkIndex {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub_chunk_size: Option<u64>,
     /// For each chunk, the lowercase hex sha256 of each of its sub-chunks of `sub_chunk_size`
-    /// bytes, in order (the last may be shorter; an empty chunk has one, empty).
+    /// bytes, in order (the last may be shorter; an empty chunk has one, empty). Format 3: the
+    /// hash states at the piece boundaries inside each chunk (one fewer than its pieces).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sub_chunks: Vec<Vec<String>>,
     /// The writer's signature with the replicas' index key ([`ChunkIndex::sign`]), in hex;
@@ -118,6 +125,68 @@ impl ChunkIndex {
         ChunkIndex { format: 2, upload: Some(upload.to_string()), ..ChunkIndex::new(size, chunk_size, chunks, replica) }
     }
 
+    /// The index of content written as chunk objects by `upload` in chain form (format 3):
+    /// `ends[i]` the state after chunk `i` (the object's sha256 for the last), `interior[i]`
+    /// the states at its piece boundaries, every `piece` bytes.
+    pub fn of_chain(
+        size: u64,
+        chunk_size: u64,
+        piece: u64,
+        ends: Vec<String>,
+        interior: Vec<Vec<String>>,
+        replica: &str,
+        upload: &str,
+    ) -> ChunkIndex {
+        ChunkIndex {
+            format: 3,
+            sub_chunk_size: Some(piece),
+            sub_chunks: interior,
+            ..ChunkIndex::of_parts(size, chunk_size, ends, replica, upload)
+        }
+    }
+
+    /// Whether the chunks are links of the object's chain (format 3).
+    pub fn is_chain(&self) -> bool {
+        self.format == 3
+    }
+
+    /// How chunk `i` of the object `d` is checked. For the last chunk of a chain the end is
+    /// `d` itself, not what the index says.
+    pub fn check_of(&self, i: usize, d: &Digest) -> Option<crate::chain::ChunkCheck> {
+        use crate::chain::{ChunkCheck, Link};
+        if !self.is_chain() {
+            return self.chunks.get(i).map(|c| ChunkCheck::Sha256(c.clone()));
+        }
+        let start = if i == 0 { crate::chain::START } else { crate::chain::state_of(self.chunks.get(i - 1)?)? };
+        let last = i + 1 == self.chunks.len();
+        Some(ChunkCheck::Chain(Link {
+            start,
+            at: self.chunk_range(i).start,
+            last,
+            end: if last { d.hex() } else { self.chunks.get(i)?.clone() },
+            piece: self.sub_chunk_size?,
+            interior: Some(self.sub_chunks.get(i)?.clone()),
+        }))
+    }
+
+    /// Format 3: the states a range of pieces `a..b` of chunk `i` is checked with (the state
+    /// before piece `a`, and the state after each piece up to `b`, the chunk's end included
+    /// unless it is the object's last), and the piece size.
+    pub fn piece_states(&self, i: usize, a: usize, b: usize) -> Option<(u64, crate::chain::State, Vec<String>)> {
+        if !self.is_chain() || a >= b {
+            return None;
+        }
+        let subs = self.sub_chunks.get(i)?;
+        let start = match a {
+            0 if i == 0 => crate::chain::START,
+            0 => crate::chain::state_of(self.chunks.get(i - 1)?)?,
+            a => crate::chain::state_of(subs.get(a - 1)?)?,
+        };
+        // Boundary k (after piece k): inside the chunk for k < subs.len(), its end after.
+        let ends = (a..b).filter_map(|k| subs.get(k).or_else(|| (k == subs.len()).then(|| &self.chunks[i]))).cloned();
+        Some((self.sub_chunk_size?, start, ends.collect()))
+    }
+
     /// How many chunks an object of `size` has (an empty object has one, empty).
     pub fn chunk_count(size: u64, chunk_size: u64) -> usize {
         if size == 0 {
@@ -149,6 +218,9 @@ impl ChunkIndex {
 
     /// Chunk `i`'s sub-chunk size and hashes, when the index records them (format 2).
     pub fn sub_hashes(&self, i: usize) -> Option<(u64, &[String])> {
+        if self.is_chain() {
+            return None;
+        }
         match (self.sub_chunk_size, &self.upload) {
             (Some(s), Some(_)) => self.sub_chunks.get(i).map(|h| (s, h.as_slice())),
             _ => None,
@@ -159,10 +231,10 @@ impl ChunkIndex {
     pub fn validate(&self) -> Result<(), String> {
         match (self.format, &self.upload) {
             (1, None) => {}
-            (2, Some(u)) if is_upload_id(u) => {}
-            (2, Some(u)) => return Err(format!("upload id {u:?} is not 32 hex characters")),
-            (1 | 2, _) => return Err(format!("index format {} with upload {:?}", self.format, self.upload)),
-            (f, _) => return Err(format!("index format {f} is newer than 2; a newer tender wrote it")),
+            (2 | 3, Some(u)) if is_upload_id(u) => {}
+            (2 | 3, Some(u)) => return Err(format!("upload id {u:?} is not 32 hex characters")),
+            (1..=3, _) => return Err(format!("index format {} with upload {:?}", self.format, self.upload)),
+            (f, _) => return Err(format!("index format {f} is newer than 3; a newer tender wrote it")),
         }
         if self.chunk_size == 0 || self.chunk_size > crate::MAX_CHUNK_SIZE {
             return Err(format!("chunk size {} is not within 1..={}", self.chunk_size, crate::MAX_CHUNK_SIZE));
@@ -179,7 +251,46 @@ impl ChunkIndex {
         if let Some(bad) = self.chunks.iter().find(|c| c.len() != 64 || !c.bytes().all(|b| b.is_ascii_hexdigit())) {
             return Err(format!("chunk digest {bad:?} is not 64 hex characters"));
         }
+        if self.is_chain() {
+            return self.validate_chain();
+        }
         self.validate_sub_chunks()
+    }
+
+    /// [`ChunkIndex::validate`], and the index is `d`'s: a chain ends in `d` (a chain copied
+    /// under another digest would name another object's sha256).
+    pub fn validate_for(&self, d: &Digest) -> Result<(), String> {
+        self.validate()?;
+        if self.is_chain() && self.chunks.last().is_none_or(|l| *l != d.hex()) {
+            return Err(format!("the chain ends in {:?}, not in {d}", self.chunks.last()));
+        }
+        Ok(())
+    }
+
+    /// Format 3: the piece states describe the chunks (checked after the chunks).
+    fn validate_chain(&self) -> Result<(), String> {
+        let p = self.sub_chunk_size.unwrap_or(0);
+        if p == 0 || !p.is_multiple_of(64) || p > self.chunk_size || !self.chunk_size.is_multiple_of(p) {
+            return Err(format!("piece size {p} is not whole blocks dividing the chunk size {}", self.chunk_size));
+        }
+        if self.sub_chunks.len() != self.chunks.len() {
+            return Err(format!("piece states for {} of {} chunks", self.sub_chunks.len(), self.chunks.len()));
+        }
+        for (i, subs) in self.sub_chunks.iter().enumerate() {
+            let r = self.chunk_range(i);
+            let want = ChunkIndex::chunk_count(r.end - r.start, p) - 1;
+            if subs.len() != want {
+                return Err(format!(
+                    "{} piece states for chunk {i} of {} bytes in pieces of {p}",
+                    subs.len(),
+                    r.end - r.start
+                ));
+            }
+            if let Some(bad) = subs.iter().find(|c| crate::chain::state_of(c).is_none()) {
+                return Err(format!("piece state {bad:?} is not 64 hex characters"));
+            }
+        }
+        Ok(())
     }
 
     /// The sub-chunk hashes, if any, must describe the chunks (checked after the chunks).

@@ -45,6 +45,7 @@
 
 mod books;
 pub mod breaker;
+pub mod chain;
 mod gc;
 mod heal;
 mod index;
@@ -98,8 +99,9 @@ const RECORD_MAX: u64 = 16 << 20;
 const KNOWN_CACHE: usize = 65536;
 /// The bucket format this tender writes: 2 added `known/` (format 1 had no marker file), 3
 /// content as chunk objects (`parts/`, `progress/`; index format 2), which a replica of
-/// format 2 cannot read.
-pub const BUCKET_FORMAT: u32 = 3;
+/// format 2 cannot read, 4 chunks listed as links of the object's own sha256 (index format 3,
+/// [`chain`]), which a replica of format 3 would misread as chunk hashes.
+pub const BUCKET_FORMAT: u32 = 4;
 const FORMAT_KEY: &str = "tender-bucket.json";
 
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -670,7 +672,7 @@ impl Bucket {
         }
         let p = self.index_path(d);
         let Some(mut index) = self.get_json::<ChunkIndex>(&p).await? else { return Ok(None) };
-        index.validate().map_err(|m| self.corrupt(&p, m))?;
+        index.validate_for(d).map_err(|m| self.corrupt(&p, m))?;
         index.signed = self.signs(d, &index);
         let index = Arc::new(index);
         if let Ok(mut m) = self.indexes.lock() {
@@ -856,7 +858,11 @@ impl Bucket {
             (upload, done) = (self.begin_parts(lease, Some(*d), Some(size)), Vec::new());
         }
         let resumed = done.len();
+        // In chain form one pass over the file gives every chunk's entry and the whole's
+        // digest; otherwise the whole is hashed, and each resumed chunk again to compare.
+        let piece = upload.piece_size();
         let mut whole = d.algorithm().hasher();
+        let mut chain = chain::Chain::new();
         let mut left = size;
         let mut i = 0usize;
         while left > 0 {
@@ -870,13 +876,23 @@ impl Bucket {
             // Megabytes hashed on a blocking thread, not on the ones serving connections.
             let check = done.get(i).is_some();
             let hashed = tokio::task::spawn_blocking(move || {
-                whole.update(&buf);
-                let chunk = check.then(|| hex::encode(Sha256::digest(&buf)));
-                (whole, buf, chunk)
+                let mut known = None;
+                let chunk = match piece {
+                    Some(p) => {
+                        let (k, entry) = chain::hash_known(&mut chain, &buf, p, size);
+                        known = Some(k);
+                        Some(entry)
+                    }
+                    None => {
+                        whole.update(&buf);
+                        check.then(|| hex::encode(Sha256::digest(&buf)))
+                    }
+                };
+                (whole, chain, buf, chunk, known)
             })
             .await;
-            let chunk_hash;
-            (whole, buf, chunk_hash) = match hashed {
+            let (chunk_hash, known);
+            (whole, chain, buf, chunk_hash, known) = match hashed {
                 Ok(h) => h,
                 Err(e) => {
                     upload.abort().await;
@@ -894,17 +910,21 @@ impl Bucket {
                     upload.abort().await;
                     return Box::pin(self.put(d, local, media_type, lease, None)).await;
                 }
-            } else if let Err(e) = upload.put_chunk(Bytes::from(buf)).await {
+            } else if let Err(e) = upload.put_chunk_with(Bytes::from(buf), known).await {
                 upload.abort().await;
                 return Err(e);
             }
             i += 1;
         }
         done.clear();
-        let got = whole.finalize();
-        if got != *d {
+        let got = match piece {
+            Some(_) => Digest::from_bytes(tender_oci::Algorithm::Sha256, &chain.finalize()),
+            None => Some(whole.finalize()),
+        };
+        if got != Some(*d) {
             self.metrics.corrupt.inc();
             upload.abort().await;
+            let got = got.map_or_else(|| "not sha256".to_string(), |g| g.to_string());
             return Err(BucketError::Corrupt {
                 bucket: self.settings.bucket.clone(),
                 key: local.display().to_string(),
@@ -966,7 +986,10 @@ impl Bucket {
     async fn chunk(&self, d: &Digest, index: &ChunkIndex, i: usize) -> Result<Bytes, BucketError> {
         let range: Range<u64> = index.chunk_range(i);
         if let Some(upload) = &index.upload {
-            return match self.part(upload, i, &index.chunks[i], Some(range.end - range.start), index.chunk_size).await {
+            let Some(check) = index.check_of(i, d) else {
+                return Err(self.corrupt(&self.index_path(d), format!("chunk {i} has no entry in its index")));
+            };
+            return match self.part(upload, i, &check, Some(range.end - range.start), index.chunk_size).await {
                 Err(e) if e.is_not_found() => {
                     // Quarantined or deleted since its index was read: forget the index.
                     self.forget(d);
@@ -1013,6 +1036,9 @@ impl Bucket {
         i: usize,
         within: Range<u64>,
     ) -> Result<Option<Bytes>, BucketError> {
+        if index.is_chain() {
+            return self.pieces(d, index, i, within).await;
+        }
         let (Some((s, hashes)), Some(upload)) = (index.sub_hashes(i), &index.upload) else { return Ok(None) };
         let chunk = index.chunk_range(i);
         let len = chunk.end - chunk.start;
@@ -1022,46 +1048,7 @@ impl Bucket {
         }
         let span = a as u64 * s..(b as u64 * s).min(len);
         let p = self.part_path(upload, i);
-        let opts = object_store::GetOptions {
-            range: Some(object_store::GetRange::Bounded(span.clone())),
-            ..Default::default()
-        };
-        let get = async {
-            let got = self.store.get_opts(&p, opts).await?;
-            // The chunk's size is in the response head: a chunk unlike its index is refused
-            // before a byte of it is read, as by `get_at_most`.
-            if got.meta.size != len || got.range != span {
-                return Ok(Err((got.meta.size, got.range)));
-            }
-            Ok(Ok(got.bytes().await?))
-        };
-        let bytes = match self.call("get", &p, get).await? {
-            Ok(Ok(b)) => b,
-            Ok(Err((size, got))) => {
-                return Err(self.corrupt(
-                    &p,
-                    format!(
-                        "chunk {i} is {size} bytes (answered bytes {}-{}), not the {len} its index says; not read",
-                        got.start,
-                        got.end.saturating_sub(1)
-                    ),
-                ))
-            }
-            Err(e @ object_store::Error::NotFound { .. }) => {
-                // Quarantined or deleted since its index was read: forget the index.
-                self.forget(d);
-                return Err(self.store_err("get", &p, e));
-            }
-            Err(e) if matches!(Cause::of(&e), Some(Cause::Timeout | Cause::Connect | Cause::Denied)) => {
-                return Err(self.store_err("get", &p, e));
-            }
-            Err(e) => {
-                // An answer that refuses the range (a server without ranges, a chunk shorter
-                // than the range): the whole chunk is read and judged as before sub-chunks.
-                tracing::debug!(key = %p, error = %e, "ranged read of sub-chunks refused; reading the whole chunk");
-                return Ok(None);
-            }
-        };
+        let Some(bytes) = self.ranged_part(d, &p, i, len, span.clone()).await? else { return Ok(None) };
         let got = self.sub_hashes(&bytes, s).await?;
         if bytes.len() as u64 != span.end - span.start || got.as_slice() != &hashes[a..b] {
             let bad = got.iter().zip(&hashes[a..b]).position(|(g, w)| g != w).map_or(a, |k| a + k);
@@ -1077,6 +1064,99 @@ impl Bucket {
         }
         self.metrics.read_bytes.inc_by(bytes.len() as u64);
         Ok(Some(bytes.slice((within.start - span.start) as usize..(within.end - span.start) as usize)))
+    }
+
+    /// Bytes `span` of chunk `i` (`len` bytes, object `p`), with one ranged GET. `None` when
+    /// the bucket did not answer with the range (then the whole chunk is read).
+    async fn ranged_part(
+        &self,
+        d: &Digest,
+        p: &ObjectPath,
+        i: usize,
+        len: u64,
+        span: Range<u64>,
+    ) -> Result<Option<Bytes>, BucketError> {
+        let opts = object_store::GetOptions {
+            range: Some(object_store::GetRange::Bounded(span.clone())),
+            ..Default::default()
+        };
+        let get = async {
+            let got = self.store.get_opts(p, opts).await?;
+            // The chunk's size is in the response head: a chunk unlike its index is refused
+            // before a byte of it is read, as by `get_at_most`.
+            if got.meta.size != len || got.range != span {
+                return Ok(Err((got.meta.size, got.range)));
+            }
+            Ok(Ok(got.bytes().await?))
+        };
+        match self.call("get", p, get).await? {
+            Ok(Ok(b)) => Ok(Some(b)),
+            Ok(Err((size, got))) => Err(self.corrupt(
+                p,
+                format!(
+                    "chunk {i} is {size} bytes (answered bytes {}-{}), not the {len} its index says; not read",
+                    got.start,
+                    got.end.saturating_sub(1)
+                ),
+            )),
+            Err(e @ object_store::Error::NotFound { .. }) => {
+                // Quarantined or deleted since its index was read: forget the index.
+                self.forget(d);
+                Err(self.store_err("get", p, e))
+            }
+            Err(e) if matches!(Cause::of(&e), Some(Cause::Timeout | Cause::Connect | Cause::Denied)) => {
+                Err(self.store_err("get", p, e))
+            }
+            Err(e) => {
+                // An answer that refuses the range (a server without ranges, a chunk shorter
+                // than the range): the whole chunk is read and judged as before sub-chunks.
+                tracing::debug!(key = %p, error = %e, "ranged read of sub-chunks refused; reading the whole chunk");
+                Ok(None)
+            }
+        }
+    }
+
+    /// [`Bucket::sub_chunks`] of an index in chain form (format 3): the pieces that cover
+    /// `within`, checked from the state before the first to the state after the last (the
+    /// object's sha256 when the last is the object's).
+    async fn pieces(
+        &self,
+        d: &Digest,
+        index: &ChunkIndex,
+        i: usize,
+        within: Range<u64>,
+    ) -> Result<Option<Bytes>, BucketError> {
+        let (Some(s), Some(upload)) = (index.sub_chunk_size.filter(|s| *s > 0), &index.upload) else { return Ok(None) };
+        let chunk = index.chunk_range(i);
+        let len = chunk.end - chunk.start;
+        let n = ChunkIndex::chunk_count(len, s);
+        let (a, b) = ((within.start / s) as usize, within.end.div_ceil(s) as usize);
+        if within.start >= within.end || b > n || (a == 0 && b == n) {
+            return Ok(None);
+        }
+        let Some((piece, start, ends)) = index.piece_states(i, a, b) else { return Ok(None) };
+        let span = a as u64 * s..(b as u64 * s).min(len);
+        let p = self.part_path(upload, i);
+        let Some(bytes) = self.ranged_part(d, &p, i, len, span.clone()).await? else { return Ok(None) };
+        let last = (i + 1 == index.chunks.len() && b == n).then_some(*d);
+        let at = chunk.start + span.start;
+        let checked = bytes.clone();
+        let verdict = tokio::task::spawn_blocking(move || {
+            if checked.len() as u64 != span.end - span.start {
+                return Err(format!("{} bytes read for {}", checked.len(), span.end - span.start));
+            }
+            chain::check_pieces(start, at, &checked, piece, &ends, last.as_ref())
+        })
+        .await
+        .map_err(|e| BucketError::Setup {
+            bucket: self.settings.bucket.clone(),
+            message: format!("hashing pieces: {e}"),
+        })?;
+        if let Err(m) = verdict {
+            return Err(self.corrupt(&p, format!("chunk {i} pieces {a}..{b}: {m}; not served")));
+        }
+        self.metrics.read_bytes.inc_by(bytes.len() as u64);
+        Ok(Some(bytes.slice((within.start - a as u64 * s) as usize..(within.end - a as u64 * s) as usize)))
     }
 
     /// Bytes `start..end` of a committed object. Each chunk, or each sub-chunk when the index

@@ -21,6 +21,7 @@ use object_store::{PutMode, PutPayload};
 use serde::{Deserialize, Serialize};
 use tender_oci::Digest;
 
+use crate::chain::ChunkCheck;
 use crate::index::{is_upload_id, new_upload_id};
 use crate::lease::now_ms;
 use crate::{key_hash, Bucket, BucketError, ChunkIndex};
@@ -54,8 +55,13 @@ pub struct Progress {
     /// Whether `key` is a fill lease (checked before the record is taken for abandoned).
     #[serde(default)]
     pub leased: bool,
-    /// Lowercase hex sha256 of each chunk written, in order.
+    /// Lowercase hex sha256 of each chunk written, in order. With `chained`: the hash state
+    /// after each chunk, and the object's sha256 for the last ([`crate::chain`]).
     pub chunks: Vec<String>,
+    /// The chunks are listed as links of the object's own sha256 (an upload for an index of
+    /// format 3).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub chained: bool,
     /// The object's first bytes (base64, at most [`HEAD_LEN`] as written), until the first
     /// chunk is listed. Older readers ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,6 +101,30 @@ impl Progress {
         Ok(())
     }
 
+    /// How chunk `i` is checked, once it is listed. A chained chunk is the object's last when
+    /// the record's size says so, or when it is shorter than a chunk.
+    pub fn check_of(&self, i: usize, len: Option<u64>) -> Option<ChunkCheck> {
+        let entry = self.chunks.get(i)?;
+        if !self.chained {
+            return Some(ChunkCheck::Sha256(entry.clone()));
+        }
+        let at = (i as u64).saturating_mul(self.chunk_size);
+        let start = if i == 0 { crate::chain::START } else { crate::chain::state_of(self.chunks.get(i - 1)?)? };
+        let last = match (self.total, len) {
+            (Some(t), _) => at.saturating_add(self.chunk_size) >= t,
+            (None, Some(n)) => n < self.chunk_size,
+            (None, None) => false,
+        };
+        Some(ChunkCheck::Chain(crate::chain::Link {
+            start,
+            at,
+            last,
+            end: entry.clone(),
+            piece: self.chunk_size,
+            interior: None,
+        }))
+    }
+
     /// Whether its uploader renewed the record within `ttl` (by this replica's clock, as leases
     /// are judged): a record renewed longer ago belongs to an upload nobody is doing.
     pub fn is_fresh(&self, ttl: Duration) -> bool {
@@ -111,6 +141,29 @@ impl Progress {
                 .map_err(|e| format!("head is not base64: {e}")),
             _ => Ok(None),
         }
+    }
+}
+
+/// A chunk's entry from what its caller hashed: the states at its piece boundaries (its end
+/// included unless it is the object's last, which ends in `digest`). `None` when they do not
+/// fit a chunk of `len` bytes.
+fn from_known(k: Known, len: u64, piece: u64, last: bool) -> Option<crate::chain::Hashed> {
+    use tender_oci::chain::state_hex;
+    let pieces = ChunkIndex::chunk_count(len, piece);
+    if last {
+        let d = k.digest.filter(|d| d.algorithm() == tender_oci::Algorithm::Sha256)?;
+        (k.states.len() + 1 == pieces).then(|| crate::chain::Hashed {
+            end: d.hex(),
+            end_state: None,
+            interior: k.states.iter().map(state_hex).collect(),
+        })
+    } else {
+        let (end, interior) = k.states.split_last()?;
+        (k.states.len() == pieces && len.is_multiple_of(piece)).then(|| crate::chain::Hashed {
+            end: state_hex(end),
+            end_state: Some(*end),
+            interior: interior.iter().map(state_hex).collect(),
+        })
     }
 }
 
@@ -175,6 +228,31 @@ pub struct PartUpload {
     /// Set by the first chunk that could not be written: the upload is dead from then on (its
     /// record is no longer renewed, so followers see it stop, and its holder gives its lease up).
     failed: Arc<tokio::sync::watch::Sender<bool>>,
+    /// The chunks as links of the object's chain (index format 3), when the upload knows the
+    /// object's size from the start and its digest is sha256 (or not known yet).
+    chain: Option<ChainUp>,
+    /// Bytes of the chunks handed over that this upload hashed itself (in chain form, those
+    /// handed without [`Known`] states; otherwise all of them).
+    hashed: u64,
+}
+
+/// An upload in chain form: its pieces, the object's size, and the state where the next chunk
+/// starts (`None` once the chunks handed over stopped tiling an object of that size).
+#[derive(Debug, Clone, Copy)]
+struct ChainUp {
+    piece: u64,
+    total: u64,
+    next: Option<tender_oci::chain::State>,
+}
+
+/// What the caller already hashed of a chunk it hands to [`PartUpload::put_chunk_with`] (the
+/// fill's spool hashes the object as it writes it): the hash state at every piece boundary in
+/// the chunk, its end included unless it is the object's end, and for the object's last chunk
+/// the object's digest.
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    pub states: Vec<tender_oci::chain::State>,
+    pub digest: Option<Digest>,
 }
 
 impl std::fmt::Debug for PartUpload {
@@ -201,6 +279,13 @@ impl PartUpload {
 
     /// The object's size, once known (readers following the upload use it).
     pub async fn set_total(&mut self, total: Option<u64>) {
+        if let Some(c) = self.chain.as_mut() {
+            if total != Some(c.total) {
+                // Links of an object of another size: the index cannot be written in chain form.
+                c.next = None;
+                return;
+            }
+        }
         self.record.lock().await.progress.total = total;
     }
 
@@ -217,6 +302,18 @@ impl PartUpload {
 
     pub fn chunk_size(&self) -> u64 {
         self.chunk_size
+    }
+
+    /// Bytes of the chunks handed over that this upload hashed itself, rather than taking the
+    /// states its caller hashed ([`PartUpload::put_chunk_with`]).
+    pub fn hashed_bytes(&self) -> u64 {
+        self.hashed
+    }
+
+    /// In chain form (index format 3): the size of the pieces whose boundary states the index
+    /// lists ([`Known::states`]).
+    pub fn piece_size(&self) -> Option<u64> {
+        self.chain.map(|c| c.piece)
     }
 
     /// Whether a chunk could not be written: nothing more lands, and the record is not renewed.
@@ -268,6 +365,12 @@ impl PartUpload {
     /// `chunkSize` long). Returns once fewer than [`IN_FLIGHT`] chunks are in flight; the record
     /// lists a chunk once it is in the bucket.
     pub async fn put_chunk(&mut self, bytes: Bytes) -> Result<(), BucketError> {
+        self.put_chunk_with(bytes, None).await
+    }
+
+    /// [`PartUpload::put_chunk`], with what the caller already hashed of it (in chain form,
+    /// the chunk is then not hashed again; `known` unlike the chunk's pieces is ignored).
+    pub async fn put_chunk_with(&mut self, bytes: Bytes, known: Option<Known>) -> Result<(), BucketError> {
         if self.has_failed() {
             // The chunk that failed is in flight or landed: its error is the upload's.
             self.flush().await?;
@@ -275,17 +378,59 @@ impl PartUpload {
         }
         self.announce().await?;
         let i = self.queued;
-        if i > 0 && self.handed != (i as u64).saturating_mul(self.chunk_size) {
+        let at = self.handed;
+        if i > 0 && at != (i as u64).saturating_mul(self.chunk_size) {
             self.ragged = true;
         }
         self.queued += 1;
         self.handed = self.handed.saturating_add(bytes.len() as u64);
+        // In chain form the entry is known before the upload: the state after the chunk.
+        let linked = match self.chain.as_mut() {
+            Some(c) => match c.next {
+                Some(start) if self.handed <= c.total && !self.ragged => {
+                    let last = self.handed == c.total;
+                    let h = match known.and_then(|k| from_known(k, bytes.len() as u64, c.piece, last)) {
+                        Some(h) => Some(h),
+                        None => {
+                            self.hashed = self.hashed.saturating_add(bytes.len() as u64);
+                            let (b, piece) = (bytes.clone(), c.piece);
+                            tokio::task::spawn_blocking(move || crate::chain::hash_link(start, at, &b, piece, last))
+                                .await
+                                .map_err(|e| BucketError::Setup {
+                                    bucket: self.bucket.settings.bucket.clone(),
+                                    message: format!("hashing a chunk: {e}"),
+                                })?
+                        }
+                    };
+                    c.next = h.as_ref().and_then(|h| h.end_state);
+                    if h.is_none() || last {
+                        c.next = None;
+                    }
+                    h
+                }
+                _ => {
+                    c.next = None;
+                    None
+                }
+            },
+            None => None,
+        };
+        let chained = self.chain.is_some();
+        if !chained {
+            self.hashed = self.hashed.saturating_add(bytes.len() as u64);
+        }
         let p = self.bucket.part_path(&self.upload_id(), i);
         let (me, record, path) = (self.bucket.clone(), self.record.clone(), self.path.clone());
         let (failed, sub) = (self.failed.clone(), self.sub_chunk_size);
         self.pending.push_back(tokio::spawn(async move {
             let put = async {
-                let (hash, subs) = me.chunk_hashes(&bytes, sub).await?;
+                let (hash, subs) = match linked {
+                    Some(h) => (h.end, Some(h.interior)),
+                    // A chain that broke off: listed as nothing a reader accepts, so followers
+                    // stop here and take the rest from elsewhere; the index is not written.
+                    None if chained => ("0".repeat(64), None),
+                    None => me.chunk_hashes(&bytes, sub).await?,
+                };
                 let n = bytes.len() as u64;
                 me.call("put", &p, me.store.put(&p, PutPayload::from(bytes)))
                     .await?
@@ -382,14 +527,31 @@ impl PartUpload {
             (r.progress.chunks.clone(), r.subs.take(), self.chunk_size, self.upload.clone())
         };
         let b = self.bucket.clone();
-        let mut index = ChunkIndex::of_parts(size, chunk_size, chunks, &b.settings.replica, &upload);
-        if let (Some(s), Some(subs)) = (self.sub_chunk_size, subs) {
-            if index.validate().is_ok() {
-                index = index.with_sub_chunks(s, subs);
+        let mut index = match self.chain {
+            Some(c) => {
+                // Every chunk linked, from the first byte to the object's end, which is `d`.
+                let linked = c.total == size && self.handed == size && !self.ragged && !self.has_failed();
+                if !linked || chunks.last() != Some(&d.hex()) {
+                    return Err(b.corrupt(
+                        &b.index_path(d),
+                        format!("the chunks uploaded do not hash to {d} ({size} bytes); no index written"),
+                    ));
+                }
+                let subs = subs.unwrap_or_default();
+                ChunkIndex::of_chain(size, chunk_size, c.piece, chunks, subs, &b.settings.replica, &upload)
             }
-        }
+            None => {
+                let mut index = ChunkIndex::of_parts(size, chunk_size, chunks, &b.settings.replica, &upload);
+                if let (Some(s), Some(subs)) = (self.sub_chunk_size, subs) {
+                    if index.validate().is_ok() {
+                        index = index.with_sub_chunks(s, subs);
+                    }
+                }
+                index
+            }
+        };
         index.media_type = media_type.map(str::to_string);
-        index.validate().map_err(|m| b.corrupt(&b.index_path(d), m))?;
+        index.validate_for(d).map_err(|m| b.corrupt(&b.index_path(d), m))?;
         if let Some(k) = &b.settings.index_key {
             index.mac = Some(index.sign(k, d));
             index.signed = true;
@@ -456,15 +618,30 @@ impl Bucket {
         let upload = new_upload_id();
         let key = lease.map_or_else(|| format!("upload:{upload}"), str::to_string);
         let now = now_ms();
+        let cs = self.settings.chunk_size;
+        // Chain form when the links can be computed from the first byte: the size known, the
+        // digest sha256, chunks of whole blocks. Pieces as the sub-chunks, unless an index
+        // would list too many.
+        let chain = match total {
+            Some(t)
+                if digest.is_none_or(|d| d.algorithm() == tender_oci::Algorithm::Sha256) && cs.is_multiple_of(64) =>
+            {
+                let piece = self.settings.sub_chunks_of(cs).filter(|p| p.is_multiple_of(64)).unwrap_or(cs);
+                let piece = if ChunkIndex::chunk_count(t, piece) > crate::MAX_SUB_CHUNKS { cs } else { piece };
+                Some(ChainUp { piece, total: t, next: Some(crate::chain::START) })
+            }
+            _ => None,
+        };
         let record = Progress {
             key: key.clone(),
             upload,
             replica: self.settings.replica.clone(),
-            chunk_size: self.settings.chunk_size,
+            chunk_size: cs,
             total,
             digest,
             leased: lease.is_some(),
             chunks: Vec::new(),
+            chained: chain.is_some(),
             head: None,
             started_at: now,
             renewed_at: now,
@@ -479,7 +656,7 @@ impl Bucket {
             record: Arc::new(tokio::sync::Mutex::new(Recorded {
                 progress: record,
                 landed: Default::default(),
-                subs: sub_chunk_size.map(|_| Vec::new()),
+                subs: (sub_chunk_size.is_some() || chain.is_some()).then(Vec::new),
                 sub_count: 0,
             })),
             pending: VecDeque::new(),
@@ -489,6 +666,8 @@ impl Bucket {
             recorded: false,
             renewer: None,
             failed: Arc::new(tokio::sync::watch::channel(false).0),
+            chain,
+            hashed: 0,
         }
     }
 
@@ -503,14 +682,14 @@ impl Bucket {
         Ok(Some(r))
     }
 
-    /// Chunk `i` of an upload, checked against `sha256` (from its index or progress record),
-    /// and against its length `len` when known. One longer than `max` (its record's chunk
-    /// size) is refused before a byte of it is read.
+    /// Chunk `i` of an upload, checked with `check` (from its index or progress record), and
+    /// against its length `len` when known. One longer than `max` (its record's chunk size) is
+    /// refused before a byte of it is read.
     pub async fn part(
         &self,
         upload: &str,
         i: usize,
-        sha256: &str,
+        check: &ChunkCheck,
         len: Option<u64>,
         max: u64,
     ) -> Result<Bytes, BucketError> {
@@ -524,15 +703,41 @@ impl Bucket {
             }
             Err(e) => return Err(self.store_err("get", &p, e)),
         };
-        let got = self.sha256_hex(&bytes).await?;
-        if got != sha256 || len.is_some_and(|n| n != bytes.len() as u64) {
-            return Err(self.corrupt(
-                &p,
-                format!("chunk {i} ({} bytes, sha256 {got}) does not match its record; not served", bytes.len()),
-            ));
+        if let Err(m) = self.check_chunk(&bytes, check, len).await? {
+            return Err(self.corrupt(&p, format!("chunk {i} ({} bytes) {m}; not served", bytes.len())));
         }
         self.metrics.read_bytes.inc_by(bytes.len() as u64);
         Ok(bytes)
+    }
+
+    /// Check a chunk's bytes (on a blocking thread: megabytes): `Ok(Err(why))` when they are
+    /// not what `check` says.
+    pub(crate) async fn check_chunk(
+        &self,
+        bytes: &Bytes,
+        check: &ChunkCheck,
+        len: Option<u64>,
+    ) -> Result<Result<(), String>, BucketError> {
+        if let Some(n) = len.filter(|n| *n != bytes.len() as u64) {
+            return Ok(Err(format!("is not the {n} bytes its record says")));
+        }
+        let (checked, check) = (bytes.clone(), check.clone());
+        tokio::task::spawn_blocking(move || match &check {
+            ChunkCheck::Sha256(want) => {
+                let got = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&checked));
+                if got == *want {
+                    Ok(())
+                } else {
+                    Err(format!("has sha256 {got}, which does not match its record"))
+                }
+            }
+            ChunkCheck::Chain(l) => crate::chain::check_link(l, &checked).map(|_| ()),
+        })
+        .await
+        .map_err(|e| BucketError::Setup {
+            bucket: self.settings.bucket.clone(),
+            message: format!("hashing a chunk: {e}"),
+        })
     }
 
     /// Delete every chunk object of an upload. `gated`: refused while the breaker is open.

@@ -31,6 +31,19 @@ async fn uploaded(b: &Arc<Bucket>, bytes: &[u8]) -> Digest {
     d
 }
 
+/// Uploaded in index format 2 (chunk hashes), as an upload that did not know the object's
+/// size from the start writes it (and as every tender before bucket format 4 did).
+async fn uploaded_v2(b: &Arc<Bucket>, bytes: &[u8]) -> Digest {
+    let d = Digest::of(bytes);
+    let mut u = b.begin_parts(None, Some(d), None);
+    for c in bytes.chunks(b.settings().chunk_size as usize) {
+        u.put_chunk(Bytes::copy_from_slice(c)).await.unwrap();
+    }
+    let index = u.finish(&d, bytes.len() as u64, None).await.unwrap();
+    assert_eq!(index.format, 2);
+    d
+}
+
 async fn read_all(b: &Arc<Bucket>, d: Digest, start: u64, end: u64) -> Result<Vec<u8>, BucketError> {
     let index = b.index(&d).await?.expect("indexed");
     let mut s = b.read(d, index, start, end);
@@ -835,7 +848,7 @@ async fn should_record_sub_chunk_hashes_and_read_any_range_from_them_byte_exact(
     let store = Arc::new(Faulty::new(Fault::None));
     let b = sub_bucket(&store, "a");
     let bytes = content(3 * 4096 + 1500);
-    let d = uploaded(&b, &bytes).await;
+    let d = uploaded_v2(&b, &bytes).await;
     let raw = store.inner.get(&ObjectPath::from(format!("index/sha256/{}.json", d.hex()))).await.unwrap();
     let json: serde_json::Value = serde_json::from_slice(&raw.bytes().await.unwrap()).unwrap();
     assert_eq!(json["subChunkSize"], 1024);
@@ -869,7 +882,7 @@ async fn should_record_sub_chunk_hashes_and_read_any_range_from_them_byte_exact(
     assert!(out == bytes);
     assert_eq!(store.got_bytes.load(std::sync::atomic::Ordering::Relaxed) - before, n);
     // An empty object has one empty chunk, and one empty sub-chunk.
-    let e = uploaded(&b, b"").await;
+    let e = uploaded_v2(&b, b"").await;
     let ei = reader.index(&e).await.unwrap().unwrap();
     assert_eq!(ei.sub_chunks, vec![vec![hex::encode(Sha256::digest(b""))]]);
     assert_eq!(read_all(&reader, e, 0, 0).await.unwrap(), b"");
@@ -884,7 +897,7 @@ async fn should_refuse_a_corrupt_sub_chunk_and_serve_the_rest_of_its_chunk() {
     let store = Arc::new(Faulty::new(Fault::None));
     let b = sub_bucket(&store, "a");
     let bytes = content(3 * 4096);
-    let d = uploaded(&b, &bytes).await;
+    let d = uploaded_v2(&b, &bytes).await;
     let index = b.index(&d).await.unwrap().unwrap();
     let upload = index.upload.clone().unwrap();
     // Chunk 1, sub-chunk 2 (bytes 6144..7168 of the object) rots.
@@ -943,7 +956,7 @@ async fn should_read_whole_chunks_of_an_index_without_sub_chunk_hashes() {
     let store = Arc::new(Faulty::new(Fault::None));
     let b = sub_bucket(&store, "a");
     let bytes = content(2 * 4096 + 100);
-    let d = uploaded(&b, &bytes).await;
+    let d = uploaded_v2(&b, &bytes).await;
     let key = ObjectPath::from(format!("index/sha256/{}.json", d.hex()));
     let raw = store.inner.get(&key).await.unwrap().bytes().await.unwrap();
     let mut json: serde_json::Value = serde_json::from_slice(&raw).unwrap();
@@ -958,7 +971,7 @@ async fn should_read_whole_chunks_of_an_index_without_sub_chunk_hashes() {
     assert_eq!(fetched, 4096, "the whole chunk, as before sub-chunks");
     // A chunk size that is no multiple of the sub-chunk size records none.
     let plain = bucket_on(&Arc::new(InMemory::new()), "c");
-    let e = uploaded(&plain, &bytes).await;
+    let e = uploaded_v2(&plain, &bytes).await;
     assert!(plain.index(&e).await.unwrap().unwrap().sub_chunk_size.is_none());
 }
 
@@ -970,7 +983,7 @@ async fn should_refuse_an_index_with_sub_chunk_hashes_unlike_its_chunks() {
     let store = Arc::new(Faulty::new(Fault::None));
     let b = sub_bucket(&store, "a");
     let bytes = content(2 * 4096 + 100);
-    let d = uploaded(&b, &bytes).await;
+    let d = uploaded_v2(&b, &bytes).await;
     let good = (*b.index(&d).await.unwrap().unwrap()).clone();
     good.validate().unwrap();
     type Spoil = fn(&mut ChunkIndex);
@@ -1030,7 +1043,9 @@ async fn should_record_sub_chunk_hashes_of_an_upload_resumed_from_the_fill() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("obj"), &bytes).unwrap();
     let index = b.upload_resumed(&d, &dir.path().join("obj"), Some("k"), Some(u)).await.unwrap();
-    assert_eq!(index.sub_chunks.iter().map(Vec::len).collect::<Vec<_>>(), [4, 4, 4, 1]);
+    // In chain form: the states inside each chunk (one fewer than its pieces).
+    assert_eq!(index.format, 3);
+    assert_eq!(index.sub_chunks.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 3, 0]);
     let reader = sub_bucket(&store, "b");
     let index = reader.index(&d).await.unwrap().unwrap();
     let (r, fetched) = read_counted(&store, &reader, d, &index, 1024, 2048).await;
@@ -1062,7 +1077,7 @@ async fn should_read_objects_written_whole_before_format_3() {
     let b = bucket_on(&mem, "new");
     b.check().await.unwrap();
     let f: serde_json::Value = serde_json::from_slice(&mem.get(&marker).await.unwrap().bytes().await.unwrap()).unwrap();
-    assert_eq!(f["format"], 3);
+    assert_eq!(f["format"], crate::BUCKET_FORMAT);
     assert_eq!(read_all(&b, d, 1000, bytes.len() as u64).await.unwrap(), &bytes[1000..]);
     assert_eq!(b.read_small(&d, 1 << 20).await.unwrap().unwrap().0.as_ref(), &bytes[..]);
     let r = b.fsck(false).await.unwrap();
@@ -1087,14 +1102,17 @@ async fn should_list_chunks_in_progress_until_the_index_is_written() {
     let other = bucket_on(&mem, "b");
     let p = other.progress("up@x").await.unwrap().unwrap();
     assert_eq!((p.chunks.len(), p.total, p.digest, p.leased), (2, Some(3 * 1024 + 1), Some(d), true));
-    assert_eq!(other.part(&p.upload, 1, &p.chunks[1], None, 1024).await.unwrap().as_ref(), &bytes[1024..2048]);
-    assert!(other.part(&p.upload, 1, &p.chunks[0], None, 1024).await.unwrap_err().is_corrupt());
+    assert!(p.chained, "the size and digest are known from the start: chunks as links of the chain");
+    let check = p.check_of(1, None).unwrap();
+    assert_eq!(other.part(&p.upload, 1, &check, None, 1024).await.unwrap().as_ref(), &bytes[1024..2048]);
+    let wrong = p.check_of(0, None).unwrap();
+    assert!(other.part(&p.upload, 1, &wrong, None, 1024).await.unwrap_err().is_corrupt());
     assert!(other.index(&d).await.unwrap().is_none(), "not visible before its index");
     for c in bytes.chunks(1024).skip(2) {
         up.put_chunk(bytes::Bytes::copy_from_slice(c)).await.unwrap();
     }
     let index = up.finish(&d, bytes.len() as u64, None).await.unwrap();
-    assert_eq!((index.format, index.upload.as_deref()), (2, Some(p.upload.as_str())));
+    assert_eq!((index.format, index.upload.as_deref()), (3, Some(p.upload.as_str())));
     assert!(other.progress("up@x").await.unwrap().is_none());
     assert_eq!(read_all(&other, d, 0, bytes.len() as u64).await.unwrap(), bytes);
     // Another key's record is not this one's.
@@ -1149,7 +1167,7 @@ async fn should_refuse_oversized_chunks_and_records_before_reading_them() {
     let p = ObjectPath::from(format!("fleet/parts/{upload}/00000001"));
     mem.put(&p, PutPayload::from(vec![0u8; 64 << 20])).await.unwrap();
     let reader = bucket_on(&mem, "b");
-    let e = reader.part(&upload, 1, &index.chunks[1], None, 1024).await.unwrap_err();
+    let e = reader.part(&upload, 1, &index.check_of(1, &d).unwrap(), None, 1024).await.unwrap_err();
     assert!(e.is_corrupt() && e.to_string().contains("more than the 1024"), "{e}");
     let e = read_all(&reader, d, 0, bytes.len() as u64).await.unwrap_err();
     assert!(e.is_corrupt() && e.to_string().contains("more than the 1024"), "{e}");
@@ -1293,9 +1311,9 @@ async fn should_change_nothing_in_a_dry_run() {
     b.note_served_at(&d1, later_secs());
     b.flush_served().await.unwrap();
     let before = keys_under(&mem, "fleet").await;
-    let r = gc_tomorrow(&b, 2000, true).await;
+    let r = gc_tomorrow(&b, 2200, true).await;
     assert!(r.dry_run);
-    assert_eq!(evicted(&r), vec![d0.to_string()]);
+    assert_eq!(evicted(&r), vec![d0.to_string()], "{r:?}");
     assert_eq!((r.objects_before, r.bytes_before, r.objects_after, r.bytes_after), (2, 3000, 1, 1500));
     assert_eq!(keys_under(&mem, "fleet").await, before);
     assert_eq!(read_all(&bucket_on(&mem, "x"), d0, 0, 1500).await.unwrap(), distinct(0, 1500));
@@ -1802,16 +1820,36 @@ async fn should_sign_indexes_so_only_a_replica_with_the_key_trusts_them() {
     changed.mac = Some("zz".into());
     assert!(!changed.verify(&k, &d), "not hex");
 
-    // A signed index copied under another digest, with that digest's... nothing: refused as
-    // signed, so its reader hashes the whole and finds it is not that object.
+    // A signed index copied under another digest: a chain ends in its own object's digest,
+    // so it is refused unread (with or without the key); an index of format 2 is read as
+    // unsigned, and its reader hashes the whole and finds it is not that object.
     let e = Digest::of(b"the object a forger wants served");
-    mem.put(
-        &ObjectPath::from(format!("fleet/index/sha256/{}.json", e.hex())),
-        PutPayload::from(serde_json::to_vec(&stored).unwrap()),
-    )
-    .await
-    .unwrap();
+    let put_as = |index: &ChunkIndex| {
+        let (mem, json) = (mem.clone(), serde_json::to_vec(index).unwrap());
+        async move {
+            mem.put(&ObjectPath::from(format!("fleet/index/sha256/{}.json", e.hex())), PutPayload::from(json))
+                .await
+                .unwrap();
+        }
+    };
+    put_as(&stored).await;
     let b = keyed_on(&mem, "e", Some(KEY));
+    let err = b.index(&e).await.unwrap_err();
+    assert!(err.is_corrupt() && err.to_string().contains("chain ends in"), "{err}");
+    let v2 = uploaded_v2(&a, &content(2 * 1024 + 3)).await;
+    let mut stored2: ChunkIndex = serde_json::from_slice(
+        &mem.get(&ObjectPath::from(format!("fleet/index/sha256/{}.json", v2.hex())))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(stored2.verify(&k, &v2) && stored2.format == 2);
+    stored2.signed = false;
+    put_as(&stored2).await;
+    let b = keyed_on(&mem, "f", Some(KEY));
     assert!(!b.index(&e).await.unwrap().unwrap().signed);
     assert!(b.read_small(&e, 1 << 20).await.unwrap_err().is_corrupt(), "the whole read shows it");
 }
@@ -1880,4 +1918,111 @@ async fn should_remember_a_bounded_number_of_index_entries_between_sweeps() {
         assert!(ds.iter().all(|d| indexed.contains(d)));
         assert!(b.names.lock().unwrap().len() <= books::NAMES_CACHE, "bounded");
     }
+}
+
+/// Issue 36 (one hash pass): an upload that knows the object's size writes its index in chain
+/// form (format 3): each chunk's entry is the hash state after it, the last one the object's
+/// digest, and the states inside each chunk every sub-chunk. Every range is byte-exact and
+/// reads at most two pieces more than it asks; a rotten piece is refused for a range over
+/// it, the rest of its chunk is served, and fsck names it.
+#[tokio::test]
+async fn should_read_any_range_of_a_chain_byte_exact_and_refuse_a_rotten_piece() {
+    let store = Arc::new(Faulty::new(Fault::None));
+    let b = sub_bucket(&store, "a");
+    let bytes = content(3 * 4096 + 1500);
+    let d = uploaded(&b, &bytes).await;
+    let index = sub_bucket(&store, "b").index(&d).await.unwrap().unwrap();
+    assert_eq!((index.format, index.sub_chunk_size), (3, Some(1024)));
+    assert_eq!(index.chunks.last(), Some(&d.hex()), "the chain ends in the object's digest");
+    assert_eq!(index.sub_chunks.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 3, 1]);
+    // The entries are the object's own sha256 states: resumed from chunk 1's, the rest
+    // hashes to the digest.
+    let mut c = crate::chain::Chain::resume(crate::chain::state_of(&index.chunks[1]).unwrap(), 8192).unwrap();
+    c.update(&bytes[8192..]);
+    assert_eq!(hex::encode(c.finalize()), d.hex());
+
+    let n = bytes.len() as u64;
+    let points =
+        [0, 1, 1023, 1024, 1025, 2047, 2048, 4095, 4096, 4097, 5000, 8191, 8192, 12287, 12288, 13311, n - 1, n];
+    let reader = sub_bucket(&store, "c");
+    for &start in &points {
+        for &end in points.iter().filter(|&&e| e >= start) {
+            let (got, fetched) = read_counted(&store, &reader, d, &index, start, end).await;
+            let got = got.unwrap();
+            assert!(got == bytes[start as usize..end as usize], "{start}..{end}: not the object's bytes");
+            assert!(fetched <= end - start + 2 * 1024, "{start}..{end}: fetched {fetched} bytes");
+        }
+    }
+    assert_eq!(reader.metrics().corrupt.get(), 0);
+    let e = uploaded(&b, b"").await;
+    let ei = reader.index(&e).await.unwrap().unwrap();
+    assert_eq!((ei.format, ei.chunks.clone(), ei.sub_chunks.clone()), (3, vec![e.hex()], vec![vec![]]));
+    assert_eq!(read_all(&reader, e, 0, 0).await.unwrap(), b"");
+    assert!(reader.fsck(false).await.unwrap().is_clean());
+
+    // Chunk 1, piece 2 (bytes 6144..7168 of the object) rots.
+    let upload = index.upload.clone().unwrap();
+    let p = ObjectPath::from(format!("parts/{upload}/00000001"));
+    let mut bad = bytes[4096..8192].to_vec();
+    bad[2048 + 5] ^= 1;
+    store.inner.put(&p, PutPayload::from(bad)).await.unwrap();
+    let (r, _) = read_counted(&store, &reader, d, &index, 6144 + 100, 6144 + 200).await;
+    let err = r.unwrap_err();
+    assert!(err.is_corrupt() && err.to_string().contains("pieces 2..3"), "{err}");
+    for (start, end) in [(4096, 6144), (4096 + 10, 4096 + 20), (7168, 8192), (7168, 9000)] {
+        let (r, _) = read_counted(&store, &reader, d, &index, start, end).await;
+        assert!(r.unwrap() == bytes[start as usize..end as usize], "{start}..{end}");
+    }
+    let err = read_all(&reader, d, 0, n).await.unwrap_err();
+    assert!(err.is_corrupt() && err.to_string().contains("chunk 1"), "{err}");
+    let r = reader.fsck(false).await.unwrap();
+    assert!(r.corrupt.len() == 1 && r.corrupt[0].digest == d.to_string(), "{r:?}");
+}
+
+/// A chain index from the bucket is checked like any index before it is used: piece states
+/// that do not fit the chunks, a piece size that is not whole blocks dividing the chunk, a
+/// state that is not hex, or a chain that does not end in the digest it is read as, are
+/// refused (corrupt), never a panic.
+#[tokio::test]
+async fn should_refuse_a_chain_index_unlike_its_chunks() {
+    let store = Arc::new(Faulty::new(Fault::None));
+    let b = sub_bucket(&store, "a");
+    let bytes = content(2 * 4096 + 100);
+    let d = uploaded(&b, &bytes).await;
+    let good = (*b.index(&d).await.unwrap().unwrap()).clone();
+    good.validate_for(&d).unwrap();
+    type Spoil = fn(&mut ChunkIndex);
+    let cases: Vec<(&str, Spoil)> = vec![
+        ("piece states for chunk 0", |i| {
+            i.sub_chunks[0].pop();
+        }),
+        ("piece states for chunk 2", |i| i.sub_chunks[2].push("0".repeat(64))),
+        ("of 3 chunks", |i| {
+            i.sub_chunks.pop();
+        }),
+        ("piece size", |i| i.sub_chunk_size = Some(0)),
+        ("piece size", |i| i.sub_chunk_size = Some(1000)),
+        ("piece size", |i| i.sub_chunk_size = Some(8192)),
+        ("piece size", |i| i.sub_chunk_size = None),
+        ("not 64 hex", |i| i.sub_chunks[1][2] = "zz".repeat(32)),
+        ("chain ends in", |i| i.chunks[2] = "ab".repeat(32)),
+        ("newer than 3", |i| i.format = 4),
+        ("with upload", |i| i.upload = None),
+    ];
+    let key = ObjectPath::from(format!("index/sha256/{}.json", d.hex()));
+    for (want, spoil) in cases {
+        let mut bad = good.clone();
+        spoil(&mut bad);
+        store.inner.put(&key, PutPayload::from(serde_json::to_vec(&bad).unwrap())).await.unwrap();
+        let e = sub_bucket(&store, "b").index(&d).await.unwrap_err();
+        assert!(e.is_corrupt() && e.to_string().contains(want), "{want}: {e}");
+    }
+    // States that are hex but wrong: the index reads; what crosses them is refused.
+    let mut wrong = good.clone();
+    wrong.sub_chunks[1][0] = "ab".repeat(32);
+    store.inner.put(&key, PutPayload::from(serde_json::to_vec(&wrong).unwrap())).await.unwrap();
+    let reader = sub_bucket(&store, "c");
+    assert!(read_all(&reader, d, 4096, 4097).await.unwrap_err().is_corrupt());
+    assert!(read_all(&reader, d, 0, bytes.len() as u64).await.unwrap_err().is_corrupt());
+    assert!(!reader.fsck(false).await.unwrap().is_clean());
 }

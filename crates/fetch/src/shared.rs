@@ -369,9 +369,10 @@ impl Source for BucketSource {
         async move {
             let total = index.size;
             let b = bucket.clone();
-            // A signed index names the digest of the chunks it lists: a copy of every chunk,
+            // A signed index names the digest of the chunks it lists, and an index in chain
+            // form ends its chunks in the digest itself: a copy of every chunk from the first,
             // each verified against it, is that digest's bytes.
-            let vouch = (index.signed && offset == 0).then(tender_store::Vouch::new);
+            let vouch = ((index.signed || index.is_chain()) && offset == 0).then(tender_store::Vouch::new);
             let body = bucket.copy(d, index, offset, total).map(move |r| r.map_err(|e| fetch_error(&b, e)));
             let body = match &vouch {
                 Some(v) => vouching(body, v.clone(), d, total).boxed(),
@@ -441,10 +442,13 @@ struct Follow {
     last_news: Instant,
     /// The object finished: the rest comes by its index.
     rest: Option<futures::stream::BoxStream<'static, Result<bytes::Bytes, BucketError>>>,
-    /// With the replicas' index key and opened at the first byte: proven once every chunk
-    /// followed is the one the object's signed index lists (then the fill hashes no byte
-    /// twice), along with the hashes the chunks followed were verified against.
+    /// Opened at the first byte, with the replicas' index key or of an upload in chain form:
+    /// proven once every chunk followed is the one the object's signed index lists, or once
+    /// the chain of the chunks followed ended in the object's digest (then the fill hashes no
+    /// byte twice), along with the entries the chunks followed were verified against.
     vouch: Option<(tender_store::Vouch, Vec<String>)>,
+    /// In chain form: the last chunk followed ended the chain, in this digest.
+    chain_end: Option<Digest>,
 }
 
 impl Follow {
@@ -458,6 +462,16 @@ impl Follow {
     /// it the fill hashes its bytes from its file, as a follower without the key does.
     async fn vouch_at_end(&mut self, total: u64) {
         let Some((vouch, verified)) = self.vouch.take() else { return };
+        if self.progress.chained {
+            // The chunks followed, each a link from the one before, ended in this digest: it
+            // is the digest of the bytes delivered, whoever wrote the record.
+            if let Some(d) = self.chain_end.filter(|d| self.finished.digest().is_none_or(|f| f == *d)) {
+                if verified.len() == ChunkIndex::chunk_count(total, self.progress.chunk_size) {
+                    vouch.prove(d);
+                }
+            }
+            return;
+        }
         let waited = Instant::now();
         loop {
             match finished_index(&self.bucket, &self.finished).await {
@@ -491,10 +505,29 @@ impl Follow {
             if let Some(hash) = self.progress.chunks.get(self.next) {
                 // The last chunk's length is known once the size is; every other is a whole one.
                 let len = self.progress.total.map(|t| t.saturating_sub((self.next as u64).saturating_mul(cs)).min(cs));
-                let b = match self.bucket.part(&self.progress.upload, self.next, hash, len, cs).await {
+                let Some(mut check) = self.progress.check_of(self.next, len) else {
+                    return Some(Err(
+                        self.err(format!("chunk {} of upload {} cannot be checked", self.next, self.progress.upload))
+                    ));
+                };
+                if let (tender_bucket::chain::ChunkCheck::Chain(l), Some((_, verified))) = (&mut check, &self.vouch) {
+                    // A link starts where the chunk before it was seen to end (the record may
+                    // have been rewritten since): the chain followed is unbroken.
+                    match verified.last().and_then(|v| tender_bucket::chain::state_of(v)) {
+                        Some(s) if verified.len() == self.next => l.start = s,
+                        None if self.next == 0 => {}
+                        _ => self.vouch = None,
+                    }
+                }
+                let b = match self.bucket.part(&self.progress.upload, self.next, &check, len, cs).await {
                     Ok(b) => b,
                     Err(e) => return Some(Err(e)),
                 };
+                if let tender_bucket::chain::ChunkCheck::Chain(l) = &check {
+                    if l.last {
+                        self.chain_end = Digest::from_hex(tender_oci::Algorithm::Sha256, &l.end).ok();
+                    }
+                }
                 if self.next == 0 {
                     if let Some(h) = self.head_sent.take() {
                         if !b.starts_with(&h) {
@@ -545,8 +578,14 @@ impl Follow {
                         Ok(Some((d, index))) => {
                             let at = (self.next as u64).saturating_mul(cs).saturating_add(self.skip as u64);
                             let size = index.size;
-                            let vouch =
-                                self.vouch.take().filter(|(_, verified)| self.skip == 0 && lists(&index, verified));
+                            // The index goes on from the chunks followed: signed and listing
+                            // them, or a chain whose first links are theirs.
+                            let chained = |v: &[String]| {
+                                self.progress.chained && index.is_chain() && index.chunks.get(..v.len()) == Some(v)
+                            };
+                            let vouch = self.vouch.take().filter(|(_, verified)| {
+                                self.skip == 0 && (lists(&index, verified) || chained(verified))
+                            });
                             let rest = self.bucket.copy(d, index, at, size);
                             self.rest = Some(match vouch {
                                 Some((v, _)) => vouching(rest, v, d, size.saturating_sub(at)).boxed(),
@@ -601,8 +640,9 @@ impl Source for FollowSource {
             began: Instant::now(),
             last_news: Instant::now(),
             rest: None,
-            vouch: (offset == 0 && self.bucket.settings().index_key.is_some())
+            vouch: (offset == 0 && (self.bucket.settings().index_key.is_some() || self.progress.chained))
                 .then(|| (tender_store::Vouch::new(), Vec::new())),
+            chain_end: None,
         };
         let vouch = follow.vouch.as_ref().map(|(v, _)| v.clone());
         let total = self.progress.total;

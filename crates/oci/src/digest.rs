@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use sha2::{Digest as _, Sha256, Sha512};
+use sha2::{Digest as _, Sha512};
 
 /// A digest algorithm tender verifies and stores (each in its own tree, named by [`Algorithm::name`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -191,14 +191,14 @@ pub struct Hasher(Inner);
 
 #[derive(Debug, Clone)]
 enum Inner {
-    Sha256(Sha256),
+    Sha256(crate::chain::Chain),
     Sha512(Sha512),
 }
 
 impl Hasher {
     pub fn new(algorithm: Algorithm) -> Hasher {
         Hasher(match algorithm {
-            Algorithm::Sha256 => Inner::Sha256(Sha256::new()),
+            Algorithm::Sha256 => Inner::Sha256(crate::chain::Chain::new()),
             Algorithm::Sha512 => Inner::Sha512(Sha512::new()),
         })
     }
@@ -214,6 +214,15 @@ impl Hasher {
         match &mut self.0 {
             Inner::Sha256(h) => h.update(bytes),
             Inner::Sha512(h) => h.update(bytes),
+        }
+    }
+
+    /// A sha256 hasher's chain state ([`crate::chain`]), when what it hashed ends on a block
+    /// boundary.
+    pub fn chain_state(&self) -> Option<crate::chain::State> {
+        match &self.0 {
+            Inner::Sha256(h) => h.state(),
+            Inner::Sha512(_) => None,
         }
     }
 

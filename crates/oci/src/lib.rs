@@ -2,6 +2,7 @@
 //! (validated against the distribution grammar), the pull API's paths parsed into a typed
 //! route, media types and the OCI error codes.
 
+pub mod chain;
 pub mod digest;
 pub mod error;
 pub mod image;

@@ -406,7 +406,7 @@ async fn should_stream_chunks_to_a_waiting_replica_as_they_land() {
     assert_eq!(fake.blob_gets(), 1, "one upstream transfer for both replicas");
     assert!(probe.progress(&key).await.unwrap().is_none(), "the progress record goes once the index is there");
     let index = probe.index(&d).await.unwrap().unwrap();
-    assert_eq!(index.format, 2);
+    assert_eq!(index.format, 3, "the chunks as links of the object's sha256");
     assert_eq!(read_all(&probe, d, &index).await, body);
 }
 
@@ -610,10 +610,10 @@ fn keyed(mem: &Arc<InMemory>, replica: &str, key: Option<&str>) -> Arc<Bucket> {
     Bucket::with_store(mem.clone(), s, BucketMetrics::default())
 }
 
-/// Issue 36 (one hash pass per byte): with the index key, a replica that follows another's
-/// upload, and one that copies the finished object, verify each chunk against the signed
-/// index and do not hash the whole object again (`tender_bucket_vouched_bytes`); without the
-/// key a replica hashes as before.
+/// Issue 36 (one hash pass per byte): a replica that follows another's upload, and one that
+/// copies the finished object, verify each chunk as a link of the object's chain (and
+/// against the signed index, with the key) and do not hash the whole object again
+/// (`tender_bucket_vouched_bytes`); without the key too, since the chain ends in the digest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn should_hash_each_byte_once_when_following_or_copying_under_a_signed_index() {
     let fake = FakeUpstream::start().await;
@@ -652,18 +652,24 @@ async fn should_hash_each_byte_once_when_following_or_copying_under_a_signed_ind
     let d_ = replica(&fake, None, plain.clone()).await;
     assert_eq!(get_owned(d_.url(&path)).await, body);
     d_.wait_idle().await;
-    assert_eq!(plain.metrics().vouched_bytes.get(), 0, "no key: the whole object hashed as before");
+    assert_eq!(plain.metrics().vouched_bytes.get(), body.len() as u64, "no key: the chain proves the digest");
     assert_eq!(fake.blob_gets(), 1, "every replica from the bucket");
 }
 
 /// Issue 36: a bucket writer without the replicas' index key writes chunk objects and an
-/// index for a digest that describe other bytes (consistently: each chunk matches its hash),
-/// unsigned or signed with a key of its own. A replica with the key never serves them: the
-/// index is not signed under its key, so the copy is hashed whole, found wrong, and the
-/// object comes from the upstream.
+/// index for a digest that describe other bytes (consistently: each chunk matches its hash,
+/// or its link of the forged bytes' chain, the last entry naming the digest), unsigned or
+/// signed with a key of its own. A replica with the key never serves them: a format-2 index
+/// is not signed under its key, so the copy is hashed whole and found wrong; a chain does
+/// not end in the digest. The object comes from the upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn should_never_serve_a_forged_index_and_forged_chunks_with_the_index_key() {
-    for forger_key in [None, Some("a forger's own key of 32 bytes!!")] {
+    for (forger_key, chain) in [
+        (None, false),
+        (Some("a forger's own key of 32 bytes!!"), false),
+        (None, true),
+        (Some("a forger's own key of 32 bytes!!"), true),
+    ] {
         let fake = FakeUpstream::start().await;
         let len = (2 << 20) + 5;
         let body = random_bytes(len, 94);
@@ -672,11 +678,27 @@ async fn should_never_serve_a_forged_index_and_forged_chunks_with_the_index_key(
         let mem = Arc::new(InMemory::new());
         let forger = keyed(&mem, "x", forger_key);
         let forged = random_bytes(len, 95);
-        let mut u = forger.begin_parts(None, Some(d), Some(len as u64));
-        for piece in forged.chunks(1 << 20) {
-            u.put_chunk(bytes::Bytes::copy_from_slice(piece)).await.unwrap();
+        if chain {
+            // The forged bytes' own chain, under their digest, then moved to `d` with its
+            // last entry naming `d` (and signed for `d` with the forger's key).
+            let fd = tender_oci::Digest::of(&forged);
+            let mut u = forger.begin_parts(None, Some(fd), Some(len as u64));
+            for piece in forged.chunks(1 << 20) {
+                u.put_chunk(bytes::Bytes::copy_from_slice(piece)).await.unwrap();
+            }
+            let mut index = (*u.finish(&fd, len as u64, None).await.unwrap()).clone();
+            assert_eq!(index.format, 3);
+            *index.chunks.last_mut().unwrap() = d.hex();
+            index.mac = forger_key.map(|k| index.sign(&tender_bucket::IndexKey::new(k.as_bytes()), &d));
+            let p = object_store::path::Path::from(format!("index/sha256/{}.json", d.hex()));
+            mem.put(&p, object_store::PutPayload::from(serde_json::to_vec(&index).unwrap())).await.unwrap();
+        } else {
+            let mut u = forger.begin_parts(None, Some(d), None);
+            for piece in forged.chunks(1 << 20) {
+                u.put_chunk(bytes::Bytes::copy_from_slice(piece)).await.unwrap();
+            }
+            assert_eq!(u.finish(&d, len as u64, None).await.unwrap().format, 2);
         }
-        u.finish(&d, len as u64, None).await.unwrap();
 
         let bc = keyed(&mem, "c", Some(INDEX_KEY));
         let c = replica(&fake, None, bc.clone()).await;
@@ -687,7 +709,7 @@ async fn should_never_serve_a_forged_index_and_forged_chunks_with_the_index_key(
         }
         c.wait_idle().await;
         let again = get(&c.url(&path), &[]).await;
-        assert_eq!(sha(&again.body.unwrap()), sha(&body), "from the upstream ({forger_key:?})");
+        assert_eq!(sha(&again.body.unwrap()), sha(&body), "from the upstream ({forger_key:?}, chain {chain})");
         assert_eq!(bc.metrics().vouched_bytes.get(), 0);
         assert_eq!(
             bc.metrics().unsigned_indexes.get(),

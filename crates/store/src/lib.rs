@@ -49,5 +49,5 @@ pub use maintenance::{FsckReport, GcPlan, GcReport};
 pub use memory::MemoryLimit;
 pub use room::RoomReport;
 pub use scrub::{Pace, Scrubbed};
-pub use spool::{CatchUp, Sealed, SpoolWriter, Vouch, PARALLEL_APPEND_MIN};
+pub use spool::{CatchUp, ChainStates, Sealed, SpoolWriter, Vouch, PARALLEL_APPEND_MIN, STATE_STEP};
 pub use types::{now_secs, KnownRecord, ListingRecord, ManifestMeta, TagRecord, TrustRecord, VerdictRecord};

@@ -10,6 +10,80 @@ use tender_oci::{Algorithm, Digest, Hasher};
 /// The smallest span [`SpoolWriter::append`] hashes on a second thread.
 pub const PARALLEL_APPEND_MIN: usize = 1 << 20;
 
+/// The spacing of the hash states a spool notes ([`ChainStates`]).
+pub const STATE_STEP: u64 = 1 << 20;
+
+/// The sha256 chain states ([`tender_oci::chain`]) of a spool's bytes at every multiple of
+/// [`STATE_STEP`], as its writer hashed them: the holder of a shared bucket's fill lease
+/// takes its chunks' index entries from them instead of hashing the bytes a second time.
+/// None for a sha512 spool; none from where hashing was deferred or the states would not
+/// follow on. 32 bytes per MiB.
+#[derive(Debug, Clone, Default)]
+pub struct ChainStates(std::sync::Arc<std::sync::Mutex<Noted>>);
+
+#[derive(Debug, Default)]
+struct Noted {
+    /// `states[k]`: the state after the first `(k + 1) * STATE_STEP` bytes.
+    states: Vec<tender_oci::chain::State>,
+    /// A state went missing: no more are noted (they would be misplaced).
+    stopped: bool,
+}
+
+impl ChainStates {
+    /// The states at each of `offsets` (multiples of [`STATE_STEP`] above zero), or `None`
+    /// when one of them is not noted.
+    pub fn at(&self, offsets: impl IntoIterator<Item = u64>) -> Option<Vec<tender_oci::chain::State>> {
+        let n = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        offsets
+            .into_iter()
+            .map(|o| {
+                let k = o.checked_div(STATE_STEP).filter(|_| o.is_multiple_of(STATE_STEP))?.checked_sub(1)?;
+                n.states.get(usize::try_from(k).ok()?).copied()
+            })
+            .collect()
+    }
+
+    /// Note states hashed after byte `at` (`noted[0]` the first boundary after it).
+    fn note(&self, at: u64, noted: Vec<tender_oci::chain::State>) {
+        if noted.is_empty() {
+            return;
+        }
+        let mut n = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if n.stopped || n.states.len() as u64 != at / STATE_STEP {
+            n.stopped = true;
+            return;
+        }
+        n.states.extend(noted);
+    }
+
+    fn stop(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).stopped = true;
+    }
+}
+
+/// Hash `bytes`, which follow the first `at` bytes, into `hasher`, noting its state at every
+/// multiple of [`STATE_STEP`] they reach (a sha256 hasher only).
+fn hash_noting(hasher: &mut Hasher, at: u64, bytes: &[u8], noted: &mut Vec<tender_oci::chain::State>) {
+    if hasher.algorithm() != Algorithm::Sha256 {
+        hasher.update(bytes);
+        return;
+    }
+    let mut pos = at;
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let to_next = STATE_STEP - pos % STATE_STEP;
+        let n = usize::try_from(to_next).unwrap_or(usize::MAX).min(rest.len());
+        hasher.update(&rest[..n]);
+        pos += n as u64;
+        rest = &rest[n..];
+        if pos.is_multiple_of(STATE_STEP) {
+            if let Some(s) = hasher.chain_state() {
+                noted.push(s);
+            }
+        }
+    }
+}
+
 /// An append-only spool file that hashes every byte written to it, with the algorithm of the
 /// digest it is to be committed under. Bytes once written never change (readers and a fill's
 /// in-memory window of recent bytes rely on it).
@@ -25,6 +99,8 @@ pub struct SpoolWriter {
     /// The bytes are written but not hashed (from the first): their source vouches for the
     /// object's digest once it delivered them all ([`SpoolWriter::defer_hashing`]).
     deferred: Option<Vouch>,
+    /// The hash states noted as the bytes were hashed.
+    states: ChainStates,
 }
 
 /// A source's word for a fill's digest: set once the source delivered, from the object's first
@@ -86,7 +162,15 @@ impl SpoolWriter {
             std::fs::create_dir_all(dir)?;
         }
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
-        Ok(SpoolWriter { path, file, hasher: algorithm.hasher(), len: 0, unstored_from: None, deferred: None })
+        Ok(SpoolWriter {
+            path,
+            file,
+            hasher: algorithm.hasher(),
+            len: 0,
+            unstored_from: None,
+            deferred: None,
+            states: ChainStates::default(),
+        })
     }
 
     /// Reopen an existing spool file and re-hash its content, to append after it.
@@ -95,15 +179,18 @@ impl SpoolWriter {
         let mut hasher = algorithm.hasher();
         let mut buf = vec![0u8; 1 << 20];
         let mut len = 0u64;
+        let states = ChainStates::default();
         loop {
             let n = file.read(&mut buf)?;
             if n == 0 {
                 break;
             }
-            hasher.update(&buf[..n]);
+            let mut noted = Vec::new();
+            hash_noting(&mut hasher, len, &buf[..n], &mut noted);
+            states.note(len, noted);
             len += n as u64;
         }
-        Ok(SpoolWriter { path, file, hasher, len, unstored_from: None, deferred: None })
+        Ok(SpoolWriter { path, file, hasher, len, unstored_from: None, deferred: None, states })
     }
 
     /// A writer that stores nothing (the spool file could not even be created: no space, no
@@ -118,6 +205,7 @@ impl SpoolWriter {
             len: 0,
             unstored_from: Some(0),
             deferred: None,
+            states: ChainStates::default(),
         })
     }
 
@@ -129,6 +217,7 @@ impl SpoolWriter {
     pub fn defer_hashing(&mut self, vouch: Vouch) -> bool {
         if self.len == 0 && self.unstored_from.is_none() {
             self.deferred = Some(vouch);
+            self.states.stop();
         }
         self.deferred.is_some()
     }
@@ -191,9 +280,16 @@ impl SpoolWriter {
     /// Hash bytes that follow without writing them (after [`SpoolWriter::stop_storing`]).
     pub fn append_unstored(&mut self, bytes: &[u8]) {
         if self.deferred.is_none() {
-            self.hasher.update(bytes);
+            let mut noted = Vec::new();
+            hash_noting(&mut self.hasher, self.len, bytes, &mut noted);
+            self.states.note(self.len, noted);
         }
         self.len += bytes.len() as u64;
+    }
+
+    /// The hash states noted so far and from now on, shared.
+    pub fn chain_states(&self) -> ChainStates {
+        self.states.clone()
     }
 
     pub fn path(&self) -> &Path {
@@ -224,19 +320,24 @@ impl SpoolWriter {
             self.file.write_all_at(bytes, self.len)?;
         } else if bytes.len() < PARALLEL_APPEND_MIN {
             self.file.write_all_at(bytes, self.len)?;
-            self.hasher.update(bytes);
+            let mut noted = Vec::new();
+            hash_noting(&mut self.hasher, self.len, bytes, &mut noted);
+            self.states.note(self.len, noted);
         } else {
             // The hash goes into a copy, kept only when both halves succeed.
             let (file, mut hasher, at) = (&self.file, self.hasher.clone(), self.len);
-            self.hasher = std::thread::scope(|s| {
+            let noted;
+            (self.hasher, noted) = std::thread::scope(|s| {
                 let hashing = s.spawn(move || {
-                    hasher.update(bytes);
-                    hasher
+                    let mut noted = Vec::new();
+                    hash_noting(&mut hasher, at, bytes, &mut noted);
+                    (hasher, noted)
                 });
                 let written = file.write_all_at(bytes, at);
                 let hashed = hashing.join().map_err(|_| io::Error::other("hashing the spooled bytes failed"));
                 written.and(hashed)
             })?;
+            self.states.note(at, noted);
         }
         self.len += bytes.len() as u64;
         Ok(())

@@ -325,3 +325,41 @@ fn should_hash_deferred_bytes_only_when_their_source_proves_nothing() {
     assert_eq!(w.digest_so_far().unwrap(), Digest::of(b"x"));
     w.discard();
 }
+
+/// Issue 36 (one hash pass): a sha256 spool notes its hash state at every MiB as it hashes,
+/// whatever the spans written (small, large on the second thread, across a boundary), and
+/// the states are those of the object's own sha256; a deferred spool notes none, nor a
+/// sha512 one.
+#[test]
+fn should_note_the_hash_state_at_every_mib_as_the_spool_hashes() {
+    use tender_store::STATE_STEP;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), OpenMode::Exclusive).unwrap();
+    let content: Vec<u8> = (0..(3 << 20) + 77).map(|i: u32| (i % 249) as u8).collect();
+    let mut w = store.create_spool("k", Algorithm::Sha256).unwrap();
+    let states = w.chain_states();
+    let mut at = 0;
+    for n in [10usize, (1 << 20) - 10 + 5, 1 << 20, 4096, content.len()] {
+        let end = (at + n).min(content.len());
+        w.append(&content[at..end]).unwrap();
+        at = end;
+    }
+    let got = states.at([STATE_STEP, 2 * STATE_STEP, 3 * STATE_STEP]).unwrap();
+    for (k, s) in got.iter().enumerate() {
+        let mut c = tender_oci::chain::Chain::new();
+        c.update(&content[..(k + 1) << 20]);
+        assert_eq!(Some(*s), c.state(), "the state after {} MiB", k + 1);
+    }
+    assert!(states.at([4 * STATE_STEP]).is_none(), "not reached");
+    assert!(states.at([STATE_STEP + 1]).is_none(), "only at whole steps");
+    assert!(states.at([0]).is_none());
+    assert_eq!(w.seal().unwrap().digest, Digest::of(&content));
+
+    let mut deferred = store.create_spool("d", Algorithm::Sha256).unwrap();
+    assert!(deferred.defer_hashing(tender_store::Vouch::new()));
+    deferred.append(&content).unwrap();
+    assert!(deferred.chain_states().at([STATE_STEP]).is_none(), "nothing hashed, nothing noted");
+    let mut long = store.create_spool("l", Algorithm::Sha512).unwrap();
+    long.append(&content).unwrap();
+    assert!(long.chain_states().at([STATE_STEP]).is_none());
+}

@@ -53,6 +53,8 @@ pub struct Fill {
     /// The spool file, opened once: readers use this handle, never the path, so the rename
     /// into the store cannot race with a reader opening it.
     pub(super) file: Arc<File>,
+    /// The hash states the fill's spool notes as it hashes its bytes (for the upload).
+    pub(super) chain: tender_store::ChainStates,
     /// The bytes a pass-through fill holds in memory (it could not store them).
     pub(super) window: Arc<Window>,
     /// The room this fill was given in the data directory, until it ends.
@@ -71,6 +73,7 @@ impl Fill {
             keep: std::sync::atomic::AtomicBool::new(false),
             start: std::sync::atomic::AtomicBool::new(true),
             file: Arc::new(writer.read_handle()?),
+            chain: writer.chain_states(),
             window: {
                 let w = Arc::new(Window::default());
                 if let Some(at) = writer.unstored_from() {

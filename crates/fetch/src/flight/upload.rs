@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use tender_bucket::parts::Known;
 use tender_bucket::{Bucket, GiveUp, PartUpload};
 use tender_oci::Digest;
 
@@ -56,6 +57,10 @@ async fn stream(
             break None;
         }
         let verified = matches!(phase, Phase::Verified(_) | Phase::Committed(_));
+        let verified_as = match &phase {
+            Phase::Verified(d) | Phase::Committed(d) => Some(*d),
+            _ => None,
+        };
         let head = (tender_bucket::parts::HEAD_LEN as u64).min(total.unwrap_or(u64::MAX));
         if upload.is_none() && (total.is_some() || written > 0) && (written >= head || verified) {
             // The upstream answered and the object's first bytes are in: announce the
@@ -89,7 +94,8 @@ async fn stream(
                 break Some("the fill's bytes are not on disk to upload");
             };
             let u = upload.get_or_insert_with(|| bucket.begin_parts(Some(key), digest, total));
-            if let Err(e) = u.put_chunk(bytes::Bytes::from(buf)).await {
+            let known = u.piece_size().and_then(|p| noted(fill, start, len, p, total, verified_as));
+            if let Err(e) = u.put_chunk_with(bytes::Bytes::from(buf), known).await {
                 tracing::debug!(key, error = %e, "chunk not written during the fill; the upload after it covers it");
                 break Some("a chunk of its upload could not be written");
             }
@@ -123,6 +129,25 @@ async fn stream(
         u.abort().await;
     }
     stopped.map_or(Ok(None), Err)
+}
+
+/// What the fill's spool hashed of the chunk `start..start + len` of an object of `total`
+/// bytes: the states at its boundaries of `piece` bytes (but the object's end) and, for the
+/// last chunk, the digest the fill verified. `None` when the spool did not note them (the
+/// upload then hashes the chunk itself).
+fn noted(fill: &Fill, start: u64, len: u64, piece: u64, total: Option<u64>, verified: Option<Digest>) -> Option<Known> {
+    let total = total?;
+    if !piece.is_multiple_of(tender_store::STATE_STEP) {
+        return None;
+    }
+    let end = start.checked_add(len)?;
+    let last = end == total;
+    let offsets = (1..=len.checked_div(piece)?)
+        .map_while(|k| k.checked_mul(piece).and_then(|o| start.checked_add(o)))
+        .filter(|o| *o < end || !last);
+    let states = fill.chain.at(offsets)?;
+    let digest = if last { Some(verified.filter(|d| d.algorithm() == tender_oci::Algorithm::Sha256)?) } else { None };
+    Some(Known { states, digest })
 }
 
 /// `len` bytes of a fill's spool file from `start` (written already), off the threads serving
@@ -187,6 +212,10 @@ mod tests {
         fill.state.send_modify(|s| s.phase = Phase::Verified(d));
         let upload = streamer.await.unwrap().expect("the streamed upload");
         assert_eq!(upload.chunks().await.len(), 3, "the last chunk, 333 bytes, was written by the streamer");
+        // Issue 36: every chunk's entry came from the states the spool noted as it hashed the
+        // object; the upload hashed no byte a second time, and the chain ends in the digest.
+        assert_eq!(upload.hashed_bytes(), 0);
+        assert_eq!(upload.chunks().await.last(), Some(&d.hex()));
         let listed = bucket.progress(&key).await.unwrap().unwrap();
         assert_eq!(listed.chunks.len(), 3, "and listed for the waiters");
         writer.discard();
