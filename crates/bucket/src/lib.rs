@@ -1,19 +1,22 @@
 //! Shared storage in an S3-compatible bucket, in front of which each replica's data directory
 //! is a spool and read cache.
 //!
-//! Layout under the configured prefix (bucket format 3, see [`BUCKET_FORMAT`]); `<alg>` is the
+//! Layout under the configured prefix (bucket format 4, see [`BUCKET_FORMAT`]); `<alg>` is the
 //! digest's algorithm, `sha256` or `sha512`:
 //! ```text
 //! tender-bucket.json            the bucket format; a replica refuses a newer one
 //! parts/<upload>/<i>            content, one object per chunk of chunkSize, written by one
 //!                               upload as the chunks land (see [`parts`])
-//! progress/<sha256(key)>.json   an upload in progress: the sha256 of each chunk written so far;
+//! progress/<sha256(key)>.json   an upload in progress: each chunk written so far (its link in
+//!                               the object's sha256, module [`chain`], or its sha256);
 //!                               replicas waiting on the fill lease `key` read chunks as they
 //!                               appear instead of waiting for the index
 //! objects/<alg>/<hex>           content as one object (written before format 3; still read)
-//! index/<alg>/<hex>.json        size, chunk size, the sha256 of every chunk and of its
-//!                               sub-chunks of 1 MiB (optional), the upload that wrote them;
-//!                               written last, after the content was re-hashed
+//! index/<alg>/<hex>.json        size, chunk size, the upload that wrote the chunks, and each
+//!                               chunk as a link of the object's sha256 with the states every
+//!                               MiB inside it (format 3, module [`chain`]) or, format 2, the
+//!                               sha256 of every chunk and of its sub-chunks of 1 MiB;
+//!                               written last, after the content was hashed
 //!                               (with <alg>) and uploaded: an object without its index does
 //!                               not exist for readers
 //! known/<alg>/<hex>/<sha256(upstream)>.json
@@ -33,8 +36,8 @@
 //! The `sha512/` trees sit beside the `sha256/` ones in the same format: a format-2 bucket
 //! written before tender knew sha512 is read as is.
 //! Every read fetches whole chunks and checks each against the index before a byte of it is
-//! handed on; a range that needs only part of a chunk whose sub-chunk hashes the index records
-//! fetches only the sub-chunks that cover it, each checked the same way.
+//! handed on; a range that needs only part of a chunk fetches only the 1 MiB pieces that cover
+//! it, each checked the same way (from the state before them, or their sha256).
 //! A chunk missing under its index is put back by the next replica that holds the object's
 //! verified bytes (module `heal`): never by rewriting the index, never over a chunk that exists.
 //!

@@ -1,7 +1,8 @@
-//! Content as chunk objects (bucket format 3, index format 2): an upload writes each chunk as
-//! its own object, `parts/<upload>/<i>`, as soon as the chunk is there, and keeps a small
-//! progress record, `progress/<sha256(key)>.json`, listing the sha256 of every chunk written so
-//! far. `key` is the fill lease's key when the upload runs under one (so a replica waiting on
+//! Content as chunk objects (bucket format 4, index formats 3 and 2): an upload writes each
+//! chunk as its own object, `parts/<upload>/<i>`, as soon as the chunk is there, and keeps a
+//! small progress record, `progress/<sha256(key)>.json`, listing every chunk written so far:
+//! its link in the object's sha256 ([`crate::chain`]) when the upload knew the object's size
+//! from the start, else its sha256. `key` is the fill lease's key when the upload runs under one (so a replica waiting on
 //! that lease finds the record and reads chunks as they land, instead of waiting for the whole
 //! object: S3 cannot read an unfinished multipart upload), else `upload:<id>`.
 //!

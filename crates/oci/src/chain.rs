@@ -4,7 +4,8 @@
 //! alone is checked from the state before it to the state after it, and an object read from
 //! its first byte is hashed once, piece by piece, into its own digest.
 
-use sha2::digest::generic_array::{typenum::U64, GenericArray};
+use sha2::digest::block_buffer::{BlockBuffer, Eager};
+use sha2::digest::generic_array::typenum::U64;
 
 /// The compression state: eight big-endian words.
 pub type State = [u32; 8];
@@ -13,18 +14,15 @@ pub type State = [u32; 8];
 pub const IV: State =
     [0x6a09_e667, 0xbb67_ae85, 0x3c6e_f372, 0xa54f_f53a, 0x510e_527f, 0x9b05_688c, 0x1f83_d9ab, 0x5be0_cd19];
 
-/// Blocks compressed per call (copied into an array of blocks first: 4 KiB, in cache).
-const BATCH: usize = 64;
-
 /// SHA-256 of bytes as they come, whose state can be read at any block boundary and resumed
-/// from.
+/// from. As fast as `sha2::Sha256`: whole blocks are compressed straight from the input
+/// (the block buffer sha2 itself uses), only a partial block is copied.
 #[derive(Debug, Clone)]
 pub struct Chain {
     state: State,
     /// Bytes compressed into `state` (a multiple of 64).
     done: u64,
-    buf: [u8; 64],
-    buffered: usize,
+    buf: BlockBuffer<U64, Eager>,
 }
 
 impl Default for Chain {
@@ -35,18 +33,18 @@ impl Default for Chain {
 
 impl Chain {
     pub fn new() -> Chain {
-        Chain { state: IV, done: 0, buf: [0; 64], buffered: 0 }
+        Chain { state: IV, done: 0, buf: BlockBuffer::default() }
     }
 
     /// Go on from `state`, the state after the first `len` bytes of a message (`len` a
     /// multiple of 64; `None` otherwise).
     pub fn resume(state: State, len: u64) -> Option<Chain> {
-        len.is_multiple_of(64).then_some(Chain { state, done: len, buf: [0; 64], buffered: 0 })
+        len.is_multiple_of(64).then_some(Chain { state, done: len, buf: BlockBuffer::default() })
     }
 
     /// Bytes hashed so far.
     pub fn len(&self) -> u64 {
-        self.done.saturating_add(self.buffered as u64)
+        self.done.saturating_add(self.buf.get_pos() as u64)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -55,57 +53,27 @@ impl Chain {
 
     /// The state, when the bytes hashed so far end on a block boundary.
     pub fn state(&self) -> Option<State> {
-        (self.buffered == 0).then_some(self.state)
+        (self.buf.get_pos() == 0).then_some(self.state)
     }
 
-    pub fn update(&mut self, mut data: &[u8]) {
-        if self.buffered > 0 {
-            let n = (64 - self.buffered).min(data.len());
-            self.buf[self.buffered..self.buffered + n].copy_from_slice(&data[..n]);
-            self.buffered += n;
-            data = &data[n..];
-            if self.buffered < 64 {
-                return;
-            }
-            let block = self.buf;
-            compress(&mut self.state, &block);
-            self.done = self.done.saturating_add(64);
-            self.buffered = 0;
-        }
-        let whole = data.len() - data.len() % 64;
-        compress(&mut self.state, &data[..whole]);
-        self.done = self.done.saturating_add(whole as u64);
-        let rest = &data[whole..];
-        self.buf[..rest.len()].copy_from_slice(rest);
-        self.buffered = rest.len();
+    pub fn update(&mut self, data: &[u8]) {
+        let (state, done) = (&mut self.state, &mut self.done);
+        self.buf.digest_blocks(data, |blocks| {
+            sha2::compress256(state, blocks);
+            *done = done.saturating_add(64 * blocks.len() as u64);
+        });
     }
 
     /// The hash of everything hashed (padding with the message's length, FIPS 180-4, 5.1.1).
     pub fn finalize(mut self) -> [u8; 32] {
         let bits = self.len().wrapping_mul(8);
-        let mut tail = [0u8; 128];
-        tail[..self.buffered].copy_from_slice(&self.buf[..self.buffered]);
-        tail[self.buffered] = 0x80;
-        let n = if self.buffered < 56 { 64 } else { 128 };
-        tail[n - 8..n].copy_from_slice(&bits.to_be_bytes());
-        compress(&mut self.state, &tail[..n]);
+        let state = &mut self.state;
+        self.buf.len64_padding_be(bits, |b| sha2::compress256(state, std::slice::from_ref(b)));
         let mut out = [0u8; 32];
         for (o, w) in out.chunks_exact_mut(4).zip(self.state) {
             o.copy_from_slice(&w.to_be_bytes());
         }
         out
-    }
-}
-
-/// Compress whole blocks (`data.len()` a multiple of 64) into `state`.
-fn compress(state: &mut State, data: &[u8]) {
-    let mut blocks = [GenericArray::<u8, U64>::default(); BATCH];
-    for batch in data.chunks(64 * BATCH) {
-        let n = batch.len() / 64;
-        for (b, src) in blocks.iter_mut().zip(batch.chunks_exact(64)) {
-            b.copy_from_slice(src);
-        }
-        sha2::compress256(state, &blocks[..n]);
     }
 }
 
@@ -139,7 +107,7 @@ mod tests {
 
     #[test]
     fn should_hash_like_sha256_at_the_padding_edges() {
-        for n in [0usize, 1, 55, 56, 63, 64, 65, 119, 120, 127, 128, 4095, 4096, 64 * BATCH + 1, 300_000] {
+        for n in [0usize, 1, 55, 56, 63, 64, 65, 119, 120, 127, 128, 4095, 4096, 4097, 300_000] {
             let data: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
             let mut c = Chain::new();
             c.update(&data);

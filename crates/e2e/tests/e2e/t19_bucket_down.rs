@@ -412,7 +412,7 @@ fn bucket_read_bytes(t: &Tender) -> u64 {
 }
 
 /// Issue 36 (3): a replica that never had the blob serves a 1 MiB `Range` from the bucket by
-/// reading the 1 MiB sub-chunks that cover it (their sha256 in the index), not the 5 MiB
+/// reading the 1 MiB pieces that cover it (checked from the hash states in the index), not the 5 MiB
 /// chunks: byte-exact, and its bucket reads grow by two sub-chunks at most past the range.
 #[test]
 fn should_serve_a_1_mib_range_from_the_bucket_reading_only_its_sub_chunks() {

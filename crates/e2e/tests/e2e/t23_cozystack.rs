@@ -1,5 +1,6 @@
-//! Issue 33: `tender render cozystack` through Cozystack's real `kubernetes-nodes` chart with the
-//! real Helm, and the chart's reconcile Job run with a recording kubectl
+//! Issue 33: `tender render cozystack` through Cozystack's real `kubernetes-nodes` chart and its
+//! `kubernetes` app chart with the real Helm, and the chart's reconcile Job run with a recording
+//! kubectl
 //! (`testdata/cozystack/run-reconcile-job.sh`): the values tender writes reach the worker's Talos
 //! config and the DataVolume. Helm comes from `scripts/install-helm.sh`; a test that cannot
 //! install it fails, it never skips.
@@ -49,6 +50,11 @@ fn config(dir: &Path) -> String {
 
 /// `render cozystack` for pool `md0` of cluster `demo`; the KubernetesNodes patch's `spec`.
 fn render(dir: &Path, version: &str, mirror: &str, extra: &[&str]) -> (Output, Option<Value>) {
+    render_kind(dir, version, mirror, &[&["--pool", "md0"], extra].concat(), "KubernetesNodes")
+}
+
+/// `render cozystack` for cluster `demo` (`extra` may name pools); the `kind` patch's `spec`.
+fn render_kind(dir: &Path, version: &str, mirror: &str, extra: &[&str], kind: &str) -> (Output, Option<Value>) {
     let config = config(dir);
     let mut args = vec![
         "render",
@@ -61,8 +67,6 @@ fn render(dir: &Path, version: &str, mirror: &str, extra: &[&str]) -> (Output, O
         "demo",
         "--namespace",
         "tenant-demo",
-        "--pool",
-        "md0",
         "--os-image",
         "factory",
         "--cozystack",
@@ -72,7 +76,7 @@ fn render(dir: &Path, version: &str, mirror: &str, extra: &[&str]) -> (Output, O
     let o = tender(&args);
     let spec = yaml_docs(&String::from_utf8_lossy(&o.stdout))
         .into_iter()
-        .find(|d| d["kind"] == "KubernetesNodes")
+        .find(|d| d["kind"] == kind)
         .map(|d| d["spec"].clone());
     (o, spec)
 }
@@ -94,17 +98,39 @@ fn values_file(dir: &Path, spec: &Value) -> PathBuf {
     p
 }
 
+/// The values the `kubernetes` app chart gets: the patch's spec over what the chart needs
+/// without a cluster (the tenant's namespaces, one node group without an instance type, which
+/// `helm template` cannot look up).
+fn app_values_file(dir: &Path, spec: &Value) -> PathBuf {
+    let mut v = serde_json::json!({
+        "_cluster": {"cluster-domain": "cozy.local"},
+        "_namespace": {"etcd": "tenant-root", "host": "example.org", "ingress": "tenant-root", "monitoring": "tenant-root"},
+        "nodeGroups": {"md0": {"minReplicas": 1, "maxReplicas": 2, "instanceType": "", "diskSize": "20Gi",
+            "resources": {"cpu": "2", "memory": "4Gi"}, "roles": ["ingress-nginx"]}},
+    });
+    for (k, x) in spec.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    let p = dir.join("app-values.yaml");
+    std::fs::write(&p, serde_json::to_string(&v).unwrap()).unwrap();
+    p
+}
+
 /// `helm template` of the vendored chart, then its reconcile Job; (the rendered objects, the
 /// worker's Talos machine config).
 fn round_trip(dir: &Path, chart_version: &str, spec: &Value) -> (Vec<Value>, Value) {
+    chart_round_trip(dir, chart_version, "kubernetes-nodes", "kubernetes-nodes-demo-md0", &values_file(dir, spec))
+}
+
+/// [`round_trip`] through chart `chart` (under `packages/apps/`) as release `release`.
+fn chart_round_trip(dir: &Path, chart_version: &str, chart: &str, release: &str, values: &Path) -> (Vec<Value>, Value) {
     let helm = helm_dir().join("helm");
-    let chart = workspace_root().join(format!("testdata/cozystack/{chart_version}/packages/apps/kubernetes-nodes"));
-    let values = values_file(dir, spec);
+    let chart = workspace_root().join(format!("testdata/cozystack/{chart_version}/packages/apps/{chart}"));
     let o = Command::new(&helm)
-        .args(["template", "kubernetes-nodes-demo-md0"])
+        .args(["template", release])
         .arg(&chart)
         .args(["--namespace", "tenant-demo", "-f"])
-        .arg(&values)
+        .arg(values)
         .output()
         .unwrap();
     assert!(o.status.success(), "helm template: {}", String::from_utf8_lossy(&o.stderr));
@@ -183,6 +209,40 @@ fn should_refuse_v1_6_2_without_allow_partial_and_land_disk_and_installer_with_i
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("installer") && err.contains("HTTPS"), "{err}");
+}
+
+/// The `Kubernetes` app's own node groups (no `--pool`): the patch through the real
+/// `kubernetes` chart reaches its reconcile Job's Talos config (mirrors for every upstream, the
+/// installer through tender's factory.talos.dev mirror) and each node group's disk, on main;
+/// on v1.6.2, with `--allow-partial`, the disk and the installer land and no mirrors.
+#[test]
+fn should_reach_the_workers_through_the_real_kubernetes_app_chart() {
+    let dir = TestDir::new("cozystack-app");
+    let (o, spec) = render_kind(dir.path(), "main", MIRROR, &[], "Kubernetes");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let values = app_values_file(dir.path(), &spec.unwrap());
+    let (objects, machine) = chart_round_trip(dir.path(), "main-3c780acd4", "kubernetes", "kubernetes-demo", &values);
+    let mirrors = &machine["machine"]["registries"]["mirrors"];
+    for u in UPSTREAMS {
+        assert_eq!(mirrors[u]["endpoints"], serde_json::json!([MIRROR]), "{u}: {machine}");
+    }
+    let image = machine["machine"]["install"]["image"].as_str().unwrap();
+    assert_eq!(image, format!("factory.talos.dev/installer/{SCHEMATIC}:v1.13.6"));
+    assert_eq!(disk_url(&objects), format!("{MIRROR}/image/{SCHEMATIC}/v1.13.6/openstack-amd64.raw.xz"));
+
+    let old = dir.path().join("v1.6.2");
+    std::fs::create_dir_all(&old).unwrap();
+    let (o, spec) = render_kind(&old, "v1.6.2", HTTPS_MIRROR, &["--allow-partial"], "Kubernetes");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let values = app_values_file(&old, &spec.unwrap());
+    let (objects, machine) = chart_round_trip(&old, "v1.6.2", "kubernetes", "kubernetes-demo", &values);
+    assert!(machine["machine"].get("registries").is_none_or(|r| r.get("mirrors").is_none()), "{machine}");
+    let host = HTTPS_MIRROR.trim_start_matches("https://");
+    assert_eq!(
+        machine["machine"]["install"]["image"].as_str().unwrap(),
+        format!("{host}/factory.talos.dev/installer/{SCHEMATIC}:v1.13.6")
+    );
+    assert_eq!(disk_url(&objects), format!("{HTTPS_MIRROR}/image/{SCHEMATIC}/v1.13.6/openstack-amd64.raw.xz"));
 }
 
 /// `--values-schema` with the ApplicationDefinition as kubectl prints it gives what the
