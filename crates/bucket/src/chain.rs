@@ -130,11 +130,21 @@ pub fn check_pieces(
     Ok(())
 }
 
+/// What the caller already hashed of a chunk it hands to `PartUpload::put_chunk_with` (the
+/// fill's spool hashes the object as it writes it): the hash state at every piece boundary in
+/// the chunk, its end included unless it is the object's end, and for the object's last chunk
+/// the object's digest.
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    pub states: Vec<tender_oci::chain::State>,
+    pub digest: Option<Digest>,
+}
+
 /// Hash the next chunk of an object of `total` bytes into `c` (the object's hash so far, at
 /// a chunk boundary), noting the state at every piece boundary but the object's end: what
-/// [`crate::PartUpload::put_chunk_with`] takes, and the chunk's entry (the state after it, or
+/// `PartUpload::put_chunk_with` takes, and the chunk's entry (the state after it, or
 /// the object's sha256 at its end).
-pub fn hash_known(c: &mut Chain, bytes: &[u8], piece: u64, total: u64) -> (crate::parts::Known, String) {
+pub fn hash_known(c: &mut Chain, bytes: &[u8], piece: u64, total: u64) -> (Known, String) {
     let step = usize::try_from(piece).unwrap_or(usize::MAX).max(1);
     let mut states = Vec::with_capacity(bytes.len().div_ceil(step));
     for p in bytes.chunks(step) {
@@ -147,13 +157,13 @@ pub fn hash_known(c: &mut Chain, bytes: &[u8], piece: u64, total: u64) -> (crate
     }
     if c.len() >= total {
         let Some(d) = Digest::from_bytes(tender_oci::Algorithm::Sha256, &c.clone().finalize()) else {
-            return (crate::parts::Known { states, digest: None }, String::new());
+            return (Known { states, digest: None }, String::new());
         };
         let entry = d.hex();
-        return (crate::parts::Known { states, digest: Some(d) }, entry);
+        return (Known { states, digest: Some(d) }, entry);
     }
     let entry = c.state().map(|s| state_hex(&s)).unwrap_or_default();
-    (crate::parts::Known { states, digest: None }, entry)
+    (Known { states, digest: None }, entry)
 }
 
 /// The state a chain entry names (64 hex characters).

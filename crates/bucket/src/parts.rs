@@ -22,6 +22,7 @@ use object_store::{PutMode, PutPayload};
 use serde::{Deserialize, Serialize};
 use tender_oci::Digest;
 
+pub use crate::chain::Known;
 use crate::chain::ChunkCheck;
 use crate::index::{is_upload_id, new_upload_id};
 use crate::lease::now_ms;
@@ -246,15 +247,6 @@ struct ChainUp {
     next: Option<tender_oci::chain::State>,
 }
 
-/// What the caller already hashed of a chunk it hands to [`PartUpload::put_chunk_with`] (the
-/// fill's spool hashes the object as it writes it): the hash state at every piece boundary in
-/// the chunk, its end included unless it is the object's end, and for the object's last chunk
-/// the object's digest.
-#[derive(Debug, Clone, Default)]
-pub struct Known {
-    pub states: Vec<tender_oci::chain::State>,
-    pub digest: Option<Digest>,
-}
 
 impl std::fmt::Debug for PartUpload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
