@@ -22,8 +22,8 @@ use object_store::{PutMode, PutPayload};
 use serde::{Deserialize, Serialize};
 use tender_oci::Digest;
 
-pub use crate::chain::Known;
 use crate::chain::ChunkCheck;
+pub use crate::chain::Known;
 use crate::index::{is_upload_id, new_upload_id};
 use crate::lease::now_ms;
 use crate::{key_hash, Bucket, BucketError, ChunkIndex};
@@ -246,7 +246,6 @@ struct ChainUp {
     total: u64,
     next: Option<tender_oci::chain::State>,
 }
-
 
 impl std::fmt::Debug for PartUpload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
