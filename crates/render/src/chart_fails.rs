@@ -443,21 +443,234 @@ pub fn nodes(values: &Value, name: &str, schema: &Value) -> Vec<ChartFail> {
     out
 }
 
-/// The node-group `fail`s of the `kubernetes` chart (`templates/cluster.yaml`), for values that
-/// passed its schema. An empty `nodeGroups` is the chart's default group, which passes.
+/// The `fail`s of the `kubernetes` chart, for values that passed its schema (merged with its
+/// defaults): each node group's (`templates/cluster.yaml`; an empty `nodeGroups` is the chart's
+/// default group `md0`), the Talos support matrix, the control plane's extra volumes and
+/// mounts, OIDC against the apiserver's extra arguments, each group's MachineHealthCheck
+/// `maxUnhealthy`, and the durations (`templates/_helpers.tpl`). Each where the target's chart
+/// has it, as its schema tells.
 pub fn kubernetes(values: &Value, schema: &Value) -> Vec<ChartFail> {
     let mut out = Vec::new();
     let pod_cpu = has_key(schema, &["nodeGroups"])
         && schema.pointer("/properties/nodeGroups/additionalProperties/properties/podCpuLimit").is_some();
-    if let Some(Value::Object(groups)) = values.get("nodeGroups") {
+    let fail = |out: &mut Vec<ChartFail>, file: &'static str, field: &str, value: String, message: String| {
+        out.push(ChartFail { file, field: field.to_string(), value, message });
+    };
+    // A nested key the values lack is the chart's default (its values.yaml, which the schema's
+    // nested `default`s repeat; the top-level `default` of such a map is `{}`).
+    let get = |path: &[&str]| -> Option<String> {
+        let ptr: String = path.iter().map(|p| format!("/{p}")).collect();
+        let schema_ptr: String = path.iter().map(|p| format!("/properties/{p}")).collect();
+        values.pointer(&ptr).or_else(|| schema.pointer(&format!("{schema_ptr}/default"))).map(to_string)
+    };
+    // cluster.yaml: Talos -> Kubernetes support matrix, keyed by the Talos minor.
+    let talos = get(&["talos", "version"]).unwrap_or_default();
+    let version = get(&["version"]).unwrap_or_default();
+    if talos_minor(&talos) == Some("v1.13") {
+        let supported = ["v1.31", "v1.32", "v1.33", "v1.34", "v1.35", "v1.36"];
+        if !supported.contains(&version.as_str()) {
+            fail(&mut out, "templates/cluster.yaml", "version", version.clone(), format!(
+                "Kubernetes {version} is not supported by Talos {talos}. Supported versions: [{}]. Bump tenant 'version' or set talos.version explicitly.",
+                supported.join(" ")
+            ));
+        }
+    }
+    // The groups the chart emits: the user's, else its default one.
+    let default = serde_json::json!({"md0": {}});
+    let groups = match values.get("nodeGroups") {
+        Some(Value::Object(g)) if !g.is_empty() => values.get("nodeGroups").unwrap_or(&default),
+        _ => &default,
+    };
+    let mhc = has_key(schema, &["nodeHealthCheck"]);
+    if let Value::Object(groups) = groups {
         for (name, group) in groups {
-            let mut g =
-                Group { file: "templates/cluster.yaml", name, shown: format!("nodeGroups.{name}."), out: Vec::new() };
-            group_checks(&mut g, group, pod_cpu);
-            out.extend(g.out);
+            if group.get("ephemeralStorage").is_some() {
+                fail(&mut out, "templates/cluster.yaml", &format!("nodeGroups.{name}.ephemeralStorage"), String::new(), format!(
+                    "nodeGroup {name:?}: ephemeralStorage is no longer supported and should have been automatically migrated to diskSize by platform migration 41. If you see this error after upgrading, the migration did not run — check the cozystack-migration-hook Job logs in cozy-system."
+                ));
+            }
+            if values.get("nodeGroups").is_some_and(|g| g.get(name).is_some()) {
+                let mut g = Group {
+                    file: "templates/cluster.yaml",
+                    name,
+                    shown: format!("nodeGroups.{name}."),
+                    out: Vec::new(),
+                };
+                group_checks(&mut g, group, pod_cpu);
+                out.extend(g.out);
+            }
+            if mhc {
+                let (mu, source) = match group.get("maxUnhealthy") {
+                    Some(v) => (to_string(v), format!("nodeGroups.{name}.maxUnhealthy")),
+                    None => (
+                        get(&["nodeHealthCheck", "maxUnhealthy"]).unwrap_or_else(|| "<nil>".into()),
+                        "nodeHealthCheck.maxUnhealthy".to_string(),
+                    ),
+                };
+                let ok = if mu.ends_with('%') { matches(&INT_PERCENT, &mu) } else { matches(&INT, &mu) };
+                if !ok {
+                    fail(
+                        &mut out,
+                        "templates/cluster.yaml",
+                        &source,
+                        mu.clone(),
+                        format!(
+                        "{source} must be a bare integer (e.g. 0, 1) or an integer percentage (e.g. 50%), got {mu:?}"
+                    ),
+                    );
+                }
+            }
+        }
+    }
+    // cluster.yaml: the control plane's extra volumes and mounts.
+    let api = values.pointer("/controlPlane/apiServer");
+    let mut names: Vec<String> = Vec::new();
+    if let Some(Value::Array(vols)) = api.and_then(|a| a.get("extraVolumes")) {
+        for (i, vol) in vols.iter().enumerate() {
+            let name = vol.get("name").filter(|n| truthy(Some(n))).map(to_string).unwrap_or_default();
+            let field = format!("controlPlane.apiServer.extraVolumes[{i}]");
+            if name.is_empty() {
+                fail(
+                    &mut out,
+                    "templates/cluster.yaml",
+                    &field,
+                    String::new(),
+                    format!("controlPlane.apiServer.extraVolumes[{i}]: every volume must set a non-empty name"),
+                );
+                break;
+            }
+            if ["talos-ca", "talos-tls-cert"].contains(&name.as_str()) {
+                fail(&mut out, "templates/cluster.yaml", &field, name.clone(), format!(
+                    "controlPlane.apiServer.extraVolumes: volume name {name:?} is reserved by the chart for the talos control-plane secrets — rename your volume to avoid a duplicate volume name in the control-plane Deployment"
+                ));
+                break;
+            }
+            if names.contains(&name) {
+                fail(&mut out, "templates/cluster.yaml", &field, name.clone(), format!(
+                    "controlPlane.apiServer.extraVolumes: duplicate volume name {name:?} — each extra volume must have a unique name"
+                ));
+                break;
+            }
+            names.push(name.clone());
+            let mut sources: Vec<&str> = vol
+                .as_object()
+                .map(|m| m.keys().map(String::as_str).filter(|k| *k != "name").collect())
+                .unwrap_or_default();
+            sources.sort_unstable();
+            if sources.len() != 1 {
+                fail(&mut out, "templates/cluster.yaml", &field, name.clone(), format!(
+                    "controlPlane.apiServer.extraVolumes: volume {name:?} must declare exactly one volume source, got {} ([{}])",
+                    sources.len(),
+                    sources.join(" ")
+                ));
+                break;
+            }
+            if let Some(bad) = sources.iter().find(|s| !["configMap", "secret"].contains(s)) {
+                fail(&mut out, "templates/cluster.yaml", &field, name.clone(), format!(
+                    "controlPlane.apiServer.extraVolumes: volume {name:?} uses a {bad:?} source, which is not permitted on a management-cluster control-plane pod — only configMap and secret sources are allowed"
+                ));
+                break;
+            }
+        }
+    }
+    if out.iter().all(|f| !f.field.starts_with("controlPlane.apiServer.extraVolumes")) {
+        if let Some(Value::Array(mounts)) = api.and_then(|a| a.get("extraVolumeMounts")) {
+            for (i, m) in mounts.iter().enumerate() {
+                let name = m.get("name").filter(|n| truthy(Some(n))).map(to_string).unwrap_or_default();
+                let field = format!("controlPlane.apiServer.extraVolumeMounts[{i}]");
+                if name.is_empty() {
+                    fail(
+                        &mut out,
+                        "templates/cluster.yaml",
+                        &field,
+                        String::new(),
+                        format!("controlPlane.apiServer.extraVolumeMounts[{i}]: every mount must set a non-empty name"),
+                    );
+                    break;
+                }
+                if !names.contains(&name) {
+                    fail(&mut out, "templates/cluster.yaml", &field, name.clone(), format!(
+                        "controlPlane.apiServer.extraVolumeMounts: mount {name:?} references no volume declared in controlPlane.apiServer.extraVolumes — the chart-managed talos volumes cannot be mounted"
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+    // cluster.yaml: OIDC owns --authentication-config and its volume.
+    if has_key(schema, &["oidc"]) {
+        let mode = get(&["oidc", "mode"]).unwrap_or_else(|| "<nil>".into());
+        if mode == "CustomConfig" {
+            // oidc-authn-config.yaml: exactly one source of the AuthenticationConfiguration.
+            let text = |ptr: &str| values.pointer(ptr).map(to_string).filter(|s| !s.is_empty());
+            match (text("/oidc/customConfig/config"), text("/oidc/customConfig/secretRef/name")) {
+                (Some(_), Some(_)) => fail(&mut out, "templates/oidc-authn-config.yaml", "oidc.customConfig", String::new(),
+                    "spec.oidc.customConfig: set exactly one of `config` (inline) or `secretRef.name` — they are mutually exclusive.".into()),
+                (None, None) => fail(&mut out, "templates/oidc-authn-config.yaml", "oidc.customConfig", String::new(),
+                    "spec.oidc.mode: CustomConfig requires either spec.oidc.customConfig.config (inline AuthenticationConfiguration) or spec.oidc.customConfig.secretRef.name (Secret with config.yaml key).".into()),
+                _ => {}
+            }
+        }
+        // `System` also needs the platform's OIDC feature (`_cluster.oidc-enabled`, in the
+        // platform's values, not the application's): not checked here.
+        if mode != "None" {
+            if names.iter().any(|n| n == "authentication-config") {
+                fail(&mut out, "templates/cluster.yaml", "controlPlane.apiServer.extraVolumes", "authentication-config".into(),
+                    "controlPlane.apiServer.extraVolumes: volume name \"authentication-config\" is reserved by the chart for OIDC AuthenticationConfiguration when spec.oidc.mode is not None — rename your volume.".into());
+            }
+            if let Some(Value::Array(args)) = api.and_then(|a| a.get("extraArgs")) {
+                for arg in args.iter().map(to_string) {
+                    let why = if arg.starts_with("--oidc-") {
+                        "the kube-apiserver refuses to boot with both --authentication-config (injected by spec.oidc) and legacy --oidc-* flags. Remove the --oidc-* flags from controlPlane.apiServer.extraArgs"
+                    } else if arg.starts_with("--authentication-config") {
+                        "the chart already injects --authentication-config= for OIDC. Drop your explicit flag, or leave spec.oidc.mode: None and keep managing the flag yourself"
+                    } else {
+                        continue;
+                    };
+                    fail(
+                        &mut out,
+                        "templates/cluster.yaml",
+                        "controlPlane.apiServer.extraArgs",
+                        arg.clone(),
+                        format!(
+                        "controlPlane.apiServer.extraArgs contains {arg:?} while spec.oidc.mode is {mode:?} — {why}."
+                    ),
+                    );
+                    break;
+                }
+            }
+        }
+    }
+    // _helpers.tpl (main): kubernetes.positiveDuration.
+    if has_key(schema, &["maxNodeProvisionTime"]) {
+        let durations: [(&str, &[&str]); 3] = [
+            ("maxNodeProvisionTime", &["maxNodeProvisionTime"]),
+            ("nodeHealthCheck.readyUnknownTimeout", &["nodeHealthCheck", "readyUnknownTimeout"]),
+            ("nodeHealthCheck.readyFalseTimeout", &["nodeHealthCheck", "readyFalseTimeout"]),
+        ];
+        for (field, path) in durations {
+            let v = get(path).unwrap_or_else(|| "<nil>".into());
+            if !matches(&DURATION, &v) {
+                fail(
+                    &mut out,
+                    "templates/_helpers.tpl",
+                    field,
+                    v.clone(),
+                    format!("{field} must be a whole number of s, m or h (e.g. 30m, 1h30m), got {v:?}"),
+                );
+            }
         }
     }
     out
+}
+
+/// `regexFind "^v[0-9]+\.[0-9]+"` of a Talos version: its minor, `v1.13`.
+fn talos_minor(v: &str) -> Option<&str> {
+    let rest = v.strip_prefix('v')?;
+    let major = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    let after = rest.get(major..)?.strip_prefix('.')?;
+    let minor = after.find(|c: char| !c.is_ascii_digit()).unwrap_or(after.len());
+    (major > 0 && minor > 0).then(|| &v[..1 + major + 1 + minor])
 }
 
 #[cfg(test)]
@@ -542,6 +755,61 @@ mod tests {
             (f[0].file, f[0].field.as_str()),
             ("templates/cluster.yaml", "nodeGroups.md0.kubelet.evictionHardMemory")
         );
+    }
+
+    /// The `kubernetes` app chart's own `fail`s (issue 33), each with its template, on main and
+    /// where v1.6.2 has them.
+    #[test]
+    fn should_apply_the_kubernetes_charts_control_plane_oidc_and_health_check_fails() {
+        let fails = |version: &str, extra: Value| -> Vec<String> {
+            let k = crate::target::Target::embedded(version).unwrap().kubernetes;
+            let mut v =
+                json!({"nodeGroups": {"md0": {"instanceType": "", "resources": {"cpu": "2", "memory": "4Gi"}}}});
+            for (key, x) in extra.as_object().unwrap() {
+                v[key] = x.clone();
+            }
+            kubernetes(&super::helm_merged(&k, &v), &k)
+                .into_iter()
+                .map(|f| format!("{}: {}", f.file, f.message))
+                .collect()
+        };
+        assert!(fails("main", json!({})).is_empty(), "{:?}", fails("main", json!({})));
+        assert!(fails("v1.6.2", json!({})).is_empty());
+        let vols = |v: Value| json!({"controlPlane": {"apiServer": v}});
+        for (extra, want) in [
+            (vols(json!({"extraVolumes": [{"configMap": {"name": "x"}}]})), "templates/cluster.yaml: controlPlane.apiServer.extraVolumes[0]: every volume must set a non-empty name"),
+            (vols(json!({"extraVolumes": [{"name": "talos-tls-cert", "secret": {}}]})), "is reserved by the chart for the talos"),
+            (vols(json!({"extraVolumes": [{"name": "a", "secret": {}}, {"name": "a", "secret": {}}]})), "duplicate volume name \"a\""),
+            (vols(json!({"extraVolumes": [{"name": "a", "secret": {}, "configMap": {}}]})), "must declare exactly one volume source, got 2 ([configMap secret])"),
+            (vols(json!({"extraVolumes": [{"name": "a", "projected": {}}]})), "uses a \"projected\" source"),
+            (vols(json!({"extraVolumeMounts": [{"name": "a", "mountPath": "/a"}]})), "mount \"a\" references no volume"),
+            (vols(json!({"extraVolumeMounts": [{"mountPath": "/a"}]})), "extraVolumeMounts[0]: every mount must set a non-empty name"),
+            (json!({"nodeHealthCheck": {"maxUnhealthy": "x"}}), "nodeHealthCheck.maxUnhealthy must be a bare integer"),
+            (json!({"nodeGroups": {"md0": {"instanceType": "", "maxUnhealthy": "5.5%"}}}), "nodeGroups.md0.maxUnhealthy must be a bare integer"),
+            (json!({"nodeGroups": {"md0": {"instanceType": "", "ephemeralStorage": "5Gi"}}}), "nodeGroup \"md0\": ephemeralStorage is no longer supported"),
+            (json!({"maxNodeProvisionTime": "0s"}), "templates/_helpers.tpl: maxNodeProvisionTime must be a whole number"),
+            (json!({"version": "v1.30"}), "Kubernetes v1.30 is not supported by Talos v1.13.6"),
+            (json!({"oidc": {"mode": "CustomConfig"}}), "templates/oidc-authn-config.yaml: spec.oidc.mode: CustomConfig requires either"),
+            (json!({"oidc": {"mode": "CustomConfig", "customConfig": {"config": "a", "secretRef": {"name": "b"}}}}), "set exactly one of"),
+        ] {
+            let got = fails("main", extra.clone());
+            assert!(got.iter().any(|f| f.starts_with(want) || f.contains(want)), "{extra}: {got:?}");
+        }
+        let oidc = |args: Value| {
+            json!({"oidc": {"mode": "CustomConfig", "customConfig": {"secretRef": {"name": "s"}}},
+            "controlPlane": {"apiServer": {"extraArgs": args}}})
+        };
+        assert!(fails("main", oidc(json!(["--oidc-issuer-url=x"])))[0].contains("legacy --oidc-* flags"));
+        assert!(fails("main", oidc(json!(["--authentication-config=/x"])))[0].contains("already injects"));
+        assert!(fails("main", oidc(json!(["--v=2"]))).is_empty());
+        let mut none = oidc(json!(["--oidc-issuer-url=x"]));
+        none["oidc"] = json!({"mode": "None"});
+        assert!(fails("main", none).is_empty(), "OIDC off: the flags are the operator's");
+        // v1.6.2 has the volume checks and no duration check.
+        assert!(!fails("v1.6.2", vols(json!({"extraVolumes": [{"name": "talos-ca", "secret": {}}]}))).is_empty());
+        assert!(fails("v1.6.2", json!({"maxNodeProvisionTime": "0s"})).is_empty());
+        assert_eq!(super::talos_minor("v1.13.6"), Some("v1.13"));
+        assert_eq!(super::talos_minor("1.13"), None);
     }
 
     #[test]
