@@ -1043,14 +1043,9 @@ impl Bucket {
             return self.pieces(d, index, i, within).await;
         }
         let (Some((s, hashes)), Some(upload)) = (index.sub_hashes(i), &index.upload) else { return Ok(None) };
-        let chunk = index.chunk_range(i);
-        let len = chunk.end - chunk.start;
-        let (a, b) = ((within.start / s) as usize, within.end.div_ceil(s) as usize);
-        if within.start >= within.end || b > hashes.len() || (a == 0 && b == hashes.len()) {
-            return Ok(None);
-        }
-        let span = a as u64 * s..(b as u64 * s).min(len);
+        let Some((a, b, span)) = pieces_of(index, i, s, hashes.len(), &within) else { return Ok(None) };
         let p = self.part_path(upload, i);
+        let len = index.chunk_range(i).end - index.chunk_range(i).start;
         let Some(bytes) = self.ranged_part(d, &p, i, len, span.clone()).await? else { return Ok(None) };
         let got = self.sub_hashes(&bytes, s).await?;
         if bytes.len() as u64 != span.end - span.start || got.as_slice() != &hashes[a..b] {
@@ -1133,12 +1128,8 @@ impl Bucket {
         let chunk = index.chunk_range(i);
         let len = chunk.end - chunk.start;
         let n = ChunkIndex::chunk_count(len, s);
-        let (a, b) = ((within.start / s) as usize, within.end.div_ceil(s) as usize);
-        if within.start >= within.end || b > n || (a == 0 && b == n) {
-            return Ok(None);
-        }
+        let Some((a, b, span)) = pieces_of(index, i, s, n, &within) else { return Ok(None) };
         let Some((piece, start, ends)) = index.piece_states(i, a, b) else { return Ok(None) };
-        let span = a as u64 * s..(b as u64 * s).min(len);
         let p = self.part_path(upload, i);
         let Some(bytes) = self.ranged_part(d, &p, i, len, span.clone()).await? else { return Ok(None) };
         let last = (i + 1 == index.chunks.len() && b == n).then_some(*d);
@@ -1262,6 +1253,25 @@ impl Bucket {
             m.remove(d);
         }
     }
+}
+
+/// The pieces `a..b` of `s` bytes (of `n` in chunk `i`) that cover `within` (offsets in the
+/// chunk), and their span in the chunk; `None` when `within` is empty or needs every piece
+/// (then the whole chunk is read).
+fn pieces_of(
+    index: &ChunkIndex,
+    i: usize,
+    s: u64,
+    n: usize,
+    within: &Range<u64>,
+) -> Option<(usize, usize, Range<u64>)> {
+    let chunk = index.chunk_range(i);
+    let len = chunk.end - chunk.start;
+    let (a, b) = ((within.start / s) as usize, within.end.div_ceil(s) as usize);
+    if within.start >= within.end || b > n || (a == 0 && b == n) {
+        return None;
+    }
+    Some((a, b, a as u64 * s..(b as u64 * s).min(len)))
 }
 
 /// Whether a request moves content (a chunk or an object stored whole), as opposed to a small

@@ -840,6 +840,23 @@ async fn read_counted(
     (r, store.got_bytes.load(std::sync::atomic::Ordering::Relaxed) - before)
 }
 
+/// Every range between the pieces' edges of `d` (3 chunks of 4 KiB and 1,500 bytes, pieces of
+/// 1 KiB) read through `index`, the first and last byte, empty or whole, is byte-exact and
+/// fetches at most the span and two pieces more.
+async fn assert_every_range(store: &Faulty, reader: &Arc<Bucket>, d: Digest, index: &Arc<ChunkIndex>, bytes: &[u8]) {
+    let n = bytes.len() as u64;
+    let points =
+        [0, 1, 1023, 1024, 1025, 2047, 2048, 4095, 4096, 4097, 5000, 8191, 8192, 12287, 12288, 13311, n - 1, n];
+    for &start in &points {
+        for &end in points.iter().filter(|&&e| e >= start) {
+            let (got, fetched) = read_counted(store, reader, d, index, start, end).await;
+            let got = got.unwrap();
+            assert!(got == bytes[start as usize..end as usize], "{start}..{end}: not the object's bytes");
+            assert!(fetched <= end - start + 2 * 1024, "{start}..{end}: fetched {fetched} bytes");
+        }
+    }
+}
+
 /// The upload records the sha256 of every sub-chunk (computed with the chunk's in one pass),
 /// and every range, at sub-chunk and chunk boundaries, the first and last byte, empty or
 /// whole, is byte-exact and fetches at most the span and two sub-chunks more.
@@ -860,17 +877,8 @@ async fn should_record_sub_chunk_hashes_and_read_any_range_from_them_byte_exact(
     assert_eq!(index.sub_chunks.iter().map(Vec::len).collect::<Vec<_>>(), [4, 4, 4, 2]);
 
     let n = bytes.len() as u64;
-    let points =
-        [0, 1, 1023, 1024, 1025, 2047, 2048, 4095, 4096, 4097, 5000, 8191, 8192, 12287, 12288, 13311, n - 1, n];
     let reader = sub_bucket(&store, "c");
-    for &start in &points {
-        for &end in points.iter().filter(|&&e| e >= start) {
-            let (got, fetched) = read_counted(&store, &reader, d, &index, start, end).await;
-            let got = got.unwrap();
-            assert!(got == bytes[start as usize..end as usize], "{start}..{end}: not the object's bytes");
-            assert!(fetched <= end - start + 2 * 1024, "{start}..{end}: fetched {fetched} bytes");
-        }
-    }
+    assert_every_range(&store, &reader, d, &index, &bytes).await;
     assert_eq!(reader.metrics().corrupt.get(), 0);
     // A whole copy reads whole chunks.
     let before = store.got_bytes.load(std::sync::atomic::Ordering::Relaxed);
@@ -1942,17 +1950,8 @@ async fn should_read_any_range_of_a_chain_byte_exact_and_refuse_a_rotten_piece()
     assert_eq!(hex::encode(c.finalize()), d.hex());
 
     let n = bytes.len() as u64;
-    let points =
-        [0, 1, 1023, 1024, 1025, 2047, 2048, 4095, 4096, 4097, 5000, 8191, 8192, 12287, 12288, 13311, n - 1, n];
     let reader = sub_bucket(&store, "c");
-    for &start in &points {
-        for &end in points.iter().filter(|&&e| e >= start) {
-            let (got, fetched) = read_counted(&store, &reader, d, &index, start, end).await;
-            let got = got.unwrap();
-            assert!(got == bytes[start as usize..end as usize], "{start}..{end}: not the object's bytes");
-            assert!(fetched <= end - start + 2 * 1024, "{start}..{end}: fetched {fetched} bytes");
-        }
-    }
+    assert_every_range(&store, &reader, d, &index, &bytes).await;
     assert_eq!(reader.metrics().corrupt.get(), 0);
     let e = uploaded(&b, b"").await;
     let ei = reader.index(&e).await.unwrap().unwrap();

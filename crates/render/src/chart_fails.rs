@@ -527,18 +527,14 @@ pub fn kubernetes(values: &Value, schema: &Value) -> Vec<ChartFail> {
     let mut names: Vec<String> = Vec::new();
     if let Some(Value::Array(vols)) = api.and_then(|a| a.get("extraVolumes")) {
         for (i, vol) in vols.iter().enumerate() {
-            let name = vol.get("name").filter(|n| truthy(Some(n))).map(to_string).unwrap_or_default();
             let field = format!("controlPlane.apiServer.extraVolumes[{i}]");
-            if name.is_empty() {
-                fail(
-                    &mut out,
-                    "templates/cluster.yaml",
-                    &field,
-                    String::new(),
-                    format!("controlPlane.apiServer.extraVolumes[{i}]: every volume must set a non-empty name"),
-                );
-                break;
-            }
+            let name = match named("extraVolumes", i, "volume", vol) {
+                Ok(n) => n,
+                Err(f) => {
+                    out.push(f);
+                    break;
+                }
+            };
             if ["talos-ca", "talos-tls-cert"].contains(&name.as_str()) {
                 fail(&mut out, "templates/cluster.yaml", &field, name.clone(), format!(
                     "controlPlane.apiServer.extraVolumes: volume name {name:?} is reserved by the chart for the talos control-plane secrets — rename your volume to avoid a duplicate volume name in the control-plane Deployment"
@@ -576,18 +572,14 @@ pub fn kubernetes(values: &Value, schema: &Value) -> Vec<ChartFail> {
     if out.iter().all(|f| !f.field.starts_with("controlPlane.apiServer.extraVolumes")) {
         if let Some(Value::Array(mounts)) = api.and_then(|a| a.get("extraVolumeMounts")) {
             for (i, m) in mounts.iter().enumerate() {
-                let name = m.get("name").filter(|n| truthy(Some(n))).map(to_string).unwrap_or_default();
                 let field = format!("controlPlane.apiServer.extraVolumeMounts[{i}]");
-                if name.is_empty() {
-                    fail(
-                        &mut out,
-                        "templates/cluster.yaml",
-                        &field,
-                        String::new(),
-                        format!("controlPlane.apiServer.extraVolumeMounts[{i}]: every mount must set a non-empty name"),
-                    );
-                    break;
-                }
+                let name = match named("extraVolumeMounts", i, "mount", m) {
+                    Ok(n) => n,
+                    Err(f) => {
+                        out.push(f);
+                        break;
+                    }
+                };
                 if !names.contains(&name) {
                     fail(&mut out, "templates/cluster.yaml", &field, name.clone(), format!(
                         "controlPlane.apiServer.extraVolumeMounts: mount {name:?} references no volume declared in controlPlane.apiServer.extraVolumes — the chart-managed talos volumes cannot be mounted"
@@ -662,6 +654,21 @@ pub fn kubernetes(values: &Value, schema: &Value) -> Vec<ChartFail> {
         }
     }
     out
+}
+
+/// An extra volume's or mount's name as the chart reads it (`.name | default "" | toString`),
+/// or the chart's `fail` for item `i` of `list` without one.
+fn named(list: &str, i: usize, what: &str, item: &Value) -> Result<String, ChartFail> {
+    let name = item.get("name").filter(|n| truthy(Some(n))).map(to_string).unwrap_or_default();
+    if name.is_empty() {
+        return Err(ChartFail {
+            file: "templates/cluster.yaml",
+            field: format!("controlPlane.apiServer.{list}[{i}]"),
+            value: String::new(),
+            message: format!("controlPlane.apiServer.{list}[{i}]: every {what} must set a non-empty name"),
+        });
+    }
+    Ok(name)
 }
 
 /// `regexFind "^v[0-9]+\.[0-9]+"` of a Talos version: its minor, `v1.13`.

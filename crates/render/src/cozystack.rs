@@ -928,6 +928,17 @@ fn read_values(text: &str, name: Option<&str>, namespace: Option<&str>) -> Resul
     Ok(Values { chart, values, name, namespace, shown })
 }
 
+/// A field as findings show it: the path under `shown`, printable; a key that is the empty
+/// string is shown as `""`, so every finding names a field.
+fn field_name(shown: &str, path: &str) -> String {
+    let f = printable(&format!("{shown}{path}")).into_owned();
+    if f.is_empty() {
+        "\"\"".to_string()
+    } else {
+        f
+    }
+}
+
 /// Issue 33: the input against the target's values schema, as Helm checks it (types, patterns,
 /// enums; `required` is left to the chart's defaults), and every key the target's chart does not
 /// declare, which Helm would take without a word and nothing would read.
@@ -962,7 +973,7 @@ pub fn schema_findings(
         findings.push(Finding {
             pool: label.clone(),
             rules: Vec::new(),
-            field: printable(field.trim_end_matches('.')).into_owned(),
+            field: field_name("", field.trim_end_matches('.')),
             value,
             problem: printable(&format!("does not match the values schema of {}: {e}", target.name)).into_owned(),
             fix: "give the value the type and form the schema asks for (the chart's values.schema.json)".into(),
@@ -979,7 +990,7 @@ pub fn schema_findings(
             findings.push(Finding {
                 pool: label.clone(),
                 rules: Vec::new(),
-                field: printable(&format!("{}{}", v.shown, f.field)).into_owned(),
+                field: field_name(&v.shown, &f.field),
                 value: printable(&f.value).into_owned(),
                 problem: printable(&format!("is refused by the chart of {}: {}: {}", target.name, f.file, f.message))
                     .into_owned(),
@@ -997,7 +1008,7 @@ pub fn schema_findings(
         undeclared.push(Finding {
             pool: label.clone(),
             rules: Vec::new(),
-            field: printable(&format!("{}{key}", v.shown)).into_owned(),
+            field: field_name(&v.shown, &key),
             value: String::new(),
             problem: format!(
                 "is not a key of the chart of {}: Helm renders the release without a word and nothing reads it",

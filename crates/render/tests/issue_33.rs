@@ -194,3 +194,17 @@ fn issue_33_should_refuse_a_package_patch_that_re_points_existing_goldens() {
         out.warnings
     );
 }
+
+/// Fuzz find (render_cozystack): a key that is the empty string (`? >` is the mapping
+/// `{"": null}`) gave a finding with an empty field. Every finding names a field: `""`.
+#[test]
+fn issue_33_should_name_an_empty_key_in_a_finding() {
+    let target = Target::embedded("main").unwrap();
+    for text in ["? >", "\"\": 1", "talos: {\"\": x}"] {
+        let found =
+            tender_render::cozystack::schema_findings(text, Some("demo"), Some("tenant-demo"), &target).unwrap();
+        let all: Vec<_> = found.invalid.iter().chain(&found.undeclared).collect();
+        assert!(!all.is_empty(), "{text}");
+        assert!(all.iter().all(|f| !f.field.is_empty()), "{text}: {all:?}");
+    }
+}

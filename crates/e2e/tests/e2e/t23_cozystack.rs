@@ -166,6 +166,18 @@ fn disk_url(objects: &[Value]) -> String {
     dvs.as_array().unwrap().iter().find_map(|d| d["spec"]["source"]["http"]["url"].as_str()).unwrap().to_string()
 }
 
+/// What v1.6.2 takes with `--allow-partial` and an HTTPS tender: no mirrors (it has no key for
+/// them), the installer from tender's repository, the disk from tender.
+fn assert_partial_v1_6_2(objects: &[Value], machine: &Value) {
+    assert!(machine["machine"].get("registries").is_none_or(|r| r.get("mirrors").is_none()), "{machine}");
+    let host = HTTPS_MIRROR.trim_start_matches("https://");
+    assert_eq!(
+        machine["machine"]["install"]["image"].as_str().unwrap(),
+        format!("{host}/factory.talos.dev/installer/{SCHEMATIC}:v1.13.6")
+    );
+    assert_eq!(disk_url(objects), format!("{HTTPS_MIRROR}/image/{SCHEMATIC}/v1.13.6/openstack-amd64.raw.xz"));
+}
+
 #[test]
 fn should_reach_the_workers_talos_config_and_disk_through_the_real_main_chart() {
     let dir = TestDir::new("cozystack-main");
@@ -196,13 +208,7 @@ fn should_refuse_v1_6_2_without_allow_partial_and_land_disk_and_installer_with_i
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("talos.registryMirrors"));
     let (objects, machine) = round_trip(dir.path(), "v1.6.2", &spec.unwrap());
-    assert!(machine["machine"].get("registries").is_none_or(|r| r.get("mirrors").is_none()), "{machine}");
-    let host = HTTPS_MIRROR.trim_start_matches("https://");
-    assert_eq!(
-        machine["machine"]["install"]["image"].as_str().unwrap(),
-        format!("{host}/factory.talos.dev/installer/{SCHEMATIC}:v1.13.6")
-    );
-    assert_eq!(disk_url(&objects), format!("{HTTPS_MIRROR}/image/{SCHEMATIC}/v1.13.6/openstack-amd64.raw.xz"));
+    assert_partial_v1_6_2(&objects, &machine);
 
     // A plain-HTTP tender: the installer cannot move on v1.6.2 (the workers pull over HTTPS).
     let (o, _) = render(dir.path(), "v1.6.2", MIRROR, &[]);
@@ -236,13 +242,7 @@ fn should_reach_the_workers_through_the_real_kubernetes_app_chart() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let values = app_values_file(&old, &spec.unwrap());
     let (objects, machine) = chart_round_trip(&old, "v1.6.2", "kubernetes", "kubernetes-demo", &values);
-    assert!(machine["machine"].get("registries").is_none_or(|r| r.get("mirrors").is_none()), "{machine}");
-    let host = HTTPS_MIRROR.trim_start_matches("https://");
-    assert_eq!(
-        machine["machine"]["install"]["image"].as_str().unwrap(),
-        format!("{host}/factory.talos.dev/installer/{SCHEMATIC}:v1.13.6")
-    );
-    assert_eq!(disk_url(&objects), format!("{HTTPS_MIRROR}/image/{SCHEMATIC}/v1.13.6/openstack-amd64.raw.xz"));
+    assert_partial_v1_6_2(&objects, &machine);
 }
 
 /// `--values-schema` with the ApplicationDefinition as kubectl prints it gives what the
