@@ -990,7 +990,7 @@ pub fn schema_findings(
             findings.push(Finding {
                 pool: label.clone(),
                 rules: Vec::new(),
-                field: field_name(&v.shown, &f.field),
+                field: field_name(v.shown, &f.field),
                 value: printable(&f.value).into_owned(),
                 problem: printable(&format!("is refused by the chart of {}: {}: {}", target.name, f.file, f.message))
                     .into_owned(),
@@ -1008,7 +1008,7 @@ pub fn schema_findings(
         undeclared.push(Finding {
             pool: label.clone(),
             rules: Vec::new(),
-            field: field_name(&v.shown, &key),
+            field: field_name(v.shown, &key),
             value: String::new(),
             problem: format!(
                 "is not a key of the chart of {}: Helm renders the release without a word and nothing reads it",
