@@ -458,11 +458,12 @@ pub fn kubernetes(values: &Value, schema: &Value) -> Vec<ChartFail> {
     };
     // A nested key the values lack is the chart's default (its values.yaml, which the schema's
     // nested `default`s repeat; the top-level `default` of such a map is `{}`).
-    let get = |path: &[&str]| -> Option<String> {
+    let value = |path: &[&str]| -> Option<&Value> {
         let ptr: String = path.iter().map(|p| format!("/{p}")).collect();
         let schema_ptr: String = path.iter().map(|p| format!("/properties/{p}")).collect();
-        values.pointer(&ptr).or_else(|| schema.pointer(&format!("{schema_ptr}/default"))).map(to_string)
+        values.pointer(&ptr).or_else(|| schema.pointer(&format!("{schema_ptr}/default")))
     };
+    let get = |path: &[&str]| value(path).map(to_string);
     // cluster.yaml: Talos -> Kubernetes support matrix, keyed by the Talos minor.
     let talos = get(&["talos", "version"]).unwrap_or_default();
     let version = get(&["version"]).unwrap_or_default();
@@ -633,6 +634,34 @@ pub fn kubernetes(values: &Value, schema: &Value) -> Vec<ChartFail> {
             }
         }
     }
+    // helmreleases/: the addons that need another addon (the chart's defaults fill the flags).
+    if has_key(schema, &["addons"]) {
+        let on = |path: &[&str]| truthy(value(path));
+        let addon = |out: &mut Vec<ChartFail>, file: &'static str, field: &str, message: &str| {
+            fail(out, file, field, "true".into(), message.into());
+        };
+        if on(&["addons", "hami", "enabled"]) && !on(&["addons", "gpuOperator", "enabled"]) {
+            addon(
+                &mut out,
+                "templates/helmreleases/hami.yaml",
+                "addons.hami.enabled",
+                "addons.hami requires addons.gpuOperator to be enabled",
+            );
+        }
+        if on(&["addons", "ouroboros", "enabled"]) && !on(&["addons", "ingressNginx", "enabled"]) {
+            addon(&mut out, "templates/helmreleases/ouroboros.yaml", "addons.ouroboros.enabled",
+                "addons.ouroboros.enabled requires addons.ingressNginx.enabled — ouroboros is a hairpin-NAT fix for tenant ingress-nginx and has nothing to fix against without it.");
+        }
+        // Any truthy spelling, as the chart compares it (toString, lower).
+        let gateway = values.pointer("/addons/ouroboros/valuesOverride/ouroboros/controller/gatewayApi/enabled");
+        let truthy_word = gateway
+            .map(|v| to_string(v).to_lowercase())
+            .is_some_and(|w| ["true", "1", "yes", "on", "y"].contains(&w.as_str()));
+        if truthy_word && !on(&["addons", "gatewayAPI", "enabled"]) {
+            addon(&mut out, "templates/helmreleases/ouroboros.yaml", "addons.ouroboros.valuesOverride.ouroboros.controller.gatewayApi.enabled",
+                "addons.ouroboros.valuesOverride.ouroboros.controller.gatewayApi.enabled=true requires addons.gatewayAPI.enabled=true on the same tenant — Gateway-API CRDs would otherwise be missing and the controller would CrashLoopBackOff on WaitForCacheSync. Either enable addons.gatewayAPI for the tenant, or drop the override and let the wrapper mirror the tenant value.");
+        }
+    }
     // _helpers.tpl (main): kubernetes.positiveDuration.
     if has_key(schema, &["maxNodeProvisionTime"]) {
         let durations: [(&str, &[&str]); 3] = [
@@ -798,6 +827,9 @@ mod tests {
             (json!({"version": "v1.30"}), "Kubernetes v1.30 is not supported by Talos v1.13.6"),
             (json!({"oidc": {"mode": "CustomConfig"}}), "templates/oidc-authn-config.yaml: spec.oidc.mode: CustomConfig requires either"),
             (json!({"oidc": {"mode": "CustomConfig", "customConfig": {"config": "a", "secretRef": {"name": "b"}}}}), "set exactly one of"),
+            (json!({"addons": {"hami": {"enabled": true}}}), "templates/helmreleases/hami.yaml: addons.hami requires addons.gpuOperator"),
+            (json!({"addons": {"ouroboros": {"enabled": true}}}), "templates/helmreleases/ouroboros.yaml: addons.ouroboros.enabled requires"),
+            (json!({"addons": {"ouroboros": {"valuesOverride": {"ouroboros": {"controller": {"gatewayApi": {"enabled": "ON"}}}}}}}), "requires addons.gatewayAPI.enabled=true"),
         ] {
             let got = fails("main", extra.clone());
             assert!(got.iter().any(|f| f.starts_with(want) || f.contains(want)), "{extra}: {got:?}");
@@ -812,6 +844,10 @@ mod tests {
         let mut none = oidc(json!(["--oidc-issuer-url=x"]));
         none["oidc"] = json!({"mode": "None"});
         assert!(fails("main", none).is_empty(), "OIDC off: the flags are the operator's");
+        let addons = json!({"addons": {"hami": {"enabled": true}, "gpuOperator": {"enabled": true},
+            "ouroboros": {"enabled": true, "valuesOverride": {"ouroboros": {"controller": {"gatewayApi": {"enabled": "off"}}}}},
+            "ingressNginx": {"enabled": true}}});
+        assert!(fails("main", addons).is_empty());
         // v1.6.2 has the volume checks and no duration check.
         assert!(!fails("v1.6.2", vols(json!({"extraVolumes": [{"name": "talos-ca", "secret": {}}]}))).is_empty());
         assert!(fails("v1.6.2", json!({"maxNodeProvisionTime": "0s"})).is_empty());
