@@ -6,7 +6,8 @@
 #   2. `helm lint --strict` with the defaults and with every variant below;
 #   3. `helm template` of the variants: default, namespace (namespace.create), pvc, s3, full
 #      (s3 on a non-default port, TLS with a cert-manager Certificate, client auth, admin token,
-#      upstream credentials, ServiceMonitor, PrometheusRule, dashboard);
+#      upstream credentials, ServiceMonitor, PrometheusRule, dashboard), and `helm install
+#      --dry-run=client` of each (no cluster), which must install the same objects;
 #   4. every rendered object valid for Kubernetes $K8S_VERSION (kubernetes-validate --strict, as
 #      deploy/test.sh; the CRD kinds Certificate, ServiceMonitor and PrometheusRule have no schema
 #      there and are the only ones allowed to be skipped);
@@ -136,7 +137,16 @@ for v in $VARIANTS; do
     || die "helm template ($v): $(cat "$WORK/$v.err")"
   log "rendered $v: $(grep -c '^kind:' "$WORK/$v.yaml") objects ($(grep '^kind:' "$WORK/$v.yaml" | cut -d' ' -f2 | sort | tr '\n' ' '))"
   RENDERED+=("$WORK/$v.yaml")
+  # `helm install` as the README gives it, short of the cluster (no kubeconfig): the release
+  # installs the same objects the template renders.
+  KUBECONFIG=/nonexistent "$HELM" install tender "$CHART" --namespace tender -f "$WORK/values/$v.yaml" \
+    --dry-run=client >"$WORK/install-$v.txt" 2>"$WORK/install-$v.err" \
+    || die "helm install --dry-run=client ($v): $(cat "$WORK/install-$v.err")"
+  grep -q '^STATUS: pending-install' "$WORK/install-$v.txt" || die "helm install ($v): no pending install"
+  [ "$(grep -c '^kind:' "$WORK/install-$v.txt")" -eq "$(grep -c '^kind:' "$WORK/$v.yaml")" ] \
+    || die "helm install ($v) installs other objects than helm template renders"
 done
+log "helm install --dry-run=client installs every variant ($VARIANTS)"
 
 # --- 4. Kubernetes schemas ------------------------------------------------------------------------
 "$VENV/bin/kubernetes-validate" --strict --quiet -k "$K8S_VERSION" "${RENDERED[@]}" >"$WORK/kv.log" 2>&1 \
