@@ -15,7 +15,11 @@
 //! - a piece read alone starts from a state the index gives: it is checked against the
 //!   index, as a sub-chunk hash of format 2 is (the trust model in SECURITY.md).
 
-use tender_oci::chain::{parse_state, state_hex, IV};
+/// The state a chain entry names (64 hex characters).
+pub use tender_oci::chain::parse_state as state_of;
+use tender_oci::chain::state_hex;
+/// SHA-256's initial state: where the first chunk starts.
+pub use tender_oci::chain::IV as START;
 pub use tender_oci::chain::{Chain, State};
 use tender_oci::Digest;
 
@@ -165,14 +169,6 @@ pub fn hash_known(c: &mut Chain, bytes: &[u8], piece: u64, total: u64) -> (Known
     let entry = c.state().map(|s| state_hex(&s)).unwrap_or_default();
     (Known { states, digest: None }, entry)
 }
-
-/// The state a chain entry names (64 hex characters).
-pub fn state_of(entry: &str) -> Option<State> {
-    parse_state(entry)
-}
-
-/// SHA-256's initial state: where the first chunk starts.
-pub const START: State = IV;
 
 #[cfg(test)]
 mod tests {

@@ -1045,7 +1045,8 @@ impl Bucket {
         let (Some((s, hashes)), Some(upload)) = (index.sub_hashes(i), &index.upload) else { return Ok(None) };
         let Some((a, b, span)) = pieces_of(index, i, s, hashes.len(), &within) else { return Ok(None) };
         let p = self.part_path(upload, i);
-        let len = index.chunk_range(i).end - index.chunk_range(i).start;
+        let chunk = index.chunk_range(i);
+        let len = chunk.end - chunk.start;
         let Some(bytes) = self.ranged_part(d, &p, i, len, span.clone()).await? else { return Ok(None) };
         let got = self.sub_hashes(&bytes, s).await?;
         if bytes.len() as u64 != span.end - span.start || got.as_slice() != &hashes[a..b] {

@@ -394,10 +394,8 @@ impl PartUpload {
                                 })?
                         }
                     };
+                    // None after the last chunk (it ends in the digest) or one not linked.
                     c.next = h.as_ref().and_then(|h| h.end_state);
-                    if h.is_none() || last {
-                        c.next = None;
-                    }
                     h
                 }
                 _ => {
