@@ -76,6 +76,7 @@ fn mirror(data: &Path, factory: &str) -> Arc<Mirror> {
         max_object_size: None,
         stale_max_age: None,
         ns_param: None,
+        fallback: None,
         client_identity: None,
         offline: false,
     };

@@ -77,6 +77,21 @@ pub fn build_mirror(settings: &Settings, flights: Arc<Flights>, metrics: &FetchM
         ns_param: None,
         client_identity: parent.and_then(|p| p.client_identity.clone()),
         offline: settings.offline,
+        fallback: None,
+    };
+    let factory = match parent {
+        // parent.fallbackToUpstream: the Image Factory itself when no parent answers.
+        Some(p) if p.fallback_to_upstream && !settings.offline => UpstreamSettings {
+            fallback: Some(Box::new(UpstreamSettings {
+                endpoints: vec![settings.image_factory.clone()],
+                ca_file: None,
+                credentials: None,
+                client_identity: None,
+                ..factory.clone()
+            })),
+            ..factory
+        },
+        _ => factory,
     };
     let factory = Upstream::new(factory, factory_fetch, metrics.clone())
         .map_err(|e| Failure::usage(format!("imageFactory: {}", e.message)))?;

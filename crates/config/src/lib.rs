@@ -102,6 +102,8 @@ pub struct RawParent {
     pub client_key: Option<PathBuf>,
     pub username: Option<String>,
     pub password_file: Option<PathBuf>,
+    #[serde(default)]
+    pub fallback_to_upstream: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -232,6 +234,8 @@ pub struct Overrides {
     pub parent_client_key: Option<PathBuf>,
     pub parent_username: Option<String>,
     pub parent_password_file: Option<PathBuf>,
+    /// `--parent-fallback-to-upstream`: `parent.fallbackToUpstream: true`.
+    pub parent_fallback_to_upstream: bool,
     /// `--offline`: every upstream and the Image Factory.
     pub offline: bool,
 }
@@ -243,6 +247,10 @@ pub struct ParentSettings {
     pub ca_file: Option<PathBuf>,
     pub client_identity: Option<(PathBuf, PathBuf)>,
     pub credentials: Option<Credentials>,
+    /// `parent.fallbackToUpstream`: when no parent answers, a name this tender's own config
+    /// also lists goes to that upstream itself (default false: the site's link is not
+    /// flooded by surprise).
+    pub fallback_to_upstream: bool,
 }
 
 /// TLS serving, resolved (`tls:` and the `--tls-*` flags).
@@ -630,6 +638,7 @@ pub fn resolve(name: &str, mut raw: RawConfig, o: &Overrides) -> Result<Settings
             max_object_size,
             stale_max_age: stale_limit(name, &key("staleMaxAge"), &u.stale_max_age)?,
             ns_param: None,
+            fallback: None,
             client_identity: None,
             offline: u.offline || raw.offline || o.offline,
         });
@@ -943,7 +952,8 @@ fn resolve_parent(name: &str, raw: &RawParent, o: &Overrides) -> Result<Option<P
         (Some(_), None) => return Err(err("parent.passwordFile", "is missing; give it with parent.username".into())),
         (None, Some(_)) => return Err(err("parent.username", "is missing; give it with parent.passwordFile".into())),
     };
-    Ok(Some(ParentSettings { urls, ca_file, client_identity, credentials }))
+    let fallback_to_upstream = o.parent_fallback_to_upstream || raw.fallback_to_upstream;
+    Ok(Some(ParentSettings { urls, ca_file, client_identity, credentials, fallback_to_upstream }))
 }
 
 fn resolve_s3(name: &str, raw: &RawS3) -> Result<tender_bucket::BucketSettings, ConfigError> {

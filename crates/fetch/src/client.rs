@@ -33,9 +33,13 @@ pub struct Upstream {
     client: reqwest::Client,
     policy: Arc<AddressPolicy>,
     tokens: Mutex<HashMap<(String, String), (String, Instant)>>,
+    /// One token request at a time per (host, scope): the others wait and take its token.
+    token_gates: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
     metrics: FetchMetrics,
     /// Up or down, since when, and why.
     health: crate::health::Tracker,
+    /// `parent.fallbackToUpstream`: the upstream itself, asked when no parent answered.
+    fallback: Option<Box<Upstream>>,
 }
 
 /// Which addresses a redirect or token realm may lead to.
@@ -261,14 +265,20 @@ impl Upstream {
             builder = builder.proxy(p);
         }
         let client = builder.build().map_err(|e| bad(format!("cannot build HTTP client: {e}")))?;
+        let fallback = match &settings.fallback {
+            Some(f) => Some(Box::new(Upstream::new((**f).clone(), fetch.clone(), metrics.clone())?)),
+            None => None,
+        };
         Ok(Upstream {
             settings,
             fetch,
             client,
             policy,
             tokens: Mutex::new(HashMap::new()),
+            token_gates: Mutex::new(HashMap::new()),
             metrics,
             health: crate::health::Tracker::default(),
+            fallback,
         })
     }
 
@@ -281,12 +291,21 @@ impl Upstream {
         self.health.state()
     }
 
-    /// State, last success, last error with its cause, stale answers served.
+    /// State, last success, last error with its cause, stale answers served; on a route
+    /// through the parents, whether it may go to the upstream itself and how that went.
     pub fn health_report(&self) -> crate::health::Health {
         let mut h =
             self.health.report(self.name(), self.metrics.stale_served.get_or_create(&self.policy.label()).get());
         if self.settings.offline {
             h.state = crate::health::State::Offline;
+        }
+        if self.settings.ns_param.is_some() {
+            h.fallback_to_upstream = Some(self.fallback.is_some());
+            h.fallback = self.fallback.as_ref().map(|f| {
+                let mut fh = f.health.report(self.name(), 0);
+                fh.requests = Some(self.metrics.parent_fallbacks.get_or_create(&self.policy.label()).get());
+                Box::new(fh)
+            });
         }
         h
     }
@@ -388,7 +407,20 @@ impl Upstream {
                 }
             }
         }
-        Err(last.unwrap_or_else(|| FetchError::new(FetchErrorKind::Local, self.name(), "no endpoints configured")))
+        let last =
+            last.unwrap_or_else(|| FetchError::new(FetchErrorKind::Local, self.name(), "no endpoints configured"));
+        match &self.fallback {
+            // No parent answered at all (connect, DNS, TLS, timeout): the upstream itself, as
+            // parent.fallbackToUpstream allows. A parent that answered, even with a 5xx, is up
+            // and keeps the request.
+            Some(f) if matches!(last.kind, FetchErrorKind::Connect | FetchErrorKind::Timeout) => {
+                self.metrics.parent_fallbacks.get_or_create(&self.policy.label()).inc();
+                tracing::warn!(upstream = %self.name(), error = %last,
+                    "no parent answered: asking the upstream itself (parent.fallbackToUpstream)");
+                Box::pin(f.request(method, path_and_query, headers, scope)).await
+            }
+            _ => Err(last),
+        }
     }
 
     async fn request_endpoint(
@@ -399,8 +431,8 @@ impl Upstream {
         scope: Option<&str>,
     ) -> Result<reqwest::Response, FetchError> {
         let host = url.host_str().unwrap_or_default().to_string();
-        let cached = scope.and_then(|s| self.cached_token(&host, s)).map(Auth::Bearer);
-        let first = self.send(method, &url, headers, cached.as_ref()).await?;
+        let cached = scope.and_then(|s| self.cached_token(&host, s));
+        let first = self.send(method, &url, headers, cached.clone().map(Auth::Bearer).as_ref()).await?;
         if first.status() != StatusCode::UNAUTHORIZED {
             return self.check_status(first);
         }
@@ -408,11 +440,23 @@ impl Upstream {
         let auth = match challenge {
             Some(Challenge::Bearer { realm, service, scope: asked }) => {
                 let scope = scope.map(str::to_string).or(asked);
-                let token = self.fetch_token(&url, &realm, service.as_deref(), scope.as_deref()).await?;
-                if let Some(s) = &scope {
-                    self.store_token(&host, s, &token);
+                match &scope {
+                    Some(s) => {
+                        // Requests for one scope that meet a 401 together ask for one token:
+                        // the first asks, the others take the token it stored.
+                        let gate = self.token_gate(&host, s);
+                        let _one = gate.lock().await;
+                        match self.cached_token(&host, s).filter(|t| cached.as_ref() != Some(t)) {
+                            Some(t) => Auth::Bearer(t),
+                            None => {
+                                let token = self.fetch_token(&url, &realm, service.as_deref(), Some(s)).await?;
+                                self.store_token(&host, s, &token);
+                                Auth::Bearer(token.0)
+                            }
+                        }
+                    }
+                    None => Auth::Bearer(self.fetch_token(&url, &realm, service.as_deref(), None).await?.0),
                 }
-                Auth::Bearer(token.0)
             }
             Some(Challenge::Basic) => match &self.settings.credentials {
                 Some(c) => Auth::Basic(c.username.clone(), c.password.clone()),
@@ -567,6 +611,16 @@ impl Upstream {
         let tokens = self.tokens.lock().ok()?;
         let (token, expiry) = tokens.get(&(host.to_string(), scope.to_string()))?;
         (Instant::now() < *expiry).then(|| token.clone())
+    }
+
+    /// The lock that single-flights token requests for (`host`, `scope`); gates no request
+    /// holds are dropped once there are many.
+    fn token_gate(&self, host: &str, scope: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut gates = self.token_gates.lock().unwrap_or_else(|p| p.into_inner());
+        if gates.len() >= 1024 {
+            gates.retain(|_, g| Arc::strong_count(g) > 1);
+        }
+        gates.entry((host.to_string(), scope.to_string())).or_default().clone()
     }
 
     fn store_token(&self, host: &str, scope: &str, token: &(String, Duration)) {

@@ -52,6 +52,16 @@ pub struct Health {
     pub last_error: Option<LastError>,
     /// Tags and listings served stale because this upstream was unreachable.
     pub stale_served: u64,
+    /// On a route through the parent tenders: whether `parent.fallbackToUpstream` lets it go
+    /// to the upstream itself when no parent answers. Absent on an upstream asked directly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback_to_upstream: Option<bool>,
+    /// The upstream itself, as the fallback reached it (`requests`: how many went there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Box<Health>>,
+    /// Requests sent (on a fallback's report only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
 }
 
 /// The mutable part, behind a mutex (updated once per upstream request).
@@ -96,6 +106,9 @@ impl Tracker {
             last_success: i.last_success,
             last_error: i.last_error.clone(),
             stale_served,
+            fallback_to_upstream: None,
+            fallback: None,
+            requests: None,
         }
     }
 }

@@ -40,6 +40,9 @@ pub struct FetchMetrics {
     /// Signature policy decisions, by result (`verified`, `unsigned`, `invalid`, `mismatch`,
     /// `unavailable`, `denied`).
     pub verifications: Family<Labels, Counter>,
+    /// Requests a child tier sent to the upstream itself because no parent answered
+    /// (`parent.fallbackToUpstream`), by upstream.
+    pub parent_fallbacks: Family<Labels, Counter>,
 }
 
 impl FetchMetrics {
@@ -89,6 +92,11 @@ impl FetchMetrics {
             "tender_verifications",
             "Signature policy decisions on manifests, by result",
             self.verifications.clone(),
+        );
+        registry.register(
+            "tender_parent_fallbacks",
+            "Requests sent to the upstream itself because no parent answered (parent.fallbackToUpstream)",
+            self.parent_fallbacks.clone(),
         );
     }
 }

@@ -56,6 +56,9 @@ pub struct UpstreamSettings {
     pub offline: bool,
     /// Reached through a parent tender: every `/v2/<name>/...` request carries `ns=<this>`.
     pub ns_param: Option<String>,
+    /// `parent.fallbackToUpstream`: on a route through the parents, the upstream itself, asked
+    /// only when no parent answered (connect, DNS, TLS, timeout, 5xx, 429).
+    pub fallback: Option<Box<UpstreamSettings>>,
     /// Client certificate and key (PEM) presented to the endpoints (a parent with mutual TLS).
     pub client_identity: Option<(PathBuf, PathBuf)>,
 }

@@ -223,9 +223,10 @@ fn verified_fill_body(fill: &Arc<Fill>, start: u64, end: u64) -> Body {
 }
 
 /// Serve an object that is being filled: headers as soon as the upstream answered, bytes as
-/// they arrive, the final byte of a full body only after verification. A range goes out as it
-/// arrives only with `range_before_verify` (an upstream trusted to send the right bytes);
-/// otherwise its bytes wait for the fill's verdict (issue 32).
+/// they arrive, the final byte of a full body only after verification. A range to the
+/// object's end goes out the same way; any other range goes out as it arrives only with
+/// `range_before_verify` (an upstream trusted to send the right bytes), otherwise its bytes
+/// wait for the fill's verdict (issue 32).
 pub async fn filling(
     fill: Arc<Fill>,
     d: &Describe,
@@ -265,6 +266,11 @@ pub async fn filling(
             .header(header::CONTENT_RANGE, format!("bytes {start}-{}/{total}", end - 1))
             .body(if range_before_verify || fill.is_verified() {
                 fill_body(&fill, start, Some(end), false)
+            } else if end == total {
+                // A range to the object's end (a child tier resuming, `bytes=N-`) streams as a
+                // full body does: its final byte goes out only once the object verified, so
+                // a wrong object never arrives whole (issue 38).
+                fill_body(&fill, start, Some(end), true)
             } else {
                 verified_fill_body(&fill, start, end)
             })

@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// File holding the password of --parent-username
     #[arg(long, value_name = "FILE", requires = "parent_username")]
     pub parent_password_file: Option<PathBuf>,
+    /// When no parent answers, go to the upstream itself for the names this config also lists
+    /// (parent.fallbackToUpstream; default: only through the parents)
+    #[arg(long, requires = "parents")]
+    pub parent_fallback_to_upstream: bool,
     /// Contact no upstream and no Image Factory: serve what the data directory holds (cached
     /// or imported), answer a miss with 404 at once (as `offline: true` on every upstream)
     #[arg(long)]
@@ -111,6 +115,7 @@ impl ServeArgs {
             parent_client_key: self.parent_client_key.clone(),
             parent_username: self.parent_username.clone(),
             parent_password_file: self.parent_password_file.clone(),
+            parent_fallback_to_upstream: self.parent_fallback_to_upstream,
             offline: self.offline,
         }
     }
@@ -184,13 +189,25 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
             serde_json::from_slice(&text).map_err(|e| Failure::problem(format!("{}: {e}", saved.display())))?
         }
     };
-    if !settings.upstreams.is_empty() {
+    if !settings.upstreams.is_empty() && !p.fallback_to_upstream {
         tracing::info!("--parent: the configured upstreams are replaced by the parent's");
     }
+    let own = std::mem::take(&mut settings.upstreams);
+    let fallback_for = |name: &str| -> Option<Box<UpstreamSettings>> {
+        if !p.fallback_to_upstream || settings.offline {
+            return None;
+        }
+        let found = own.iter().find(|u| u.name.eq_ignore_ascii_case(name) && !u.offline);
+        if found.is_none() {
+            tracing::warn!(upstream = %name, "parent.fallbackToUpstream: this config does not list {name}, so it goes only through the parents");
+        }
+        found.map(|u| Box::new(UpstreamSettings { fallback: None, ..u.clone() }))
+    };
     settings.upstreams = view
         .upstreams
         .iter()
-        .map(|n| UpstreamSettings {
+        .map(|n| (n, fallback_for(n)))
+        .map(|(n, fallback)| UpstreamSettings {
             name: n.clone(),
             endpoints: p.urls.clone(),
             ca_file: p.ca_file.clone(),
@@ -203,12 +220,15 @@ async fn learn_parent(settings: &mut Settings) -> anyhow::Result<()> {
             range_before_verify: false,
             redirect_hosts: None,
             token_realm_hosts: Vec::new(),
-            library_prefix: false,
+            // A name that may go to the upstream itself is spelled as that upstream wants it
+            // (`library/` on Docker Hub); the parent takes either spelling.
+            library_prefix: fallback.as_ref().is_some_and(|f| f.library_prefix),
             max_object_size: None,
             stale_max_age: None,
             ns_param: Some(n.clone()),
             client_identity: p.client_identity.clone(),
             offline: false,
+            fallback,
         })
         .collect();
     settings.default_upstream = view.default_upstream;

@@ -526,6 +526,7 @@ pub fn upstream_settings(name: &str, url: &str) -> UpstreamSettings {
         max_object_size: None,
         stale_max_age: None,
         ns_param: None,
+        fallback: None,
         client_identity: None,
         offline: false,
     }
