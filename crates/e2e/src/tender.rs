@@ -117,7 +117,13 @@ impl Tender {
     /// Like [`Tender::start`] with more `serve` arguments. With `--tls-cert` it waits for the
     /// port to accept connections instead of a plain-HTTP `/healthz`.
     pub fn start_with(config: &Path, data: &Path, log: &Path, extra: &[&str]) -> Tender {
-        Tender::start_cmd(Command::new(tender_bin()), config, data, log, extra)
+        Tender::start_cmd(Command::new(tender_bin()), config, data, log, "127.0.0.1:0", extra)
+    }
+
+    /// Like [`Tender::start_with`] on a given address (a parent restarted where its children
+    /// look for it).
+    pub fn start_on(config: &Path, data: &Path, log: &Path, listen: SocketAddr, extra: &[&str]) -> Tender {
+        Tender::start_cmd(Command::new(tender_bin()), config, data, log, &listen.to_string(), extra)
     }
 
     /// Like [`Tender::start`], with the process allowed on the CPUs of `cpus` only (a
@@ -126,12 +132,12 @@ impl Tender {
         proc::need(&["taskset"]);
         let mut cmd = Command::new("taskset");
         cmd.args(["-c", cpus]).arg(tender_bin());
-        Tender::start_cmd(cmd, config, data, log, &[])
+        Tender::start_cmd(cmd, config, data, log, "127.0.0.1:0", &[])
     }
 
     /// Start `program` (tender, or a wrapper that execs it with the arguments that follow)
     /// with `serve` and its arguments.
-    fn start_cmd(mut cmd: Command, config: &Path, data: &Path, log: &Path, extra: &[&str]) -> Tender {
+    fn start_cmd(mut cmd: Command, config: &Path, data: &Path, log: &Path, listen: &str, extra: &[&str]) -> Tender {
         let file = File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
         cmd.args([
             "serve".as_ref(),
@@ -140,7 +146,7 @@ impl Tender {
             "--data".as_ref(),
             data.as_os_str(),
             "--listen".as_ref(),
-            "127.0.0.1:0".as_ref(),
+            listen.as_ref(),
             "--log-format".as_ref(),
             "json".as_ref(),
         ] as [&std::ffi::OsStr; 9]);

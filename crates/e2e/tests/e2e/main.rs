@@ -26,6 +26,7 @@ mod t24_signatures;
 mod t25_cozystack_corpus;
 mod t26_far_side;
 mod t27_talos_cache;
+mod t28_fleet_tiers;
 mod t2_blobs;
 mod t3_skopeo;
 mod t4_containerd;
