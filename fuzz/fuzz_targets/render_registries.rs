@@ -65,6 +65,7 @@ fuzz_target!(|data: &[u8]| {
     let Some(text) = tender_fuzz::text(data) else { return };
     let mut req = RegistriesRequest {
         mirror: String::new(),
+        more_mirrors: Vec::new(),
         registries: Vec::new(),
         skip_fallback: false,
         ca: None,
@@ -81,6 +82,7 @@ fuzz_target!(|data: &[u8]| {
         let v = v.replace("\\n", "\n");
         match k {
             "mirror" => req.mirror = v,
+            "more-mirror" => req.more_mirrors.push(v),
             "registry" => req.registries.push(v),
             "ca" => req.ca = Some(v),
             "client-cert" => req.client_cert = Some(v),

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::registries::{EndpointConfig, MirrorPlan};
+use crate::registries::{Endpoint, EndpointConfig, MirrorPlan};
 use crate::talos::base64;
 use crate::Error;
 
@@ -60,11 +60,26 @@ struct HostsFile {
     server: Option<String>,
     #[serde(flatten)]
     root: HostSettings,
-    /// Always written, empty with `--skip-fallback` (containerd 1.6 needs the table).
-    host: BTreeMap<String, HostSettings>,
+    /// Always written, empty with `--skip-fallback` and one mirror (containerd 1.6 needs the
+    /// table). In the order containerd tries them: the file's order, not sorted.
+    host: Hosts,
 }
 
-fn settings(plan: &MirrorPlan, cfg: &EndpointConfig) -> HostSettings {
+/// `[host."<url>"]` tables in the order given.
+struct Hosts(Vec<(String, HostSettings)>);
+
+impl Serialize for Hosts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+fn settings(mirror: &Endpoint, cfg: &EndpointConfig) -> HostSettings {
     let mut s = HostSettings { capabilities: Some(vec!["pull", "resolve"]), ..HostSettings::default() };
     if let Some(tls) = &cfg.tls {
         if tls.ca.is_some() {
@@ -77,7 +92,7 @@ fn settings(plan: &MirrorPlan, cfg: &EndpointConfig) -> HostSettings {
             s.skip_verify = Some(true);
         }
     }
-    if plan.mirror.override_path {
+    if mirror.override_path {
         s.override_path = Some(true);
     }
     if let Some(auth) = &cfg.auth {
@@ -94,15 +109,14 @@ pub fn hosts_files(plan: &MirrorPlan) -> Result<Vec<OutputFile>, Error> {
     let mut files = Vec::new();
     for registry in &plan.registries {
         let dir = registry.containerd_dir();
-        let mirror_settings = settings(plan, &plan.config);
-        let file = if plan.skips_fallback(registry) {
-            HostsFile { server: Some(plan.mirror.url.to_string()), root: mirror_settings, host: BTreeMap::new() }
-        } else {
-            HostsFile {
-                server: registry.upstream(),
-                root: HostSettings::default(),
-                host: BTreeMap::from([(plan.mirror.url.to_string(), mirror_settings)]),
+        let mirrors: Vec<&Endpoint> = plan.mirrors().collect();
+        let host = |m: &[&Endpoint]| Hosts(m.iter().map(|e| (e.url.to_string(), settings(e, &plan.config))).collect());
+        let file = match mirrors.split_last() {
+            // containerd appends `server` as the last host: the last mirror, so nothing follows it.
+            Some((last, before)) if plan.skips_fallback(registry) => {
+                HostsFile { server: Some(last.url.to_string()), root: settings(last, &plan.config), host: host(before) }
             }
+            _ => HostsFile { server: registry.upstream(), root: HostSettings::default(), host: host(&mirrors) },
         };
         let mut text = match plan.no_fallback.get(registry) {
             // Why the upstream is not listed, for whoever reads the file on the node.

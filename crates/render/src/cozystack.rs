@@ -183,6 +183,9 @@ pub enum OsImage {
 #[derive(Debug, Clone, Default)]
 pub struct RenderRequest {
     pub mirror: String,
+    /// Registry mirrors tried after `mirror`, in order (`--mirror` repeated: the rack's tender
+    /// first, then its parent). The disk and the installer come from `mirror`.
+    pub more_mirrors: Vec<String>,
     /// The `Kubernetes` application name (`test` for the cluster `kubernetes-test`).
     pub cluster: Option<String>,
     pub namespace: Option<String>,
@@ -383,12 +386,19 @@ impl Capabilities<'_> {
     }
 
     /// Registry mirrors, and the installer through tender: `spec.talos` of the patch.
-    fn talos(&mut self, config: &ConfigFile, mirror: &crate::url::HttpUrl) -> Result<Map<String, Value>, Error> {
-        let shown = mirror.to_string();
+    fn talos(
+        &mut self,
+        config: &ConfigFile,
+        mirror: &crate::url::HttpUrl,
+        more: &[crate::url::HttpUrl],
+    ) -> Result<Map<String, Value>, Error> {
+        let endpoints: Vec<String> = std::iter::once(mirror).chain(more).map(ToString::to_string).collect();
+        // As `tender render registries` takes them: every mirror, in order.
+        let shown = endpoints.join(" --mirror ");
         let mut mirrors = Map::new();
         let named = upstream_registries(config)?;
         for registry in &named {
-            let mut entry = json!({"endpoints": [shown]});
+            let mut entry = json!({ "endpoints": endpoints });
             // Issue 34: a worker that fell back would pull what tender refuses from the registry.
             if self.policy.is_some_and(|p| p.fallback_reason(registry, &named).is_some()) {
                 entry["skipFallback"] = json!(true);
@@ -432,7 +442,7 @@ impl Capabilities<'_> {
                 );
             } else if !mirror.https {
                 self.cannot(
-                    format!("the installer through tender: talos.installerRepository would name {}, and the workers pull it over HTTPS while tender at {shown} speaks plain HTTP", mirror.authority),
+                    format!("the installer through tender: talos.installerRepository would name {}, and the workers pull it over HTTPS while tender at {mirror} speaks plain HTTP", mirror.authority),
                     INSTALLER_REPOSITORY,
                     format!("serve tender over HTTPS with a certificate the workers trust and render again, or a Talos machine-config patch routing {FACTORY_REGISTRY} through tender (`tender render registries --mirror {shown} --registry {FACTORY_REGISTRY}`)"),
                 );
@@ -460,6 +470,20 @@ const CONFIG_NOTE: &str = "its registry keys change only the worker Talos config
 pub fn render(config: &ConfigFile, req: &RenderRequest) -> Result<Rendered, Error> {
     let url = check_mirror(&req.mirror)?;
     let mirror = url.to_string();
+    let mut more = Vec::new();
+    for m in &req.more_mirrors {
+        let u = check_mirror(m)?;
+        if u.authority == url.authority || more.iter().any(|x: &crate::url::HttpUrl| x.authority == u.authority) {
+            return Err(Refusal::input(
+                "--mirror",
+                m,
+                "names a mirror host given before",
+                "give each mirror once, in the order the workers should try them",
+            )
+            .into());
+        }
+        more.push(u);
+    }
     let target = match &req.target {
         Some(t) => t.clone(),
         None => Target::embedded(crate::target::DEFAULT_VERSION)?,
@@ -526,7 +550,7 @@ pub fn render(config: &ConfigFile, req: &RenderRequest) -> Result<Rendered, Erro
             unexpressed: &mut out.unexpressed,
             warnings: &mut out.warnings,
         };
-        let mut spec = json!({"talos": caps.talos(config, &url)?});
+        let mut spec = json!({"talos": caps.talos(config, &url, &more)?});
         let mut disk_note = None;
         if let (true, Some(kind)) = (app_disk, req.os_image) {
             disk_note = disk(&mut caps, &mut spec, kind, &mirror, &images, req, "every node group of this cluster")?;
@@ -546,7 +570,7 @@ pub fn render(config: &ConfigFile, req: &RenderRequest) -> Result<Rendered, Erro
                 unexpressed: &mut out.unexpressed,
                 warnings: &mut out.warnings,
             };
-            let mut spec = json!({"talos": caps.talos(config, &url)?});
+            let mut spec = json!({"talos": caps.talos(config, &url, &more)?});
             let mut disk_note = None;
             if let Some(kind) = req.os_image {
                 disk_note = disk(&mut caps, &mut spec, kind, &mirror, &images, req, &format!("pool {pool}"))?;

@@ -163,6 +163,9 @@ pub fn check_secret_text(field: &str, value: &str) -> Result<(), Refusal> {
 #[derive(Debug, Clone)]
 pub struct RegistriesRequest {
     pub mirror: String,
+    /// Further mirrors, tried in order after `mirror` (`--mirror` repeated: a node's rack
+    /// tender first, then its parent). The TLS and auth settings apply to every mirror.
+    pub more_mirrors: Vec<String>,
     pub registries: Vec<String>,
     pub skip_fallback: bool,
     pub ca: Option<String>,
@@ -173,10 +176,12 @@ pub struct RegistriesRequest {
     pub password: Option<String>,
 }
 
-/// A validated registries request: one mirror for several registries.
+/// A validated registries request: one mirror (or several, in order) for several registries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MirrorPlan {
     pub mirror: Endpoint,
+    /// The mirrors tried after `mirror`, in order.
+    pub more: Vec<Endpoint>,
     pub registries: Vec<Registry>,
     /// `--skip-fallback`: no registry falls back to its upstream.
     pub skip_fallback: bool,
@@ -189,16 +194,20 @@ pub struct MirrorPlan {
 impl RegistriesRequest {
     /// Validate hosts, the URL, duplicates and the TLS / auth combination.
     pub fn validate(&self) -> Result<MirrorPlan, Refusal> {
-        check_no_control("--mirror", &self.mirror)?;
-        check_no_credentials("--mirror", &self.mirror)?;
-        let url = parse_http_url(&self.mirror).map_err(|problem| {
-            Refusal::input(
-                "--mirror",
-                &self.mirror,
-                format!("is not a plain http(s) URL: {problem}"),
-                "give the mirror as http(s)://host[:port][/path], e.g. http://tender.kube-system.svc:5000",
-            )
-        })?;
+        let url = mirror_url(&self.mirror)?;
+        let mut more: Vec<Endpoint> = Vec::new();
+        for m in &self.more_mirrors {
+            let u = mirror_url(m)?;
+            if u.authority == url.authority || more.iter().any(|e| e.url.authority == u.authority) {
+                return Err(Refusal::input(
+                    "--mirror",
+                    m,
+                    "names a mirror host given before",
+                    "give each mirror once, in the order the nodes should try them",
+                ));
+            }
+            more.push(Endpoint { override_path: !u.path.is_empty(), url: u });
+        }
         if self.registries.is_empty() {
             return Err(Refusal::input(
                 "--registry",
@@ -213,7 +222,9 @@ impl RegistriesRequest {
             if registries.contains(&r) {
                 return Err(Refusal::input("--registry", value, "is given twice", "name each registry once"));
             }
-            if r == Registry::Host(url.authority.clone()) {
+            if r == Registry::Host(url.authority.clone())
+                || more.iter().any(|e| r == Registry::Host(e.url.authority.clone()))
+            {
                 return Err(Refusal::input(
                     "--registry",
                     value,
@@ -244,7 +255,7 @@ impl RegistriesRequest {
             check_pem("--ca", ca, "CA certificate")?;
         }
         let wants_tls = self.ca.is_some() || client.is_some() || self.insecure_skip_verify;
-        if wants_tls && !url.https {
+        if wants_tls && !url.https && !more.iter().any(|e| e.url.https) {
             return Err(Refusal::input(
                 "--mirror",
                 &self.mirror,
@@ -281,6 +292,7 @@ impl RegistriesRequest {
         let override_path = !url.path.is_empty();
         Ok(MirrorPlan {
             mirror: Endpoint { url, override_path },
+            more,
             registries,
             skip_fallback: self.skip_fallback,
             no_fallback: BTreeMap::new(),
@@ -289,7 +301,26 @@ impl RegistriesRequest {
     }
 }
 
+/// Check one `--mirror` value: a plain http(s) URL without credentials.
+fn mirror_url(mirror: &str) -> Result<HttpUrl, Refusal> {
+    check_no_control("--mirror", mirror)?;
+    check_no_credentials("--mirror", mirror)?;
+    parse_http_url(mirror).map_err(|problem| {
+        Refusal::input(
+            "--mirror",
+            mirror,
+            format!("is not a plain http(s) URL: {problem}"),
+            "give the mirror as http(s)://host[:port][/path], e.g. http://tender.kube-system.svc:5000",
+        )
+    })
+}
+
 impl MirrorPlan {
+    /// Every mirror, in the order the nodes try them.
+    pub fn mirrors(&self) -> impl Iterator<Item = &Endpoint> {
+        std::iter::once(&self.mirror).chain(&self.more)
+    }
+
     /// Whether `registry` is routed to the mirror alone, without its upstream after it.
     pub fn skips_fallback(&self, registry: &Registry) -> bool {
         self.skip_fallback || self.no_fallback.contains_key(registry)
@@ -302,13 +333,15 @@ impl MirrorPlan {
             .iter()
             .map(|r| Mirror {
                 registry: r.clone(),
-                endpoints: vec![self.mirror.clone()],
+                endpoints: self.mirrors().cloned().collect(),
                 skip_fallback: self.skips_fallback(r),
             })
             .collect();
         let mut configs = BTreeMap::new();
         if self.config.tls.is_some() || self.config.auth.is_some() {
-            configs.insert(self.mirror.url.authority.clone(), self.config.clone());
+            for m in self.mirrors() {
+                configs.insert(m.url.authority.clone(), self.config.clone());
+            }
         }
         Routing { mirrors, configs }
     }
@@ -349,6 +382,7 @@ mod tests {
     fn should_refuse_duplicate_registries() {
         let req = RegistriesRequest {
             mirror: "http://m:5000".into(),
+            more_mirrors: Vec::new(),
             registries: vec!["ghcr.io".into(), "ghcr.io".into()],
             skip_fallback: false,
             ca: None,

@@ -202,6 +202,7 @@ fn should_refuse_hostile_registry_hosts_endpoints_and_list_items() {
 fn request() -> RegistriesRequest {
     RegistriesRequest {
         mirror: "https://tender.example:5000".into(),
+        more_mirrors: Vec::new(),
         registries: vec!["ghcr.io".into()],
         skip_fallback: false,
         ca: None,

@@ -58,6 +58,7 @@ fn policy(text: &str) -> ImageVerification {
 fn mirror_plan(registries: &[&str]) -> MirrorPlan {
     RegistriesRequest {
         mirror: "http://tender.kube-system.svc:5000".into(),
+        more_mirrors: Vec::new(),
         registries: registries.iter().map(|r| r.to_string()).collect(),
         skip_fallback: false,
         ca: None,

@@ -151,6 +151,7 @@ fn patches_text(yaml: &str) -> String {
 fn request() -> RegistriesRequest {
     RegistriesRequest {
         mirror: "https://tender.example:5000".into(),
+        more_mirrors: Vec::new(),
         registries: vec!["ghcr.io".into(), "docker.io".into(), "*".into()],
         skip_fallback: false,
         ca: Some(CA.into()),

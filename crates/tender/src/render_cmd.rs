@@ -82,9 +82,11 @@ struct CozystackArgs {
     /// tender's config file: its upstreams are mirrored, its catalog becomes kubernetesWorkerImage
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
-    /// tender's URL as the tenant workers reach it, e.g. http://tender.cozy-tender.svc:5000
-    #[arg(long, value_name = "URL")]
-    mirror: String,
+    /// tender's URL as the tenant workers reach it, e.g. http://tender.cozy-tender.svc:5000;
+    /// repeat it for a tree (the rack's tender first, then its parent): registry mirrors are
+    /// tried in that order, the disk and the installer come from the first
+    #[arg(long = "mirror", value_name = "URL", required = true)]
+    mirrors: Vec<String>,
     /// The Kubernetes application (its metadata.name, e.g. test for kubernetes-test)
     #[arg(long, value_name = "NAME", requires = "namespace")]
     cluster: Option<String>,
@@ -181,9 +183,10 @@ enum RegistriesFormat {
 
 #[derive(Debug, Args)]
 struct RegistriesArgs {
-    /// The mirror (tender) URL, e.g. http://tender.kube-system.svc:5000
-    #[arg(long, value_name = "URL")]
-    mirror: String,
+    /// The mirror (tender) URL, e.g. http://tender.kube-system.svc:5000; repeat it for a tree
+    /// (the node's rack tender first, then its parent): the nodes try them in that order
+    #[arg(long = "mirror", value_name = "URL", required = true)]
+    mirrors: Vec<String>,
     /// A registry to route through the mirror (repeat it); '*' routes every registry
     #[arg(long = "registry", value_name = "HOST", required = true)]
     registries: Vec<String>,
@@ -357,8 +360,10 @@ fn registries(a: RegistriesArgs) -> anyhow::Result<ExitCode> {
         let p = p.strip_suffix('\n').unwrap_or(&p);
         p.strip_suffix('\r').unwrap_or(p).to_string()
     });
+    let (first_mirror, more_mirrors) = a.mirrors.split_first().ok_or_else(|| Failure::usage("--mirror is missing"))?;
     let request = RegistriesRequest {
-        mirror: a.mirror.clone(),
+        mirror: first_mirror.clone(),
+        more_mirrors: more_mirrors.to_vec(),
         registries: a.registries.clone(),
         skip_fallback: a.skip_fallback,
         ca: read("--ca", &a.ca)?,
@@ -507,8 +512,10 @@ fn cozystack(a: CozystackArgs) -> anyhow::Result<ExitCode> {
     check_one_stdin(&[Some(a.config.as_path()), a.cluster_state.as_deref()])?;
     let config = parse_config(&read_input("--config", &a.config)?).map_err(classify)?;
     let target = a.target.target()?;
+    let (first_mirror, more_mirrors) = a.mirrors.split_first().ok_or_else(|| Failure::usage("--mirror is missing"))?;
     let request = tender_render::cozystack::RenderRequest {
-        mirror: a.mirror,
+        mirror: first_mirror.clone(),
+        more_mirrors: more_mirrors.to_vec(),
         cluster: a.cluster,
         namespace: a.namespace,
         pools: a.pools,
