@@ -638,23 +638,25 @@ class Node:
         for fresh in (False, True):
             reused = conn.used > 0
             try:
-                await self.write(conn, method, path, accept)
+                await self.write(conn, method, path, accept, count=not fresh)
                 return await read_head(Reader(conn.reader, self.opts.read_timeout)), conn
             except ConnectionLost as e:
                 if fresh or not (reused and e.early):
+                    conn.close()
                     raise
                 conn.close()
                 conn = await self.pool.connect()  # type: ignore[union-attr]
         raise AssertionError("unreachable")
 
-    async def write(self, conn: Conn, method: str, path: str, accept: str) -> None:
+    async def write(self, conn: Conn, method: str, path: str, accept: str, count: bool = True) -> None:
         host = self.opts.host
         host = f"[{host}]" if ":" in host else host
         head = (f"{method} {path} HTTP/1.1\r\nHost: {host}:{self.opts.port}\r\n"
                 f"User-Agent: {USER_AGENT}\r\nAccept: {accept}\r\n\r\n")
-        self.requests += 1
-        if "/manifests/" in path:
-            self.manifest_requests += 1
+        if count:  # the transparent resend on a fresh connection is the same request
+            self.requests += 1
+            if "/manifests/" in path:
+                self.manifest_requests += 1
         conn.used += 1
         try:
             conn.writer.write(head.encode("latin-1"))
