@@ -28,7 +28,8 @@
 #
 # env: RACKS=4 NODES=16 (per rack) IMAGE_MB=64 LAYERS=4 UP_MBIT=50 UP_DELAY_MS=30 UP_LOSS=0 (%)
 #      PARENT_MBIT=1000 RACK_MBIT=400 ARMS="tender registry2" REAL_CTR=1 VERIFY=1 (nodes per rack
-#      that hash what they get) TENDER_BIN=<repo>/target/release/tender BENCH_OUT= KEEP= (keep WORKDIR)
+#      that hash what they get) NODE_TIMEOUT=<10 x the floor, at least 120 s>
+#      TENDER_BIN=<repo>/target/release/tender BENCH_OUT= KEEP= (keep WORKDIR)
 # usage: bench/fleet.sh [WORKDIR]
 set -euo pipefail
 BENCH=$(cd "$(dirname "$0")" && pwd)
@@ -47,6 +48,10 @@ for c in ip tc iptables docker-registry python3 curl; do command -v "$c" >/dev/n
 if [ "$REAL_CTR" = 1 ] && ! command -v containerd >/dev/null; then
   echo "fleet.sh: no containerd: REAL_CTR=0" >&2; REAL_CTR=0
 fi
+# A node that does not hold the image within NODE_TIMEOUT (default: ten times the floor the links
+# set, at least 120 s) fails; the arm's figures say how many did.
+FLOOR=$(python3 -c "m=$IMAGE_MB*8*1.048576; print(max(m/$UP_MBIT, m*$RACKS/$PARENT_MBIT, m*$NODES/$RACK_MBIT))")
+NODE_TIMEOUT=${NODE_TIMEOUT:-$(python3 -c "import math; print(max(120, math.ceil(10 * $FLOOR)))")}
 W=${1:-$(mktemp -d /tmp/tenderfleet.XXXXXX)}
 mkdir -p "$W/logs"; W=$(cd "$W" && pwd)
 REPO_NAME=fleet/app TAG=v1 NSNAME=ghcr.io
@@ -134,7 +139,8 @@ registry() {
     printf 'http: {addr: "%s", secret: "fleet"}\nhealth: {storagedriver: {enabled: false}}\n' "$addr"
     if [ -n "$remote" ]; then printf 'proxy: {remoteurl: "%s"}\n' "$remote"; fi
   } >"$dir/config.yml"
-  in_ns "$ns" docker-registry serve "$dir/config.yml" >>"$dir/access.log" 2>>"$dir/registry.log" </dev/null &
+  # not through in_ns: $! must be the process that becomes the server (ip netns exec execs it)
+  ip netns exec "$ns" docker-registry serve "$dir/config.yml" >>"$dir/access.log" 2>>"$dir/registry.log" </dev/null &
   echo $! >"$dir/pid"
   wait_http "$ns" "http://$addr/v2/" || { tail -5 "$dir/registry.log" >&2; die "docker-registry on $addr did not start"; }
 }
@@ -152,7 +158,7 @@ wait_http() {
 tender() {
   local name=$1 ns=$2 listen=$3 yaml=$4; shift 4
   printf '%s' "$yaml" >"$W/$name.yaml"
-  in_ns "$ns" "$TENDER_BIN" serve --config "$W/$name.yaml" --data "$W/data-$name" --listen "$listen" \
+  ip netns exec "$ns" "$TENDER_BIN" serve --config "$W/$name.yaml" --data "$W/data-$name" --listen "$listen" \
     --log-format json "$@" >"$W/logs/$name.log" 2>&1 </dev/null &
   echo $! >"$W/$name.pid"
   wait_http "$ns" "http://$listen/healthz" || { tail -5 "$W/logs/$name.log" >&2; die "tender $name did not start"; }
@@ -196,12 +202,14 @@ arm() {
     done
   fi
   for p in "${tiers[@]}"; do cpu0+=("$(cpu_of "$p")"); done
+  for ((i = 0; i < RACKS; i++)); do in_ns "f38-r$i" nstat -rn >/dev/null; in_ns "f38-n$i" nstat -rn >/dev/null; done
   par_tx0=$(tx_of f38-par pc)
   start_at=$(python3 -c 'import time; print(f"{time.time() + 2:.3f}")')
   for ((i = 0; i < RACKS; i++)); do
     in_ns "f38-n$i" python3 "$BENCH/fleet_nodes.py" --registry "10.39.$i.1:$port" --ns "$NSNAME" \
       --repo "$REPO_NAME" --tag "$TAG" --source-range "10.39.$i.10:$NODES" --start-at "$start_at" \
-      --verify "$VERIFY" --out "$W/nodes-$name-$i.json" 2>"$W/logs/nodes-$name-$i.log" &
+      --verify "$VERIFY" --timeout "$NODE_TIMEOUT" --read-timeout "$NODE_TIMEOUT" \
+      --out "$W/nodes-$name-$i.json" 2>"$W/logs/nodes-$name-$i.log" &
     pids+=($!)
   done
   if [ "$REAL_CTR" = 1 ]; then ctr_pull "$name" "$port" "$start_at" & ctr_pid=$!; fi
@@ -215,11 +223,19 @@ arm() {
     hwms+=("$(hwm_of "${tiers[$i]}")")
   done
   local par_tx; par_tx=$(( $(tx_of f38-par pc) - par_tx0 ))
+  # TCP trouble on the racks' side: listen queue overflows at the rack tiers, SYNs the nodes sent
+  # again (counters of this arm: nstat -z after a reset at the start)
+  local tcp_listen=0 tcp_syn=0 n
+  for ((i = 0; i < RACKS; i++)); do
+    n=$(in_ns "f38-r$i" nstat -az TcpExtListenDrops | awk '/ListenDrops/ {print $2}'); tcp_listen=$((tcp_listen + ${n:-0}))
+    n=$(in_ns "f38-n$i" nstat -az TcpExtTCPSynRetrans | awk '/SynRetrans/ {print $2}'); tcp_syn=$((tcp_syn + ${n:-0}))
+  done
+  echo "{\"listen_drops\": $tcp_listen, \"syn_retransmits\": $tcp_syn}" >"$W/tcp-$name.json"
   local ctr_args=()
   if [ "$REAL_CTR" = 1 ]; then ctr_args=(--ctr "$W/ctr-$name.json"); fi
   python3 "$BENCH/fleet_report.py" arm --name "$name" --image "$W/image.json" --nodes "$W"/nodes-"$name"-*.json \
     --upstream-log "$W/up/access.log" --parent-tx "$par_tx" --cpu "${cpus[@]}" --hwm-kib "${hwms[@]}" \
-    "${ctr_args[@]}" >"$W/arm-$name.json"
+    --tcp "$W/tcp-$name.json" "${ctr_args[@]}" >"$W/arm-$name.json"
   for p in "${tiers[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${tiers[@]}"; do for ((i = 0; i < 100; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done; done
 }
@@ -250,7 +266,7 @@ TOML
   for ((i = 0; i < 100; i++)); do in_ns f38-n0 ctr --address "$d/containerd.sock" version >/dev/null 2>&1 && break; sleep 0.1; done
   python3 -c "import time; time.sleep(max(0, $start_at - time.time()))"
   t0=$(date +%s.%N)
-  in_ns f38-n0 ctr --address "$d/containerd.sock" content fetch --hosts-dir "$d/certs.d" \
+  in_ns f38-n0 timeout "$NODE_TIMEOUT" ctr --address "$d/containerd.sock" content fetch --hosts-dir "$d/certs.d" \
     "$NSNAME/$REPO_NAME:$TAG" >"$W/logs/ctr-$name.log" 2>&1 || rc=$?
   t1=$(date +%s.%N)
   kill -TERM "$cpid" 2>/dev/null || true
@@ -269,7 +285,7 @@ for a in $ARMS; do
 done
 python3 "$BENCH/fleet_report.py" summary --work "$W" --arms $ARMS --racks "$RACKS" --nodes "$NODES" \
   --up-mbit "$UP_MBIT" --up-delay-ms "$UP_DELAY_MS" --up-loss "$UP_LOSS" --parent-mbit "$PARENT_MBIT" \
-  --rack-mbit "$RACK_MBIT" --image "$W/image.json" --markdown "$W/fleet.md" >"$W/summary.json"
+  --rack-mbit "$RACK_MBIT" --node-timeout "$NODE_TIMEOUT" --image "$W/image.json" --markdown "$W/fleet.md" >"$W/summary.json"
 cat "$W/fleet.md"
 if [ -n "${BENCH_OUT:-}" ]; then cat "$W/fleet.md" >>"$BENCH_OUT"; fi
 tail -n 1 "$W/summary.json"

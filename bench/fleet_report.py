@@ -96,6 +96,8 @@ def arm(a):
         },
         "rss_mib": {"parent": round(a.hwm_kib[0] / 1024, 1), "child_max": round(max(a.hwm_kib[1:], default=0) / 1024, 1)},
     }
+    if a.tcp and os.path.exists(a.tcp):
+        out["tcp"] = json.load(open(a.tcp))
     if a.ctr and os.path.exists(a.ctr):
         out["ctr"] = json.load(open(a.ctr))
     print(json.dumps(out))
@@ -122,7 +124,7 @@ def summary(a):
         "rack": a.nodes * size * 8 / (a.rack_mbit * 1e6),
     }
     out = {"racks": a.racks, "nodes_per_rack": a.nodes, "image_bytes": size, "layers": len(image["layers"]),
-           "links": links, "floor_s": round(max(floors.values()), 2),
+           "links": links, "node_timeout_s": a.node_timeout, "floor_s": round(max(floors.values()), 2),
            "floors_s": {k: round(v, 2) for k, v in floors.items()}}
     arms = {}
     for name in a.arms:
@@ -131,7 +133,7 @@ def summary(a):
             arms[name] = json.load(open(path))
     out.update(arms)
     rows = [
-        ("nodes holding the image", lambda r: f"{r['ok']} / {r['nodes']}"),
+        (f"nodes holding the image within {a.node_timeout:.0f} s", lambda r: f"{r['ok']} / {r['nodes']}"),
         ("time to the last node: p50 / p99 / max (s)",
          lambda r: f"{fmt(r['p50_s'])} / {fmt(r['p99_s'])} / {fmt(r['max_s'])}"),
         ("... against the floor", lambda r: f"{r['max_s'] / out['floor_s']:.2f}x" if r["max_s"] else "-"),
@@ -145,6 +147,8 @@ def summary(a):
         ("CPU s per GiB sent: parent / child",
          lambda r: f"{r['cpu_s_per_gib']['parent']} / {r['cpu_s_per_gib']['child']}"),
         ("peak RSS MiB: parent / child (max)", lambda r: f"{r['rss_mib']['parent']} / {r['rss_mib']['child_max']}"),
+        ("TCP: listen drops at the racks / SYNs the nodes resent",
+         lambda r: f"{r['tcp']['listen_drops']} / {r['tcp']['syn_retransmits']}" if "tcp" in r else "-"),
         ("real containerd (ctr content fetch) in rack 0",
          lambda r: (f"{r['ctr']['seconds']} s" if r["ctr"]["ok"] else "failed") if "ctr" in r else "-"),
     ]
@@ -178,6 +182,7 @@ def main():
     p.add_argument("--cpu", type=float, nargs="+", required=True)
     p.add_argument("--hwm-kib", type=float, nargs="+", required=True)
     p.add_argument("--ctr")
+    p.add_argument("--tcp")
     p = sub.add_parser("summary")
     p.add_argument("--work", required=True)
     p.add_argument("--arms", nargs="+", required=True)
@@ -188,6 +193,7 @@ def main():
     p.add_argument("--up-loss", type=float, required=True)
     p.add_argument("--parent-mbit", type=float, required=True)
     p.add_argument("--rack-mbit", type=float, required=True)
+    p.add_argument("--node-timeout", type=float, required=True)
     p.add_argument("--image", required=True)
     p.add_argument("--markdown", required=True)
     a = ap.parse_args()

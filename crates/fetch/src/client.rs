@@ -25,6 +25,9 @@ const DOCKER_HUB_REALM: &str = "auth.docker.io";
 /// Largest token response read (a JWT is a few KiB).
 pub const MAX_TOKEN_BYTES: usize = 1 << 20;
 
+/// Held while one request asks for the token of a (host, scope).
+type TokenGate = Arc<tokio::sync::Mutex<()>>;
+
 /// A configured upstream and its client.
 #[derive(Debug)]
 pub struct Upstream {
@@ -34,7 +37,7 @@ pub struct Upstream {
     policy: Arc<AddressPolicy>,
     tokens: Mutex<HashMap<(String, String), (String, Instant)>>,
     /// One token request at a time per (host, scope): the others wait and take its token.
-    token_gates: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+    token_gates: Mutex<HashMap<(String, String), TokenGate>>,
     metrics: FetchMetrics,
     /// Up or down, since when, and why.
     health: crate::health::Tracker,
@@ -615,7 +618,7 @@ impl Upstream {
 
     /// The lock that single-flights token requests for (`host`, `scope`); gates no request
     /// holds are dropped once there are many.
-    fn token_gate(&self, host: &str, scope: &str) -> Arc<tokio::sync::Mutex<()>> {
+    fn token_gate(&self, host: &str, scope: &str) -> TokenGate {
         let mut gates = self.token_gates.lock().unwrap_or_else(|p| p.into_inner());
         if gates.len() >= 1024 {
             gates.retain(|_, g| Arc::strong_count(g) > 1);
