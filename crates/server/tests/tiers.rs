@@ -13,6 +13,8 @@ use futures::future::join_all;
 use support::*;
 
 const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// Short, so that the test sees a second revalidation.
+const TAG_TTL: Duration = Duration::from_secs(2);
 
 /// A route to `parent` for `name`, as `serve --parent` builds it.
 fn through(parent: &str, name: &str) -> tender_fetch::UpstreamSettings {
@@ -49,7 +51,7 @@ async fn should_ask_the_upstream_once_per_tier_when_a_storm_of_nodes_pulls_one_i
     .unwrap();
     let mdigest = fake.add_manifest("siderolabs/kubelet", "v1", MANIFEST, &manifest);
     let mut settings = fast_settings();
-    settings.tag_ttl = Duration::from_secs(1);
+    settings.tag_ttl = TAG_TTL;
     let parent = Tender::start(vec![upstream_settings("ghcr.io", &fake.url())], settings.clone()).await;
     let child = Tender::start(vec![through(&parent.url(""), "ghcr.io")], settings).await;
     let base = child.url("/v2/ghcr.io/siderolabs/kubelet");
@@ -81,22 +83,33 @@ async fn should_ask_the_upstream_once_per_tier_when_a_storm_of_nodes_pulls_one_i
             }
         }))
     };
+    // At most one request per tier per tagTtl: a storm that outlasts tagTtl on a loaded machine
+    // may revalidate once more per tagTtl it lasted, never once per node.
+    let per_ttl = |took: Duration| 1 + (took.as_millis() / TAG_TTL.as_millis()) as usize;
     let before = sent_to(&child, "ghcr.io");
+    let began = std::time::Instant::now();
     for (status, digest) in storm(200).await {
         assert_eq!(status, 200, "no node is refused (no 429) under the default limits");
         assert_eq!(digest.as_deref(), Some(mdigest.as_str()));
     }
-    assert_eq!(paths_with(&fake, "/manifests/v1"), 1, "one upstream request for the tag");
-    assert_eq!(sent_to(&child, "ghcr.io") - before, 1, "one request from the child to its parent");
+    let most = per_ttl(began.elapsed());
+    let upstream = paths_with(&fake, "/manifests/v1");
+    assert!((1..=most).contains(&upstream), "{upstream} upstream requests for the tag (at most {most})");
+    let from_child = (sent_to(&child, "ghcr.io") - before) as usize;
+    assert!((1..=most).contains(&from_child), "{from_child} requests from the child (at most {most})");
 
     // Once tagTtl passed, the next storm revalidates the tag once per tier, not once per node.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let before = sent_to(&child, "ghcr.io");
+    tokio::time::sleep(TAG_TTL + Duration::from_millis(100)).await;
+    let (before, upstream_before) = (sent_to(&child, "ghcr.io"), paths_with(&fake, "/manifests/v1"));
+    let began = std::time::Instant::now();
     for (status, _) in storm(100).await {
         assert_eq!(status, 200);
     }
-    assert_eq!(paths_with(&fake, "/manifests/v1"), 2, "one more upstream request for the tag");
-    assert_eq!(sent_to(&child, "ghcr.io") - before, 1, "one more request from the child");
+    let most = per_ttl(began.elapsed());
+    let upstream = paths_with(&fake, "/manifests/v1") - upstream_before;
+    assert!((1..=most).contains(&upstream), "{upstream} more upstream requests for the tag (at most {most})");
+    let from_child = (sent_to(&child, "ghcr.io") - before) as usize;
+    assert!((1..=most).contains(&from_child), "{from_child} more requests from the child (at most {most})");
     assert_eq!(fake.state.token_requests.load(Ordering::SeqCst), 1, "the token is still good");
 }
 

@@ -132,3 +132,62 @@ fn should_pull_through_a_path_routed_mirror_with_override_path() {
         assert_eq!((a.ns.as_str(), a.upstream.as_str(), a.status), ("ghcr.io", "ghcr.io", 200), "{a:?}");
     }
 }
+
+/// Issue 38 (6): `--mirror` repeated for a node in a rack, its rack tender first and the parent
+/// second, with `--skip-fallback`. The rack is down: containerd pulls from the parent (the file's
+/// second host) and never reaches for the registry itself.
+#[test]
+fn should_pull_from_the_parent_when_the_rack_tender_named_first_is_down() {
+    let bed = Bed::new("render-tree", Sizes::SMALL);
+    let parent = bed.start_tender("parent.log");
+    let ctrd = Containerd::start(&bed.path("containerd"));
+    let certs = bed.path("certs.d");
+    // A rack tender that is down: a loopback port nothing listens on.
+    let rack = format!("http://127.0.0.1:{}", tender_e2e::registry::free_port());
+    let parent_url = format!("http://{}", parent.hostport());
+    proc::run(Command::new(tender_bin()).args([
+        "render",
+        "registries",
+        "--format",
+        "containerd",
+        "--mirror",
+        &rack,
+        "--mirror",
+        &parent_url,
+        "--registry",
+        "ghcr.io",
+        "--skip-fallback",
+        "--out",
+        certs.to_str().unwrap(),
+    ]));
+    let rendered = std::fs::read_to_string(certs.join("ghcr.io/hosts.toml")).unwrap();
+    // containerd tries the [host] tables in file order and `server` last.
+    assert_eq!(
+        rendered,
+        format!("server = \"{parent_url}\"\ncapabilities = [\"pull\", \"resolve\"]\n\n[host.\"{rack}\"]\ncapabilities = [\"pull\", \"resolve\"]\n")
+    );
+    let image = "ghcr.io/siderolabs/kubelet:v1.33.1";
+    let pull = ctrd.ctr(&[
+        "-n",
+        "e2e",
+        "images",
+        "pull",
+        "--hosts-dir",
+        certs.to_str().unwrap(),
+        "--platform",
+        "linux/amd64",
+        "--snapshotter",
+        "native",
+        image,
+    ]);
+    assert!(
+        pull.status.success(),
+        "ctr images pull past a dead rack tender failed:\n{}{}",
+        String::from_utf8_lossy(&pull.stdout),
+        String::from_utf8_lossy(&pull.stderr)
+    );
+    let index = bed.images.var("KUBELET_INDEX");
+    let ls = String::from_utf8_lossy(&ctrd.ctr(&["-n", "e2e", "images", "ls"]).stdout).into_owned();
+    assert!(ls.lines().any(|l| l.starts_with(image) && l.contains(index)), "{image} at {index} in:\n{ls}");
+    assert!(parent.access().iter().any(|a| a.is_blob() && a.status == 200), "the parent served the blobs");
+}
