@@ -160,7 +160,7 @@ pub fn check_secret_text(field: &str, value: &str) -> Result<(), Refusal> {
 }
 
 /// What `tender render registries` was asked for, after the CLI read the files.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RegistriesRequest {
     pub mirror: String,
     /// Further mirrors, tried in order after `mirror` (`--mirror` repeated: a node's rack

@@ -18,12 +18,7 @@ fn request(skip_fallback: bool) -> RegistriesRequest {
         more_mirrors: vec![PARENT.into()],
         registries: vec!["ghcr.io".into(), "docker.io".into()],
         skip_fallback,
-        ca: None,
-        client_cert: None,
-        client_key: None,
-        insecure_skip_verify: false,
-        username: None,
-        password: None,
+        ..RegistriesRequest::default()
     }
 }
 

@@ -30,6 +30,33 @@ fn render_hosts_toml(mirror: &str, certs: &std::path::Path) -> String {
     std::fs::read_to_string(certs.join("ghcr.io/hosts.toml")).unwrap()
 }
 
+/// `ctr images pull` of the test bed's kubelet (linux/amd64) with the hosts files under `certs`;
+/// it must succeed and list the image at `index`.
+fn pull_kubelet(ctrd: &Containerd, certs: &std::path::Path, index: &str, how: &str) {
+    let image = "ghcr.io/siderolabs/kubelet:v1.33.1";
+    let pull = ctrd.ctr(&[
+        "-n",
+        "e2e",
+        "images",
+        "pull",
+        "--hosts-dir",
+        certs.to_str().unwrap(),
+        "--platform",
+        "linux/amd64",
+        "--snapshotter",
+        "native",
+        image,
+    ]);
+    assert!(
+        pull.status.success(),
+        "ctr images pull {how} failed:\n{}{}",
+        String::from_utf8_lossy(&pull.stdout),
+        String::from_utf8_lossy(&pull.stderr)
+    );
+    let ls = String::from_utf8_lossy(&ctrd.ctr(&["-n", "e2e", "images", "ls"]).stdout).into_owned();
+    assert!(ls.lines().any(|l| l.starts_with(image) && l.contains(index)), "{image} at {index} in:\n{ls}");
+}
+
 #[test]
 fn should_pull_through_tender_with_the_rendered_containerd_hosts_toml() {
     let bed = Bed::new("render-containerd", Sizes::SMALL);
@@ -60,30 +87,7 @@ fn should_pull_through_tender_with_the_rendered_containerd_hosts_toml() {
     let mirror = format!("http://{}", t.hostport());
     assert_eq!(rendered, format!("server = \"{mirror}\"\ncapabilities = [\"pull\", \"resolve\"]\n\n[host]\n"));
 
-    let image = "ghcr.io/siderolabs/kubelet:v1.33.1";
-    let pull = ctrd.ctr(&[
-        "-n",
-        "e2e",
-        "images",
-        "pull",
-        "--hosts-dir",
-        certs.to_str().unwrap(),
-        "--platform",
-        "linux/amd64",
-        "--snapshotter",
-        "native",
-        image,
-    ]);
-    assert!(
-        pull.status.success(),
-        "ctr images pull with the rendered hosts.toml failed:\n{}{}",
-        String::from_utf8_lossy(&pull.stdout),
-        String::from_utf8_lossy(&pull.stderr)
-    );
-    let index = bed.images.var("KUBELET_INDEX");
-    let ls = ctrd.ctr(&["-n", "e2e", "images", "ls"]);
-    let ls = String::from_utf8_lossy(&ls.stdout).into_owned();
-    assert!(ls.lines().any(|l| l.starts_with(image) && l.contains(index)), "{image} at {index} in:\n{ls}");
+    pull_kubelet(&ctrd, &certs, bed.images.var("KUBELET_INDEX"), "with the rendered hosts.toml");
     // containerd sent ns=ghcr.io to the mirror, and every request reached the ghcr.io upstream
     let access = t.access();
     let registry: Vec<_> = access
@@ -166,28 +170,6 @@ fn should_pull_from_the_parent_when_the_rack_tender_named_first_is_down() {
         rendered,
         format!("server = \"{parent_url}\"\ncapabilities = [\"pull\", \"resolve\"]\n\n[host.\"{rack}\"]\ncapabilities = [\"pull\", \"resolve\"]\n")
     );
-    let image = "ghcr.io/siderolabs/kubelet:v1.33.1";
-    let pull = ctrd.ctr(&[
-        "-n",
-        "e2e",
-        "images",
-        "pull",
-        "--hosts-dir",
-        certs.to_str().unwrap(),
-        "--platform",
-        "linux/amd64",
-        "--snapshotter",
-        "native",
-        image,
-    ]);
-    assert!(
-        pull.status.success(),
-        "ctr images pull past a dead rack tender failed:\n{}{}",
-        String::from_utf8_lossy(&pull.stdout),
-        String::from_utf8_lossy(&pull.stderr)
-    );
-    let index = bed.images.var("KUBELET_INDEX");
-    let ls = String::from_utf8_lossy(&ctrd.ctr(&["-n", "e2e", "images", "ls"]).stdout).into_owned();
-    assert!(ls.lines().any(|l| l.starts_with(image) && l.contains(index)), "{image} at {index} in:\n{ls}");
+    pull_kubelet(&ctrd, &certs, bed.images.var("KUBELET_INDEX"), "past a dead rack tender");
     assert!(parent.access().iter().any(|a| a.is_blob() && a.status == 200), "the parent served the blobs");
 }
