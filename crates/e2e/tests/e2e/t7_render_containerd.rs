@@ -110,25 +110,7 @@ fn should_pull_through_a_path_routed_mirror_with_override_path() {
     let certs = bed.path("certs.d");
     let rendered = render_hosts_toml(&format!("http://{}/v2/ghcr.io", t.hostport()), &certs);
     assert!(rendered.contains("override_path = true"), "{rendered}");
-    let pull = ctrd.ctr(&[
-        "-n",
-        "e2e",
-        "images",
-        "pull",
-        "--hosts-dir",
-        certs.to_str().unwrap(),
-        "--platform",
-        "linux/amd64",
-        "--snapshotter",
-        "native",
-        "ghcr.io/siderolabs/kubelet:v1.33.1",
-    ]);
-    assert!(
-        pull.status.success(),
-        "ctr images pull through a path-routed mirror failed:\n{}{}",
-        String::from_utf8_lossy(&pull.stdout),
-        String::from_utf8_lossy(&pull.stderr)
-    );
+    pull_kubelet(&ctrd, &certs, bed.images.var("KUBELET_INDEX"), "through a path-routed mirror");
     let access = t.access();
     let registry: Vec<_> = access.iter().filter(|a| a.path.starts_with("/v2/ghcr.io/")).collect();
     assert!(!registry.is_empty(), "containerd used the path prefix: {access:#?}");
