@@ -124,7 +124,12 @@ bed_up() {
     veth "f38-r$i" rd "f38-n$i" nd
     in_ns "f38-r$i" ip addr add "10.39.$i.1/24" dev rd
     shape "f38-r$i" rd "$RACK_MBIT"; shape "f38-n$i" nd "$RACK_MBIT"
-    for ((j = 0; j < NODES; j++)); do in_ns "f38-n$i" ip addr add "10.39.$i.$((10 + j))/24" dev nd; done
+    local mac; mac=$(in_ns "f38-n$i" cat /sys/class/net/nd/address)
+    for ((j = 0; j < NODES; j++)); do
+      in_ns "f38-n$i" ip addr add "10.39.$i.$((10 + j))/24" dev nd
+      # the rack knows its nodes' addresses up front: a wave of new neighbours must not cost ARP
+      in_ns "f38-r$i" ip neigh replace "10.39.$i.$((10 + j))" lladdr "$mac" dev rd nud permanent
+    done
     if [ "$REAL_CTR" = 1 ] && [ "$i" = 0 ]; then in_ns "f38-n$i" ip addr add "10.39.$i.9/24" dev nd; fi
   done
 }
