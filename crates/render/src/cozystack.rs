@@ -473,15 +473,7 @@ pub fn render(config: &ConfigFile, req: &RenderRequest) -> Result<Rendered, Erro
     let mut more = Vec::new();
     for m in &req.more_mirrors {
         let u = check_mirror(m)?;
-        if u.authority == url.authority || more.iter().any(|x: &crate::url::HttpUrl| x.authority == u.authority) {
-            return Err(Refusal::input(
-                "--mirror",
-                m,
-                "names a mirror host given before",
-                "give each mirror once, in the order the workers should try them",
-            )
-            .into());
-        }
+        crate::registries::check_new_mirror(m, &u, std::iter::once(&url).chain(&more))?;
         more.push(u);
     }
     let target = match &req.target {

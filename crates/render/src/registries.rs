@@ -198,14 +198,7 @@ impl RegistriesRequest {
         let mut more: Vec<Endpoint> = Vec::new();
         for m in &self.more_mirrors {
             let u = mirror_url(m)?;
-            if u.authority == url.authority || more.iter().any(|e| e.url.authority == u.authority) {
-                return Err(Refusal::input(
-                    "--mirror",
-                    m,
-                    "names a mirror host given before",
-                    "give each mirror once, in the order the nodes should try them",
-                ));
-            }
+            check_new_mirror(m, &u, std::iter::once(&url).chain(more.iter().map(|e| &e.url)))?;
             more.push(Endpoint { override_path: !u.path.is_empty(), url: u });
         }
         if self.registries.is_empty() {
@@ -299,6 +292,23 @@ impl RegistriesRequest {
             config: EndpointConfig { tls, auth },
         })
     }
+}
+
+/// Refuse a repeated `--mirror` (`value`, parsed as `url`) whose host one of `before` has.
+pub(crate) fn check_new_mirror<'a>(
+    value: &str,
+    url: &HttpUrl,
+    mut before: impl Iterator<Item = &'a HttpUrl>,
+) -> Result<(), Refusal> {
+    if before.any(|b| b.authority == url.authority) {
+        return Err(Refusal::input(
+            "--mirror",
+            value,
+            "names a mirror host given before",
+            "give each mirror once, in the order they should be tried",
+        ));
+    }
+    Ok(())
 }
 
 /// Check one `--mirror` value: a plain http(s) URL without credentials.
